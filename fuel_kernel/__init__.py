@@ -1,0 +1,29 @@
+"""fuel_kernel: a kernel dispatch core for tensor programs.
+
+Importing the package publishes the CPU backend's kernels into the binding table.  The public
+names: bindings(), edit_bindings(), dispatch(), the enums (DType, OpKind, Backend, KernelCaps),
+params, MatmulM, the records (PrecisionGuarantee, CostEstimate, ...) and the errors.
+"""
+import os
+
+from . import params
+from ._dispatch import (BindingTable, Kernel, OpParams, Transaction, bindings, claim_backend,
+                        dispatch, edit_bindings, new_runtime_fused_id)
+from .errors import (AliasError, BackendError, DTypeError, FuelKernelError, KernelError,
+                     KernelIndexError, KernelMemoryError, KernelZeroDivisionError, NoKernelError,
+                     OperandCountError, OperandTypeError, ParamsError, ReadOnlyError,
+                     RegistrationError, ShapeError)
+from .records import (Ambiguous, BindingKey, CostEstimate, CoverageBinding, MatmulM, NotFound,
+                      PrecisionGuarantee, RuntimeFusedLookup, Unique)
+from .types import Backend, DType, KernelCaps, OpKind
+from .cpu import register_cpu_kernels as _register_cpu_kernels
+
+__version__ = "0.1.0"
+
+
+def get_include():
+    """The folder to add to include_dirs to build against fuel_kernel/abi.h."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")
+
+
+_register_cpu_kernels()

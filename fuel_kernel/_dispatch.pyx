@@ -1,0 +1,1244 @@
+# cython: language_level=3
+"""The dispatch core's Python face: snapshots, lookup, Kernel handles, transactions, fk.dispatch.
+
+The table itself is C (fuel_kernel/_core/table.c: an open-addressing hash over POD keys, published
+as reference-counted copy-on-write snapshots; its opening comment explains the scheme).  This
+module wraps it for Python callers:
+
+* BindingTable holds one snapshot; its lookups return cached Kernel handles, so a Python-level
+  lookup costs one key build and one hash probe.
+* Kernel is a pre-resolved (snapshot, entry) pair.  Calling it converts operands to fk_storage /
+  fk_layout in C (NumPy arrays directly; buffers and DLPack producers through NumPy views),
+  checks count, dtypes, aliasing and writability, runs the kernel (without the GIL when large)
+  and turns a failing status into the matching FuelKernelError.  Shapes are checked by the kernel
+  itself, before it writes, so C callers of the cimport API get the same protection.
+* Transaction batches registrations into one publish; nothing is published if any step fails.
+* The C API table for other extensions is exported as the capsule `_C_API`.
+"""
+cimport cython
+cimport numpy as cnp
+from cpython.long cimport PyLong_Check, PyLong_AsLong
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_New
+from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t, uintptr_t
+from libc.stdlib cimport calloc, free
+from libc.string cimport memcmp, memset, strncpy
+
+from fuel_kernel.abi cimport *
+
+import threading
+
+import numpy as np
+
+from fuel_kernel.errors import (STATUS_ERRORS, AliasError, DTypeError, FuelKernelError,
+                                NoKernelError, OperandCountError, OperandTypeError, ParamsError,
+                                ReadOnlyError, RegistrationError, ShapeError)
+from fuel_kernel.records import (Ambiguous, BindingKey, CostEstimate, CoverageBinding, MatmulM,
+                                 NotFound, PrecisionGuarantee, Unique, KEY_RUNTIME_FUSED, KEY_STATIC)
+from fuel_kernel.types import Backend, DType, KernelCaps, OpKind
+
+cnp.import_array()
+
+cdef extern from "table.h" nogil:
+    int fk_core_init()
+    const void *fk_core_api()
+    uint64_t fk_published_generation()
+    void fk_core_reclaim()
+    int64_t fk_core_allocated_bytes()
+    int64_t fk_core_live_snapshots()
+    int64_t fk_snapshot_key_count(const fk_snapshot *snapshot)
+    int64_t fk_snapshot_entry_count(const fk_snapshot *snapshot)
+    const fk_entry *fk_snapshot_entries(const fk_snapshot *snapshot)
+    fk_lookup_result fk_snapshot_key_at(const fk_snapshot *snapshot, int64_t index, fk_key *key_out)
+    ctypedef void (*fk_entry_editor)(const fk_key *key, fk_entry *entry, void *context) noexcept nogil
+    int fk_txn_edit_entries(fk_txn *txn, int backend, fk_entry_editor editor, void *context)
+    int64_t fk_txn_size(const fk_txn *txn)
+    void fk_txn_poison(fk_txn *txn)
+    const char *fk_backend_name(int backend)
+
+cdef extern from "fuel_kernel/strided.h" nogil:
+    const int fk_dtype_itemsize[]
+    int64_t fk_layout_numel(const fk_layout *layout)
+
+if fk_core_init() != FK_OK:
+    raise MemoryError("fuel_kernel could not allocate its binding table")
+
+_C_API = PyCapsule_New(<void *>fk_core_api(), FK_API_CAPSULE_NAME, NULL)
+
+# Calls whose output has at least this many elements run without the GIL: below it, releasing and
+# re-acquiring the GIL costs more than the kernel.
+cdef int64_t NOGIL_MIN_ELEMENTS = 16384
+
+# Every op in this ABI has exactly one output; inputs are the remaining key dtypes.
+cdef int N_OUTPUTS = 1
+
+
+# ---- errors ---------------------------------------------------------------------------------
+cdef int raise_status(int status) except -1:
+    """Turn a failing fk_status plus the thread-local message into a FuelKernelError."""
+    message = fk_error_message().decode("utf-8", "replace")
+    raise STATUS_ERRORS.get(status, FuelKernelError)(message or f"kernel failed with status {status}")
+
+
+# ---- dtype and key parsing -------------------------------------------------------------------
+cdef int typenum_to_dtype[64]
+cdef int bf16_typenum = -1
+
+
+cdef void _init_typenums():
+    global bf16_typenum
+    cdef int i
+    for i in range(64):
+        typenum_to_dtype[i] = -1
+    for code in DType:
+        num = code.numpy.num
+        if num < 64:
+            typenum_to_dtype[num] = int(code)
+        else:
+            bf16_typenum = num
+    for alias, code in ((np.longlong, DType.I64), (np.intc, DType.I32), (np.uintc, DType.U32)):
+        num = np.dtype(alias).num
+        if np.dtype(alias).itemsize == code.itemsize and num < 64:
+            typenum_to_dtype[num] = int(code)
+
+
+_init_typenums()
+
+
+cdef inline int array_dtype(cnp.ndarray arr) except -2:
+    """The fk_dtype of a NumPy array, or -1 if fuel_kernel has no such dtype."""
+    cdef int num = cnp.PyArray_TYPE(arr)
+    if num == bf16_typenum:
+        return FK_BF16
+    if 0 <= num < 64:
+        return typenum_to_dtype[num]
+    return -1
+
+
+cdef inline int parse_backend(object backend) except -1:
+    cdef long value
+    if PyLong_Check(backend):
+        value = PyLong_AsLong(backend)
+    elif isinstance(backend, str):
+        value = backend_from_name(backend)
+    else:
+        raise TypeError(f"backend must be a Backend, an int or a name, not {type(backend).__name__}")
+    if value < 0 or value > FK_BACKEND_EXTENSION_LAST:
+        raise ValueError(f"backend id {value} is out of range [0, {FK_BACKEND_EXTENSION_LAST}]")
+    return value
+
+
+def backend_from_name(str name):
+    lowered = name.lower()
+    for b in (Backend.CPU, Backend.CUDA, Backend.VULKAN, Backend.METAL):
+        if b.short_name == lowered:
+            return int(b)
+    cdef int backend
+    for backend in range(FK_BACKEND_EXTENSION_FIRST, FK_BACKEND_EXTENSION_LAST + 1):
+        claimed = fk_backend_name(backend)
+        if claimed != NULL and claimed.decode() == name:
+            return backend
+    raise ValueError(f"unknown backend {name!r}")
+
+
+def backend_name(int backend):
+    """The short name of a backend id ("cpu", or the name an extension claimed it under)."""
+    cdef const char *name = fk_backend_name(backend)
+    return name.decode() if name != NULL else f"backend#{backend}"
+
+
+def claim_backend(str name):
+    """Claim a backend id in the extension range for `name` (the same name gets the same id)."""
+    cdef bytes encoded = name.encode()
+    cdef int backend = fk_claim_backend(encoded)
+    if backend < 0:
+        raise_status(FK_ERR_INVALID)
+    return backend
+
+
+cdef inline int parse_dtype_code(object item) except -1:
+    cdef long value
+    if PyLong_Check(item):
+        value = PyLong_AsLong(item)
+        if 0 <= value < FK_DTYPE_COUNT:
+            return value
+    return int(DType.parse(item))
+
+
+cdef int parse_dtypes(object dtypes, fk_dtypes *out) except -1:
+    cdef Py_ssize_t i, n
+    if type(dtypes) is not list and type(dtypes) is not tuple:
+        dtypes = tuple(dtypes)
+    n = len(dtypes)
+    if n < 1 or n > FK_MAX_OPERANDS:
+        raise OperandCountError(f"a key lists 1 to {FK_MAX_OPERANDS} operand dtypes, not {n}")
+    out.n = <uint8_t>n
+    for i in range(n):
+        out.v[i] = <uint8_t>parse_dtype_code(dtypes[i])
+    return 0
+
+
+cdef int parse_key(object op, object dtypes, object backend, fk_key *key) except -1:
+    cdef fk_dtypes codes
+    cdef long op_id
+    cdef int kind = FK_KEY_STATIC
+    parse_dtypes(dtypes, &codes)
+    if PyLong_Check(op):
+        op_id = PyLong_AsLong(op)
+        if op_id < 0 or op_id >= FK_OP_COUNT:
+            raise ValueError(f"unknown op code {op_id}")
+    elif isinstance(op, BindingKey):
+        kind = op.kind
+        op_id = op.id
+    else:
+        op_id = int(OpKind.parse(op))
+    key[0] = fk_key_make(kind, <uint32_t>op_id, &codes, parse_backend(backend))
+    return 0
+
+
+cdef object key_op(const fk_key *key):
+    if key.kind == FK_KEY_STATIC:
+        return OpKind(key.id)
+    return BindingKey.runtime_fused(key.id)
+
+
+cdef tuple key_dtypes(const fk_key *key):
+    return tuple([DType(key.dtypes[i]) for i in range(key.ndtypes)])
+
+
+cdef str describe_key(const fk_key *key):
+    op = key_op(key)
+    name = op.short_name if key.kind == FK_KEY_STATIC else op.name
+    dts = ", ".join(DType(key.dtypes[i]).short_name for i in range(key.ndtypes))
+    return f"{name}({dts}) on {backend_name(key.backend)}"
+
+
+# ---- operands ---------------------------------------------------------------------------------
+cdef cnp.ndarray coerce_operand(object obj, int index, bint is_output):
+    """A NumPy view of a buffer-protocol object or a DLPack producer (never a copy)."""
+    role = "output" if is_output else "input"
+    if hasattr(obj, "__dlpack__"):
+        try:
+            return np.from_dlpack(obj)
+        except (TypeError, ValueError, BufferError, RuntimeError) as exc:
+            raise OperandTypeError(f"{role} {index}: DLPack producer could not be viewed on the CPU: {exc}") from None
+    try:
+        view = memoryview(obj)
+    except TypeError:
+        raise OperandTypeError(f"{role} {index} is a {type(obj).__name__}, not an array: pass a NumPy "
+                               f"array, a buffer-protocol object or a DLPack producer") from None
+    try:
+        return np.asarray(view)
+    except (TypeError, ValueError) as exc:
+        raise DTypeError(f"{role} {index}: buffer format {view.format!r} is not a supported dtype") from None
+
+
+cdef int fill_operand(object obj, fk_storage *storage, fk_layout *layout, int expected_dtype,
+                      int index, bint is_output) except -1:
+    cdef cnp.ndarray arr
+    cdef int ndim, d, dtype
+    cdef int64_t itemsize, stride, lo = 0, hi = 0
+    cdef bint empty = False
+    cdef cnp.npy_intp *dims
+    cdef cnp.npy_intp *strides
+    if cnp.PyArray_Check(obj):
+        arr = <cnp.ndarray>obj
+    else:
+        arr = coerce_operand(obj, index, is_output)
+    ndim = cnp.PyArray_NDIM(arr)
+    dtype = array_dtype(arr)
+    if dtype < 0 or not cnp.PyArray_ISNOTSWAPPED(arr):
+        raise DTypeError(f"{'output' if is_output else 'input'} {index} has dtype {arr.dtype}, "
+                         f"which fuel_kernel does not support")
+    if expected_dtype >= 0 and dtype != expected_dtype:
+        raise DTypeError(f"{'output' if is_output else 'input'} {index} has dtype "
+                         f"{DType(dtype).short_name} but this kernel takes {DType(expected_dtype).short_name}")
+    if ndim > FK_MAX_DIMS:
+        raise ShapeError(f"{'output' if is_output else 'input'} {index} has {ndim} dims; "
+                         f"at most {FK_MAX_DIMS} are supported")
+    if not cnp.PyArray_ISALIGNED(arr):
+        raise ShapeError(f"{'output' if is_output else 'input'} {index} is not aligned to its dtype")
+    itemsize = fk_dtype_itemsize[dtype]
+    dims = cnp.PyArray_DIMS(arr)
+    strides = cnp.PyArray_STRIDES(arr)
+    for d in range(ndim):
+        stride = strides[d]
+        if stride % itemsize:
+            raise ShapeError(f"{'output' if is_output else 'input'} {index} has a stride of {stride} "
+                             f"bytes, not a multiple of its item size {itemsize}")
+        stride //= itemsize
+        layout.shape[d] = dims[d]
+        layout.strides[d] = stride
+        if dims[d] == 0:
+            empty = True
+        elif stride > 0:
+            hi += stride * (dims[d] - 1)
+        else:
+            lo += stride * (dims[d] - 1)
+    if empty:
+        lo = hi = 0
+    layout.ndim = ndim
+    layout.reserved = 0
+    layout.offset = -lo
+    storage.data = cnp.PyArray_BYTES(arr) + lo * itemsize
+    storage.nbytes = <size_t>((hi - lo + 1) * itemsize)
+    storage.backend = FK_BACKEND_CPU
+    storage.dtype = dtype
+    storage.flags = 0 if cnp.PyArray_ISWRITEABLE(arr) else FK_STORAGE_READ_ONLY
+    storage.reserved = 0
+    return 0
+
+
+cdef inline bint same_view(const fk_storage *a, const fk_layout *la, const fk_storage *b, const fk_layout *lb) noexcept nogil:
+    cdef int d
+    if a.data != b.data or la.offset != lb.offset or la.ndim != lb.ndim:
+        return False
+    if fk_dtype_itemsize[a.dtype] != fk_dtype_itemsize[b.dtype]:
+        return False
+    for d in range(la.ndim):
+        if la.shape[d] != lb.shape[d] or la.strides[d] != lb.strides[d]:
+            return False
+    return True
+
+
+cdef int check_outputs(const fk_entry *entry, const fk_storage *inputs, int n_in,
+                       const fk_storage *outputs, int n_out, const fk_layout *layouts) except -1:
+    """Refuse read-only outputs and outputs that overlap an input (exact in-place views are fine
+    for kernels that declare FK_CAP_INPLACE)."""
+    cdef int i, o
+    cdef const char *out_lo
+    cdef const char *out_hi
+    cdef const char *in_lo
+    cdef const char *in_hi
+    for o in range(n_out):
+        if outputs[o].flags & FK_STORAGE_READ_ONLY:
+            raise ReadOnlyError(f"output {o} is read-only")
+        if outputs[o].nbytes == 0 or fk_layout_numel(&layouts[n_in + o]) == 0:
+            continue
+        out_lo = <const char *>outputs[o].data
+        out_hi = out_lo + outputs[o].nbytes
+        for i in range(n_in):
+            if inputs[i].nbytes == 0 or fk_layout_numel(&layouts[i]) == 0:
+                continue
+            in_lo = <const char *>inputs[i].data
+            in_hi = in_lo + inputs[i].nbytes
+            if in_lo < out_hi and out_lo < in_hi:
+                if (entry.caps & FK_CAP_INPLACE) and same_view(&inputs[i], &layouts[i], &outputs[o], &layouts[n_in + o]):
+                    continue
+                raise AliasError(f"output {o} overlaps input {i}; this kernel needs disjoint memory"
+                                 + ("" if entry.caps & FK_CAP_INPLACE else " (it does not run in place)")
+                                 + " unless the two are the same view")
+    return 0
+
+
+cdef cnp.ndarray allocate_output(const fk_key *key, tuple inputs, OpParams params):
+    from fuel_kernel import ops
+    shape = ops.infer_output_shape(key_op(key), [np.shape(x) for x in inputs], params)
+    return np.empty(shape, dtype=DType(key.dtypes[key.ndtypes - 1]).numpy)
+
+
+cdef const fk_params *params_pointer(object params, fk_params *none) except NULL:
+    if params is None:
+        memset(none, 0, sizeof(fk_params))
+        return none
+    if isinstance(params, OpParams):
+        return &(<OpParams>params).c
+    raise ParamsError(f"params must come from fuel_kernel.params, not {type(params).__name__}")
+
+
+cdef object run_entry(const fk_snapshot *snapshot, const fk_entry *entry, const fk_key *key,
+                      object inputs, object outputs, object params, bint check_dtypes):
+    """Marshal operands, validate them against the key, call the kernel and raise on failure.
+    Returns the output operand (or tuple of outputs)."""
+    cdef fk_storage in_storage[FK_MAX_OPERANDS]
+    cdef fk_storage out_storage[FK_MAX_OPERANDS]
+    cdef fk_layout layouts[FK_MAX_OPERANDS]
+    cdef fk_params none_params
+    cdef const fk_params *cparams
+    cdef int n_in = key.ndtypes - N_OUTPUTS, n_out, i, status
+    cdef bint single_output = False
+    if len(inputs) != n_in:
+        raise OperandCountError(f"{describe_key(key)} takes {n_in} input{'s' if n_in != 1 else ''}, "
+                                f"got {len(inputs)}")
+    cparams = params_pointer(params, &none_params)
+    if outputs is None:
+        outputs = (allocate_output(key, tuple(inputs), params),)
+        single_output = True
+    elif type(outputs) is not tuple and type(outputs) is not list:
+        outputs = (outputs,)
+        single_output = True
+    n_out = len(outputs)
+    if n_out != N_OUTPUTS:
+        raise OperandCountError(f"{describe_key(key)} writes {N_OUTPUTS} output, got {n_out}")
+    for i in range(n_in):
+        fill_operand(inputs[i], &in_storage[i], &layouts[i], key.dtypes[i] if check_dtypes else -1, i, False)
+    for i in range(n_out):
+        fill_operand(outputs[i], &out_storage[i], &layouts[n_in + i],
+                     key.dtypes[n_in + i] if check_dtypes else -1, i, True)
+    check_outputs(entry, in_storage, n_in, out_storage, n_out, layouts)
+    if fk_layout_numel(&layouts[n_in]) >= NOGIL_MIN_ELEMENTS:
+        with nogil:
+            status = fk_call(entry, in_storage, n_in, out_storage, n_out, layouts, cparams)
+    else:
+        status = fk_call(entry, in_storage, n_in, out_storage, n_out, layouts, cparams)
+    if status != FK_OK:
+        raise_status(status)
+    return outputs[0] if single_output else outputs
+
+
+# ---- op parameters ----------------------------------------------------------------------------
+cdef class OpParams:
+    """Op parameters: a Python handle on the fixed-size C union fk_params.  Build with
+    fuel_kernel.params.*; read with .kind and .fields()."""
+
+    def __cinit__(self):
+        memset(&self.c, 0, sizeof(fk_params))
+
+    @property
+    def kind(self):
+        return PARAMS_KIND_NAMES[self.c.kind]
+
+    def fields(self):
+        """The meaningful fields of this params family as a dict."""
+        cdef int k = self.c.kind
+        cdef fk_params *p = &self.c
+        if k == FK_PARAMS_REDUCE:
+            return {"dims": tuple(p.u.reduce.dims[i] for i in range(p.u.reduce.ndims)),
+                    "keepdim": bool(p.u.reduce.keepdim)}
+        if k == FK_PARAMS_MATMUL:
+            mm = p.u.matmul
+            return {"batch": tuple(mm.batch[i] for i in range(mm.batch_ndim)), "m": mm.m, "n": mm.n,
+                    "k": mm.k, "m_compute": MatmulM(mm.m_compute.kind, mm.m_compute.value)}
+        if k == FK_PARAMS_CONV2D:
+            cv = p.u.conv2d
+            return {"stride": (cv.stride[0], cv.stride[1]), "padding": (cv.padding[0], cv.padding[1]),
+                    "dilation": (cv.dilation[0], cv.dilation[1]), "groups": cv.groups}
+        if k == FK_PARAMS_SLICE:
+            sl = p.u.slice
+            return {"start": tuple(sl.start[i] for i in range(sl.ndim)),
+                    "stop": tuple(sl.stop[i] for i in range(sl.ndim)),
+                    "step": tuple(sl.step[i] for i in range(sl.ndim))}
+        if k == FK_PARAMS_AFFINE:
+            return {"mul": p.u.affine.mul, "add": p.u.affine.add}
+        if k == FK_PARAMS_CLAMP:
+            return {"min": p.u.clamp.min, "max": p.u.clamp.max}
+        if k == FK_PARAMS_POWI:
+            return {"exp": p.u.powi.exp}
+        if k in (FK_PARAMS_CONCAT, FK_PARAMS_INDEX_SELECT, FK_PARAMS_GATHER, FK_PARAMS_SCATTER,
+                 FK_PARAMS_SOFTMAX_LAST_DIM):
+            return {"axis": p.u.axis.axis}
+        if k == FK_PARAMS_CUMSUM:
+            return {"axis": p.u.cumsum.axis, "exclusive": bool(p.u.cumsum.exclusive),
+                    "reverse": bool(p.u.cumsum.reverse)}
+        if k == FK_PARAMS_FLIP:
+            return {"dims": tuple(p.u.flip.dims[i] for i in range(p.u.flip.ndims))}
+        if k == FK_PARAMS_ROLL:
+            return {"dims": tuple(p.u.roll.dims[i] for i in range(p.u.roll.ndims)),
+                    "shifts": tuple(p.u.roll.shifts[i] for i in range(p.u.roll.ndims))}
+        if k == FK_PARAMS_TRIANGULAR:
+            return {"diagonal": p.u.triangular.diagonal}
+        if k == FK_PARAMS_PAD:
+            pd = p.u.pad
+            return {"mode": ("constant", "reflect", "replicate")[pd.mode],
+                    "before": tuple(pd.before[i] for i in range(pd.ndim)),
+                    "after": tuple(pd.after[i] for i in range(pd.ndim)), "value": pd.value}
+        if k == FK_PARAMS_MASKED_FILL:
+            return {"value": p.u.masked_fill.value}
+        if k == FK_PARAMS_NORM_LAST_DIM:
+            return {"eps": p.u.norm.eps}
+        if k == FK_PARAMS_ROPE:
+            return {"interleaved": bool(p.u.rope.interleaved)}
+        if k == FK_PARAMS_FLASH_ATTN:
+            fa = p.u.flash_attn
+            return {"scale": fa.scale, "softcap": fa.softcap, "causal": bool(fa.causal),
+                    "window_left": fa.window_left, "window_right": fa.window_right}
+        if k == FK_PARAMS_PAGED_ATTN:
+            pa = p.u.paged_attn
+            return {"scale": pa.scale, "softcap": pa.softcap, "block_size": pa.block_size,
+                    "window_left": pa.window_left}
+        return {}
+
+    def __repr__(self):
+        inner = ", ".join(f"{k}={v!r}" for k, v in self.fields().items())
+        return f"OpParams.{self.kind}({inner})"
+
+    def __eq__(self, other):
+        if not isinstance(other, OpParams):
+            return NotImplemented
+        return self.kind == other.kind and self.fields() == other.fields()
+
+    def __hash__(self):
+        return hash((self.kind, tuple(sorted((k, repr(v)) for k, v in self.fields().items()))))
+
+
+PARAMS_KIND_NAMES = ("none", "reduce", "matmul", "conv2d", "slice", "affine", "clamp", "powi",
+                     "concat", "softmax_last_dim", "norm_last_dim", "index_select", "gather",
+                     "scatter", "cumsum", "flip", "roll", "triangular", "pad", "masked_fill", "rope",
+                     "flash_attn", "paged_attn")
+
+
+cdef int _dims_into(object dims, int8_t *out, const char *what) except -1:
+    dims = tuple(int(d) for d in dims)
+    if len(dims) > FK_MAX_DIMS:
+        raise ParamsError(f"{what.decode()} lists {len(dims)} dims; at most {FK_MAX_DIMS}")
+    if len(set(dims)) != len(dims):
+        raise ParamsError(f"{what.decode()} lists a dim twice: {dims}")
+    for i, d in enumerate(dims):
+        if not -FK_MAX_DIMS <= d < FK_MAX_DIMS:
+            raise ParamsError(f"{what.decode()} dim {d} is out of range")
+        out[i] = <int8_t>d
+    return len(dims)
+
+
+def _make_params(str family, **fields):
+    """Build an OpParams of one family; used by fuel_kernel.params (the public constructors)."""
+    cdef OpParams p = OpParams.__new__(OpParams)
+    cdef fk_params *c = &p.c
+    cdef int i
+    if family == "none":
+        c.kind = FK_PARAMS_NONE
+    elif family == "reduce":
+        c.kind = FK_PARAMS_REDUCE
+        c.u.reduce.ndims = _dims_into(fields["dims"], c.u.reduce.dims, b"reduce")
+        c.u.reduce.keepdim = bool(fields["keepdim"])
+    elif family == "matmul":
+        c.kind = FK_PARAMS_MATMUL
+        batch = tuple(int(b) for b in fields["batch"])
+        if len(batch) > FK_MAX_DIMS - 2:
+            raise ParamsError(f"matmul supports at most {FK_MAX_DIMS - 2} batch dims")
+        c.u.matmul.batch_ndim = len(batch)
+        for i, b in enumerate(batch):
+            if b < 0:
+                raise ParamsError(f"matmul batch extent {b} is negative")
+            c.u.matmul.batch[i] = b
+        for name in ("m", "n", "k"):
+            if int(fields[name]) < 0:
+                raise ParamsError(f"matmul {name}={fields[name]} is negative")
+        c.u.matmul.m = fields["m"]
+        c.u.matmul.n = fields["n"]
+        c.u.matmul.k = fields["k"]
+        m_compute = fields["m_compute"] or MatmulM.all()
+        if m_compute.kind == MatmulM.ROWS_KIND and m_compute.value > c.u.matmul.m:
+            raise ParamsError(f"MatmulM.rows({m_compute.value}) exceeds the row capacity m={c.u.matmul.m}")
+        c.u.matmul.m_compute.kind = m_compute.kind
+        c.u.matmul.m_compute.value = m_compute.value
+    elif family == "conv2d":
+        c.kind = FK_PARAMS_CONV2D
+        for name in ("stride", "padding", "dilation"):
+            pair = fields[name]
+            pair = (pair, pair) if isinstance(pair, int) else tuple(pair)
+            if len(pair) != 2:
+                raise ParamsError(f"conv2d {name} is one int or a pair, not {fields[name]!r}")
+            low = 0 if name == "padding" else 1
+            if pair[0] < low or pair[1] < low:
+                raise ParamsError(f"conv2d {name} {pair} must be >= {low}")
+        stride = fields["stride"]; padding = fields["padding"]; dilation = fields["dilation"]
+        stride = (stride, stride) if isinstance(stride, int) else tuple(stride)
+        padding = (padding, padding) if isinstance(padding, int) else tuple(padding)
+        dilation = (dilation, dilation) if isinstance(dilation, int) else tuple(dilation)
+        for i in range(2):
+            c.u.conv2d.stride[i] = stride[i]
+            c.u.conv2d.padding[i] = padding[i]
+            c.u.conv2d.dilation[i] = dilation[i]
+        if int(fields["groups"]) < 1:
+            raise ParamsError(f"conv2d groups must be >= 1, not {fields['groups']}")
+        c.u.conv2d.groups = fields["groups"]
+    elif family == "slice":
+        c.kind = FK_PARAMS_SLICE
+        start, stop, step = (tuple(int(v) for v in fields[n]) for n in ("start", "stop", "step"))
+        if not len(start) == len(stop) == len(step) or len(start) > FK_MAX_DIMS:
+            raise ParamsError("slice start, stop and step need one value per dim (at most 8)")
+        c.u.slice.ndim = len(start)
+        for i in range(len(start)):
+            if step[i] == 0:
+                raise ParamsError(f"slice step on dim {i} is zero")
+            c.u.slice.start[i] = start[i]
+            c.u.slice.stop[i] = stop[i]
+            c.u.slice.step[i] = step[i]
+    elif family == "affine":
+        c.kind = FK_PARAMS_AFFINE
+        c.u.affine.mul = fields["mul"]
+        c.u.affine.add = fields["add"]
+    elif family == "clamp":
+        c.kind = FK_PARAMS_CLAMP
+        if fields["min"] > fields["max"]:
+            raise ParamsError(f"clamp min {fields['min']} exceeds max {fields['max']}")
+        c.u.clamp.min = fields["min"]
+        c.u.clamp.max = fields["max"]
+    elif family == "powi":
+        c.kind = FK_PARAMS_POWI
+        c.u.powi.exp = fields["exp"]
+    elif family in ("concat", "index_select", "gather", "scatter", "softmax_last_dim"):
+        c.kind = {"concat": FK_PARAMS_CONCAT, "index_select": FK_PARAMS_INDEX_SELECT,
+                  "gather": FK_PARAMS_GATHER, "scatter": FK_PARAMS_SCATTER,
+                  "softmax_last_dim": FK_PARAMS_SOFTMAX_LAST_DIM}[family]
+        c.u.axis.axis = fields.get("axis", -1)
+    elif family == "cumsum":
+        c.kind = FK_PARAMS_CUMSUM
+        c.u.cumsum.axis = fields["axis"]
+        c.u.cumsum.exclusive = bool(fields["exclusive"])
+        c.u.cumsum.reverse = bool(fields["reverse"])
+    elif family == "flip":
+        c.kind = FK_PARAMS_FLIP
+        c.u.flip.ndims = _dims_into(fields["dims"], c.u.flip.dims, b"flip")
+    elif family == "roll":
+        c.kind = FK_PARAMS_ROLL
+        shifts = tuple(int(s) for s in fields["shifts"])
+        c.u.roll.ndims = _dims_into(fields["dims"], c.u.roll.dims, b"roll")
+        if len(shifts) != c.u.roll.ndims:
+            raise ParamsError("roll needs one shift per dim")
+        for i, s in enumerate(shifts):
+            c.u.roll.shifts[i] = s
+    elif family == "triangular":
+        c.kind = FK_PARAMS_TRIANGULAR
+        c.u.triangular.diagonal = fields["diagonal"]
+    elif family == "pad":
+        c.kind = FK_PARAMS_PAD
+        modes = {"constant": FK_PAD_CONSTANT, "reflect": FK_PAD_REFLECT, "replicate": FK_PAD_REPLICATE}
+        if fields["mode"] not in modes:
+            raise ParamsError(f"pad mode is one of {sorted(modes)}, not {fields['mode']!r}")
+        before = tuple(int(v) for v in fields["before"])
+        after = tuple(int(v) for v in fields["after"])
+        if len(before) != len(after) or len(before) > FK_MAX_DIMS:
+            raise ParamsError("pad needs before and after of equal length (at most 8)")
+        if any(v < 0 for v in before + after):
+            raise ParamsError("pad widths are non-negative")
+        c.u.pad.mode = modes[fields["mode"]]
+        c.u.pad.ndim = len(before)
+        for i in range(len(before)):
+            c.u.pad.before[i] = before[i]
+            c.u.pad.after[i] = after[i]
+        c.u.pad.value = fields["value"]
+    elif family == "masked_fill":
+        c.kind = FK_PARAMS_MASKED_FILL
+        c.u.masked_fill.value = fields["value"]
+    elif family == "norm_last_dim":
+        c.kind = FK_PARAMS_NORM_LAST_DIM
+        if not fields["eps"] >= 0:
+            raise ParamsError(f"eps must be non-negative, not {fields['eps']}")
+        c.u.norm.eps = fields["eps"]
+    elif family == "rope":
+        c.kind = FK_PARAMS_ROPE
+        c.u.rope.interleaved = bool(fields["interleaved"])
+    elif family == "flash_attn":
+        c.kind = FK_PARAMS_FLASH_ATTN
+        c.u.flash_attn.scale = fields["scale"]
+        c.u.flash_attn.softcap = fields["softcap"]
+        c.u.flash_attn.causal = bool(fields["causal"])
+        c.u.flash_attn.window_left = fields["window_left"]
+        c.u.flash_attn.window_right = fields["window_right"]
+    elif family == "paged_attn":
+        c.kind = FK_PARAMS_PAGED_ATTN
+        if int(fields["block_size"]) < 1:
+            raise ParamsError(f"paged attention block_size must be >= 1, not {fields['block_size']}")
+        c.u.paged_attn.scale = fields["scale"]
+        c.u.paged_attn.softcap = fields["softcap"]
+        c.u.paged_attn.block_size = fields["block_size"]
+        c.u.paged_attn.window_left = fields["window_left"]
+    else:
+        raise ParamsError(f"unknown params family {family!r}")
+    return p
+
+
+# ---- precision and cost ------------------------------------------------------------------------
+cdef object precision_record(const fk_precision *p):
+    if not p.set:
+        return None
+    return PrecisionGuarantee(bool(p.bit_stable), p.max_ulp, p.max_rel, p.max_abs,
+                              p.notes.decode("utf-8", "replace"))
+
+
+cdef int precision_fill(object precision, fk_precision *out) except -1:
+    memset(out, 0, sizeof(fk_precision))
+    if precision is None:
+        return 0
+    if not isinstance(precision, PrecisionGuarantee):
+        raise TypeError("precision must be a PrecisionGuarantee")
+    out.set = 1
+    out.bit_stable = precision.bit_stable
+    out.max_ulp = precision.max_ulp
+    out.max_rel = precision.max_rel
+    out.max_abs = precision.max_abs
+    notes = precision.notes.encode()[:FK_NOTES_LEN - 1]
+    strncpy(out.notes, notes, FK_NOTES_LEN - 1)
+    return 0
+
+
+cdef fk_cost default_cost(const fk_layout *layouts, int n_layouts, const fk_dtypes *dtypes,
+                          const fk_params *params) noexcept nogil:
+    """The family default that fill_unset_cost installs: every operand read or written once, one
+    flop per output element, and 2*k flops per output element for matmul."""
+    cdef fk_cost cost
+    cdef int i
+    cost.flops = 0
+    cost.bytes_moved = 0
+    cost.overhead_ns = 50.0
+    for i in range(n_layouts):
+        cost.bytes_moved += <double>fk_layout_numel(&layouts[i]) * fk_dtype_itemsize[dtypes.v[i]]
+    if n_layouts > 0:
+        cost.flops = <double>fk_layout_numel(&layouts[n_layouts - 1])
+        if params.kind == FK_PARAMS_MATMUL:
+            cost.flops *= 2.0 * params.u.matmul.k
+    return cost
+
+
+DEFAULT_COST = PyCapsule_New(<void *>default_cost, b"fuel_kernel.cost", NULL)
+
+
+cdef void fill_cost_editor(const fk_key *key, fk_entry *entry, void *context) noexcept nogil:
+    if entry.cost == fk_unknown_cost:
+        entry.cost = <fk_cost_fn>context
+
+
+cdef void fill_precision_editor(const fk_key *key, fk_entry *entry, void *context) noexcept nogil:
+    if not entry.precision.set:
+        entry.precision = (<fk_precision *>context)[0]
+
+
+cdef fk_kernel_fn kernel_from_capsule(object kernel) except NULL:
+    if not PyCapsule_IsValid(kernel, FK_KERNEL_CAPSULE_NAME):
+        raise RegistrationError(f"kernel must be a PyCapsule named {FK_KERNEL_CAPSULE_NAME.decode()!r} "
+                                f"holding an fk_kernel_fn, not {kernel!r}")
+    return <fk_kernel_fn>PyCapsule_GetPointer(kernel, FK_KERNEL_CAPSULE_NAME)
+
+
+cdef fk_cost_fn cost_from_capsule(object cost) except? NULL:
+    if cost is None:
+        return NULL
+    if not PyCapsule_IsValid(cost, b"fuel_kernel.cost"):
+        raise RegistrationError(f"cost must be a PyCapsule named 'fuel_kernel.cost' holding an "
+                                f"fk_cost_fn, or None, not {cost!r}")
+    return <fk_cost_fn>PyCapsule_GetPointer(cost, b"fuel_kernel.cost")
+
+
+# ---- Kernel handles ----------------------------------------------------------------------------
+@cython.final
+cdef class Kernel:
+    """One registered kernel at one key, pre-resolved: call it as k(*inputs, out=...).
+
+    A Kernel keeps the snapshot it came from alive, so it stays valid while the table changes."""
+
+    def __cinit__(self):
+        self.snapshot = NULL
+        self.entry = NULL
+
+    def __dealloc__(self):
+        fk_release(self.snapshot)
+
+    @staticmethod
+    cdef Kernel wrap(const fk_snapshot *snapshot, const fk_entry *entry, const fk_key *key):
+        cdef Kernel k = Kernel.__new__(Kernel)
+        fk_retain(snapshot)
+        k.snapshot = snapshot
+        k.entry = entry
+        k.key = key[0]
+        return k
+
+    def __call__(self, *inputs, out=None, params=None):
+        return run_entry(self.snapshot, self.entry, &self.key, inputs, out, params, True)
+
+    def run(self, inputs, outputs, params=None):
+        """The explicit form: k.run([a, b], [c], params).  Returns the outputs."""
+        return run_entry(self.snapshot, self.entry, &self.key, tuple(inputs),
+                         tuple(outputs) if outputs is not None else None, params, True)
+
+    @property
+    def op(self):
+        return key_op(&self.key)
+
+    @property
+    def dtypes(self):
+        return key_dtypes(&self.key)
+
+    @property
+    def backend(self):
+        return self.key.backend
+
+    @property
+    def n_inputs(self):
+        return self.key.ndtypes - N_OUTPUTS
+
+    @property
+    def source(self):
+        return self.entry.source.decode("utf-8", "replace")
+
+    @property
+    def caps(self):
+        return KernelCaps(self.entry.caps)
+
+    @property
+    def precision(self):
+        return precision_record(&self.entry.precision)
+
+    @property
+    def revision(self):
+        return self.entry.revision
+
+    @property
+    def has_cost(self):
+        return self.entry.cost != fk_unknown_cost
+
+    @property
+    def identity(self):
+        """A stable identity for deterministic tie-breaks: (source, revision, key)."""
+        return (self.source, self.entry.revision, describe_key(&self.key))
+
+    def cost(self, *operands, params=None):
+        """The entry's CostEstimate for these operands (inputs then outputs; arrays or shapes)."""
+        cdef fk_layout layouts[FK_MAX_OPERANDS]
+        cdef fk_dtypes dts
+        cdef fk_params none_params
+        cdef const fk_params *cparams = params_pointer(params, &none_params)
+        cdef int i, d
+        if len(operands) != self.key.ndtypes:
+            raise OperandCountError(f"cost() takes {self.key.ndtypes} operands (inputs then outputs)")
+        dts.n = self.key.ndtypes
+        for i in range(self.key.ndtypes):
+            dts.v[i] = self.key.dtypes[i]
+            shape = operands[i] if isinstance(operands[i], tuple) else np.shape(operands[i])
+            if len(shape) > FK_MAX_DIMS:
+                raise ShapeError(f"operand {i} has {len(shape)} dims; at most {FK_MAX_DIMS}")
+            memset(&layouts[i], 0, sizeof(fk_layout))
+            layouts[i].ndim = len(shape)
+            stride = 1
+            for d in reversed(range(len(shape))):
+                layouts[i].shape[d] = shape[d]
+                layouts[i].strides[d] = stride
+                stride *= shape[d]
+        c = self.entry.cost(layouts, self.key.ndtypes, &dts, cparams)
+        return CostEstimate(c.flops, c.bytes_moved, c.overhead_ns)
+
+    def capsule(self):
+        """The kernel function as a 'fuel_kernel.kernel' PyCapsule, e.g. to register it elsewhere."""
+        return PyCapsule_New(<void *>self.entry.kernel, FK_KERNEL_CAPSULE_NAME, NULL)
+
+    def __repr__(self):
+        return f"<Kernel {describe_key(&self.key)} source={self.source!r} caps={self.caps!r}>"
+
+
+# ---- snapshots -----------------------------------------------------------------------------------
+@cython.final
+cdef class BindingTable:
+    """An immutable snapshot of the binding table (fk.bindings()).  Thread-safe to read."""
+
+    def __cinit__(self):
+        self.snapshot = NULL
+        self.kernel_cache = NULL
+
+    def __dealloc__(self):
+        cdef int64_t i
+        if self.kernel_cache != NULL:
+            for i in range(self.n_cached):
+                Py_XDECREF(self.kernel_cache[i])
+            free(self.kernel_cache)
+        fk_release(self.snapshot)
+
+    @staticmethod
+    cdef BindingTable acquire():
+        cdef BindingTable t = BindingTable.__new__(BindingTable)
+        t.snapshot = fk_acquire()
+        t.n_cached = fk_snapshot_entry_count(t.snapshot)
+        t.kernel_cache = <PyObject **>calloc(t.n_cached if t.n_cached else 1, sizeof(PyObject *))
+        if t.kernel_cache == NULL:
+            raise MemoryError()
+        return t
+
+    cdef Kernel kernel_for(self, const fk_entry *entry, const fk_key *key):
+        cdef int64_t index = entry - fk_snapshot_entries(self.snapshot)
+        cdef Kernel k
+        if self.kernel_cache[index] == NULL:
+            k = Kernel.wrap(self.snapshot, entry, key)
+            Py_INCREF(k)
+            self.kernel_cache[index] = <PyObject *>k
+        return <Kernel>self.kernel_cache[index]
+
+    @property
+    def generation(self):
+        return fk_snapshot_generation(self.snapshot)
+
+    def lookup(self, op, dtypes, backend=0):
+        """The first usable Kernel at (op, dtypes, backend); NoKernelError on a miss."""
+        cdef fk_key key
+        cdef const fk_entry *entry
+        parse_key(op, dtypes, backend, &key)
+        entry = fk_lookup_with_caps(self.snapshot, &key, 0)
+        if entry == NULL:
+            raise NoKernelError(miss_message(self.snapshot, &key))
+        return self.kernel_for(entry, &key)
+
+    def lookup_with_caps(self, op, dtypes, backend, caps):
+        """The first Kernel at the key whose caps include `caps` (never a requires_broadcast one)."""
+        cdef fk_key key
+        cdef const fk_entry *entry
+        parse_key(op, dtypes, backend, &key)
+        entry = fk_lookup_with_caps(self.snapshot, &key, int(caps))
+        if entry == NULL:
+            if fk_lookup(self.snapshot, &key).n_entries:
+                raise NoKernelError(f"no kernel with caps {KernelCaps(int(caps))!r} at {describe_key(&key)}")
+            raise NoKernelError(miss_message(self.snapshot, &key))
+        return self.kernel_for(entry, &key)
+
+    def alternatives(self, op, dtypes, backend=0):
+        """Every Kernel registered at the key, in registration order (empty list on a miss)."""
+        cdef fk_key key
+        cdef fk_lookup_result found
+        parse_key(op, dtypes, backend, &key)
+        found = fk_lookup(self.snapshot, &key)
+        return [self.kernel_for(&found.entries[i], &key) for i in range(found.n_entries)]
+
+    def lookup_cost(self, op, dtypes, backend, *operands, params=None):
+        return self.lookup(op, dtypes, backend).cost(*operands, params=params)
+
+    def lookup_precision(self, op, dtypes, backend=0):
+        return self.lookup(op, dtypes, backend).precision
+
+    def supports(self, op, dtypes, backend=0):
+        cdef fk_key key
+        try:
+            parse_key(op, dtypes, backend, &key)
+        except (ValueError, TypeError):
+            return False
+        return fk_lookup_with_caps(self.snapshot, &key, 0) != NULL
+
+    def unique_runtime_fused(self, fused_id, backend=0):
+        """NotFound, Unique(dtypes, kernel) or Ambiguous(candidates) for a runtime fused op id."""
+        cdef fk_key key
+        cdef fk_lookup_result found
+        cdef int64_t k
+        cdef int b = parse_backend(backend)
+        candidates = []
+        for k in range(fk_snapshot_key_count(self.snapshot)):
+            found = fk_snapshot_key_at(self.snapshot, k, &key)
+            if key.kind == FK_KEY_RUNTIME_FUSED and key.id == fused_id and key.backend == b:
+                for i in range(found.n_entries):
+                    candidates.append((key_dtypes(&key), self.kernel_for(&found.entries[i], &key)))
+        if not candidates:
+            return NotFound(int(fused_id), b)
+        if len(candidates) == 1:
+            return Unique(*candidates[0])
+        return Ambiguous(tuple(candidates))
+
+    def coverage(self):
+        """One CoverageBinding(backend, op, dtypes) per key, in registration order."""
+        cdef fk_key key
+        cdef int64_t k
+        rows = []
+        for k in range(fk_snapshot_key_count(self.snapshot)):
+            fk_snapshot_key_at(self.snapshot, k, &key)
+            rows.append(CoverageBinding(key.backend, key_op(&key), key_dtypes(&key)))
+        return rows
+
+    def key_count(self):
+        return fk_snapshot_key_count(self.snapshot)
+
+    def __len__(self):
+        return fk_snapshot_entry_count(self.snapshot)
+
+    def __iter__(self):
+        """Every registered Kernel, grouped by key in registration order."""
+        cdef fk_key key
+        cdef fk_lookup_result found
+        cdef int64_t k
+        for k in range(fk_snapshot_key_count(self.snapshot)):
+            found = fk_snapshot_key_at(self.snapshot, k, &key)
+            for i in range(found.n_entries):
+                yield self.kernel_for(&found.entries[i], &key)
+
+    def __repr__(self):
+        return (f"<BindingTable generation={self.generation} keys={self.key_count()} "
+                f"entries={len(self)}>")
+
+
+cdef str miss_message(const fk_snapshot *snapshot, const fk_key *key):
+    """A short NoKernelError message: the key, the nearest keys, and a cast that would resolve it."""
+    cdef fk_key other
+    cdef fk_key cast_key
+    cdef fk_dtypes cast_dtypes
+    cdef int64_t k
+    cdef int i, differ
+    same_backend = []
+    other_backend = []
+    for k in range(fk_snapshot_key_count(snapshot)):
+        fk_snapshot_key_at(snapshot, k, &other)
+        if other.kind != key.kind or other.id != key.id:
+            continue
+        if other.backend == key.backend and other.ndtypes == key.ndtypes:
+            differ = 0
+            for i in range(key.ndtypes):
+                differ += other.dtypes[i] != key.dtypes[i]
+            same_backend.append((differ, k, other))
+        elif other.backend != key.backend and other.ndtypes == key.ndtypes and \
+                memcmp(other.dtypes, key.dtypes, key.ndtypes) == 0:
+            other_backend.append(other)
+    lines = [f"no kernel for {describe_key(key)}"]
+    same_backend.sort(key=lambda row: (row[0], row[1]))
+    if same_backend:
+        lines.append("  registered with other dtypes: " + "; ".join(
+            describe_key_dict(row[2]) for row in same_backend[:3]) + (" ..." if len(same_backend) > 3 else ""))
+        _, _, best = same_backend[0]
+        casts = []
+        for i in range(key.ndtypes - N_OUTPUTS):
+            if best["dtypes"][i] != key.dtypes[i]:
+                cast_dtypes.n = 2
+                cast_dtypes.v[0] = key.dtypes[i]
+                cast_dtypes.v[1] = best["dtypes"][i]
+                cast_key = fk_key_make(FK_KEY_STATIC, FK_OP_CAST, &cast_dtypes, key.backend)
+                available = fk_lookup(snapshot, &cast_key).n_entries > 0
+                casts.append(f"cast input {i} {DType(key.dtypes[i]).short_name}->"
+                             f"{DType(best['dtypes'][i]).short_name}" + ("" if available else " (no CAST kernel for that either)"))
+        if casts and all(best["dtypes"][i] == key.dtypes[i] for i in range(key.ndtypes - N_OUTPUTS, key.ndtypes)):
+            lines.append("  to resolve: " + ", ".join(casts))
+    if other_backend:
+        lines.append("  same dtypes on other backends: " + ", ".join(
+            backend_name(o["backend"]) for o in other_backend[:4]))
+    if not same_backend and not other_backend:
+        lines.append("  no kernel for this op is registered on any backend")
+    return "\n".join(lines)
+
+
+cdef str describe_key_dict(dict key_fields):
+    cdef fk_key key
+    cdef fk_dtypes dts
+    dts.n = len(key_fields["dtypes"])
+    for i, d in enumerate(key_fields["dtypes"]):
+        dts.v[i] = d
+    key = fk_key_make(key_fields["kind"], key_fields["id"], &dts, key_fields["backend"])
+    return describe_key(&key)
+
+
+def bindings():
+    """The current binding-table snapshot (immutable; later registrations make a new one)."""
+    return BindingTable.acquire()
+
+
+# ---- transactions ----------------------------------------------------------------------------------
+cdef class Transaction:
+    """A batch of registrations published as one snapshot (use via fk.edit_bindings())."""
+
+    def __cinit__(self):
+        self.txn = fk_txn_begin()
+        if self.txn == NULL:
+            raise MemoryError()
+        self.precision_fills = []
+
+    def __dealloc__(self):
+        if self.txn != NULL:
+            fk_txn_abort(self.txn)
+
+    cdef int _check_open(self) except -1:
+        if self.txn == NULL:
+            raise RegistrationError("this transaction is already committed or aborted")
+        return 0
+
+    def register(self, op, dtypes, backend, kernel, *, caps=KernelCaps.NONE, precision=None,
+                 cost=None, source="python", revision=None):
+        """Register `kernel` (a 'fuel_kernel.kernel' capsule) as one more alternative at the key."""
+        cdef fk_key key
+        cdef fk_entry entry
+        self._check_open()
+        memset(&entry, 0, sizeof(fk_entry))
+        try:
+            parse_key(op, dtypes, backend, &key)
+            entry.kernel = kernel_from_capsule(kernel)
+            entry.caps = int(caps)
+            precision_fill(precision, &entry.precision)
+            entry.cost = cost_from_capsule(cost)
+            encoded = str(source).encode()
+            if not 0 < len(encoded) < FK_SOURCE_LEN:
+                raise RegistrationError(f"source tag must be 1 to {FK_SOURCE_LEN - 1} bytes, not {source!r}")
+            strncpy(entry.source, encoded, FK_SOURCE_LEN - 1)
+            entry.revision = revision if revision is not None else hash((source, describe_key(&key))) & 0xFFFFFFFFFFFFFFFF
+        except BaseException:
+            fk_txn_poison(self.txn)      # "on any error nothing is published"
+            raise
+        if fk_txn_register(self.txn, &key, &entry) != FK_OK:
+            raise_status(fk_error_status())
+
+    def register_manifest(self, manifest, backend=0):
+        """Register every row of a kernel module's manifest capsule ('fuel_kernel.manifest')."""
+        cdef ManifestView rows
+        self._check_open()
+        if not isinstance(manifest, ManifestView):
+            fk_txn_poison(self.txn)
+            raise RegistrationError("manifest must come from a kernel module's manifest() function")
+        rows = <ManifestView>manifest
+        if fk_txn_register_manifest(self.txn, parse_backend(backend), rows.rows, rows.n_rows) != FK_OK:
+            raise_status(fk_error_status())
+
+    def drop_runtime_fused(self, fused_id, backend=0):
+        self._check_open()
+        if fk_txn_drop_runtime_fused(self.txn, int(fused_id), parse_backend(backend)) != FK_OK:
+            raise_status(fk_error_status())
+
+    def fill_unset_cost(self, backend=0, cost=None):
+        """At commit, give every entry of `backend` without a cost claim the cost function `cost`
+        (a 'fuel_kernel.cost' capsule; default: the op-family default estimate)."""
+        self._check_open()
+        cdef fk_cost_fn fn = cost_from_capsule(cost if cost is not None else DEFAULT_COST)
+        if fk_txn_edit_entries(self.txn, parse_backend(backend), fill_cost_editor, <void *>fn) != FK_OK:
+            raise_status(fk_error_status())
+
+    def fill_unset_precision(self, backend, precision):
+        """At commit, give every entry of `backend` without a precision claim `precision`."""
+        self._check_open()
+        holder = PrecisionHolder()
+        precision_fill(precision, &holder.c)
+        self.precision_fills.append(holder)          # lives until the transaction ends
+        if fk_txn_edit_entries(self.txn, parse_backend(backend), fill_precision_editor, &holder.c) != FK_OK:
+            raise_status(fk_error_status())
+
+    def __len__(self):
+        return fk_txn_size(self.txn) if self.txn != NULL else 0
+
+    def commit(self):
+        """Publish everything registered so far as one new snapshot, or nothing on an error."""
+        cdef int status
+        cdef fk_txn *txn
+        self._check_open()
+        txn = self.txn
+        self.txn = NULL
+        with nogil:
+            status = fk_txn_commit(txn)
+        self.precision_fills = []
+        if status != FK_OK:
+            raise_status(status)
+
+    def abort(self):
+        if self.txn != NULL:
+            fk_txn_abort(self.txn)
+            self.txn = NULL
+        self.precision_fills = []
+
+    def __enter__(self):
+        self._check_open()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            self.abort()
+            return False
+        self.commit()
+        return False
+
+
+cdef class PrecisionHolder:
+    """Keeps a fill_unset_precision claim alive until its transaction commits."""
+    cdef fk_precision c
+
+
+cdef class ManifestView:
+    """A kernel module's manifest: a static array of fk_manifest_row (see fuel_kernel.cpu)."""
+
+    @staticmethod
+    cdef ManifestView wrap(const fk_manifest_row *rows, int n_rows, object owner):
+        cdef ManifestView view = ManifestView.__new__(ManifestView)
+        view.rows = rows
+        view.n_rows = n_rows
+        view.owner = owner
+        return view
+
+    def __len__(self):
+        return self.n_rows
+
+
+def manifest_from_capsule(capsule, int n_rows, owner=None):
+    """Wrap a 'fuel_kernel.manifest' capsule pointing at n_rows fk_manifest_row."""
+    if not PyCapsule_IsValid(capsule, b"fuel_kernel.manifest"):
+        raise RegistrationError("expected a 'fuel_kernel.manifest' capsule")
+    return ManifestView.wrap(<const fk_manifest_row *>PyCapsule_GetPointer(capsule, b"fuel_kernel.manifest"),
+                             n_rows, owner if owner is not None else capsule)
+
+
+def edit_bindings():
+    """A Transaction: `with fk.edit_bindings() as tx: tx.register(...)` publishes once on exit."""
+    return Transaction()
+
+
+def new_runtime_fused_id():
+    """A fresh id for a runtime fused op (BindingKey.runtime_fused(id))."""
+    return fk_new_runtime_fused_id()
+
+
+# ---- fk.dispatch ----------------------------------------------------------------------------------
+# The resolution cache is the snapshot itself: a lookup in it is one hash probe, so dispatch keeps
+# the current snapshot and re-acquires only when the published generation changes.
+cdef const fk_snapshot *dispatch_snapshot = NULL
+cdef uint64_t dispatch_generation = <uint64_t>-1
+dispatch_lock = threading.Lock()
+
+
+cdef int operand_dtype(object obj) except -2:
+    if cnp.PyArray_Check(obj):
+        return array_dtype(<cnp.ndarray>obj)
+    return -1
+
+
+def dispatch(op, inputs, outputs=None, params=None, backend=0):
+    """Run op on inputs (writing outputs, or allocating them) with the kernel the table holds for
+    the operands' dtypes.  Output dtype, when outputs is None, follows the op's schema."""
+    global dispatch_snapshot, dispatch_generation
+    cdef fk_dtypes dts
+    cdef fk_key key
+    cdef const fk_entry *entry
+    cdef const fk_snapshot *snapshot
+    cdef int i, code
+    cdef long op_id
+    inputs = tuple(inputs)
+    if outputs is not None and type(outputs) is not tuple and type(outputs) is not list:
+        outputs = (outputs,)
+    n_in = len(inputs)
+    if n_in + N_OUTPUTS > FK_MAX_OPERANDS or n_in < 1:
+        raise OperandCountError(f"dispatch takes 1 to {FK_MAX_OPERANDS - N_OUTPUTS} inputs, got {n_in}")
+    dts.n = n_in + N_OUTPUTS
+    for i in range(n_in):
+        code = operand_dtype(inputs[i])
+        if code < 0:
+            code = int(DType.parse(np.asarray(coerce_operand(inputs[i], i, False)).dtype))
+        dts.v[i] = code
+    if outputs is not None:
+        if len(outputs) != N_OUTPUTS:
+            raise OperandCountError(f"dispatch writes {N_OUTPUTS} output, got {len(outputs)}")
+        code = operand_dtype(outputs[0])
+        if code < 0:
+            code = int(DType.parse(np.asarray(coerce_operand(outputs[0], 0, True)).dtype))
+        dts.v[n_in] = code
+    else:
+        from fuel_kernel import ops
+        dts.v[n_in] = int(ops.infer_output_dtype(OpKind.parse(op), [DType(dts.v[i]) for i in range(n_in)], params))
+    parse_key(op, [dts.v[i] for i in range(dts.n)], backend, &key)
+    if fk_published_generation() != dispatch_generation:
+        with dispatch_lock:
+            if fk_published_generation() != dispatch_generation:
+                snapshot = fk_acquire()
+                fk_release(dispatch_snapshot)
+                dispatch_snapshot = snapshot
+                dispatch_generation = fk_snapshot_generation(snapshot)
+    snapshot = dispatch_snapshot
+    fk_retain(snapshot)                   # a concurrent re-acquire must not free it under us
+    try:
+        entry = fk_lookup_with_caps(snapshot, &key, 0)
+        if entry == NULL:
+            raise NoKernelError(miss_message(snapshot, &key))
+        return run_entry(snapshot, entry, &key, inputs, outputs, params, False)
+    finally:
+        fk_release(snapshot)
+
+
+# ---- diagnostics ----------------------------------------------------------------------------------
+def allocated_bytes():
+    """Bytes the table's C core holds right now (snapshots; also tracked by tracemalloc domain 0x464b)."""
+    return fk_core_allocated_bytes()
+
+
+def live_snapshots():
+    """Snapshots not yet freed: the published one plus any still held or awaiting reclamation."""
+    return fk_core_live_snapshots()
+
+
+def reclaim():
+    """Free every superseded snapshot nobody holds (also happens at each commit and release)."""
+    with nogil:
+        fk_core_reclaim()
+
+
+TRACEMALLOC_DOMAIN = 0x464b

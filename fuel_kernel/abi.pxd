@@ -1,0 +1,289 @@
+# cython: language_level=3
+# The public cimport API of fuel_kernel: a one-to-one mirror of fuel_kernel/abi.h.
+#
+# Other extensions `from fuel_kernel.abi cimport *`, add fuel_kernel.get_include() to their include
+# dirs, call fk_import_api() once at module import, and from then on register, look up and call
+# kernels without the GIL.  Names here are frozen (tests/test_abi.py); this file has no cimports
+# and no cdef classes, so it never drags Python objects into a nogil caller.
+
+from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+
+cdef extern from "fuel_kernel/abi.h" nogil:
+    enum:
+        FK_ABI_VERSION
+        FK_MAX_DIMS
+        FK_MAX_OPERANDS
+        FK_SOURCE_LEN
+        FK_NOTES_LEN
+        FK_ERROR_LEN
+
+    ctypedef enum fk_dtype:
+        FK_BOOL, FK_U8, FK_I8, FK_I16, FK_I32, FK_I64, FK_U32, FK_F16, FK_BF16, FK_F32, FK_F64
+        FK_DTYPE_COUNT
+
+    ctypedef enum fk_op:
+        FK_OP_CAST, FK_OP_CONTIGUIZE
+        FK_OP_NEG, FK_OP_ABS, FK_OP_SQR, FK_OP_SQRT, FK_OP_RSQRT, FK_OP_RECIP, FK_OP_EXP, FK_OP_LOG
+        FK_OP_SIN, FK_OP_COS, FK_OP_TANH, FK_OP_SIGMOID, FK_OP_RELU, FK_OP_SILU, FK_OP_GELU
+        FK_OP_GELU_ERF, FK_OP_ERF, FK_OP_STEP, FK_OP_FLOOR, FK_OP_CEIL, FK_OP_ROUND, FK_OP_SIGN
+        FK_OP_ADD, FK_OP_SUB, FK_OP_MUL, FK_OP_DIV, FK_OP_MAXIMUM, FK_OP_MINIMUM, FK_OP_POW, FK_OP_REM
+        FK_OP_EQ, FK_OP_NE, FK_OP_LT, FK_OP_LE, FK_OP_GT, FK_OP_GE, FK_OP_WHERE
+        FK_OP_AFFINE, FK_OP_CLAMP, FK_OP_POWI
+        FK_OP_SUM, FK_OP_MAX, FK_OP_MIN, FK_OP_MEAN, FK_OP_PROD, FK_OP_ARGMAX, FK_OP_ARGMIN
+        FK_OP_MATMUL, FK_OP_CONV2D, FK_OP_SOFTMAX_LAST_DIM, FK_OP_LOG_SOFTMAX_LAST_DIM
+        FK_OP_RMS_NORM, FK_OP_LAYER_NORM
+        FK_OP_SLICE, FK_OP_CONCAT, FK_OP_INDEX_SELECT, FK_OP_GATHER, FK_OP_SCATTER_ADD
+        FK_OP_INDEX_ADD, FK_OP_FLIP, FK_OP_ROLL, FK_OP_CUMSUM, FK_OP_TRIU, FK_OP_TRIL, FK_OP_PAD
+        FK_OP_MASKED_FILL, FK_OP_ROPE, FK_OP_FLASH_ATTN, FK_OP_PAGED_ATTN
+        FK_OP_COUNT
+
+    ctypedef enum fk_backend:
+        FK_BACKEND_CPU, FK_BACKEND_CUDA, FK_BACKEND_VULKAN, FK_BACKEND_METAL
+        FK_BACKEND_EXTENSION_FIRST, FK_BACKEND_EXTENSION_LAST
+
+    ctypedef enum fk_status:
+        FK_OK, FK_ERR_DTYPE, FK_ERR_SHAPE, FK_ERR_INDEX, FK_ERR_PARAMS, FK_ERR_ZERO_DIVISION
+        FK_ERR_BACKEND, FK_ERR_NO_MEMORY, FK_ERR_ALIAS, FK_ERR_READ_ONLY, FK_ERR_OPERANDS
+        FK_ERR_NO_KERNEL, FK_ERR_INVALID, FK_ERR_INTERNAL
+
+    ctypedef struct fk_dtypes:
+        uint8_t n
+        uint8_t v[8]
+
+    enum:
+        FK_STORAGE_READ_ONLY
+
+    ctypedef struct fk_storage:
+        void *data
+        size_t nbytes
+        int32_t backend
+        int32_t dtype
+        uint32_t flags
+        uint32_t reserved
+
+    ctypedef struct fk_layout:
+        int32_t ndim
+        int32_t reserved
+        int64_t offset
+        int64_t shape[8]
+        int64_t strides[8]
+
+    ctypedef enum fk_params_kind:
+        FK_PARAMS_NONE, FK_PARAMS_REDUCE, FK_PARAMS_MATMUL, FK_PARAMS_CONV2D, FK_PARAMS_SLICE
+        FK_PARAMS_AFFINE, FK_PARAMS_CLAMP, FK_PARAMS_POWI, FK_PARAMS_CONCAT
+        FK_PARAMS_SOFTMAX_LAST_DIM, FK_PARAMS_NORM_LAST_DIM, FK_PARAMS_INDEX_SELECT
+        FK_PARAMS_GATHER, FK_PARAMS_SCATTER, FK_PARAMS_CUMSUM, FK_PARAMS_FLIP, FK_PARAMS_ROLL
+        FK_PARAMS_TRIANGULAR, FK_PARAMS_PAD, FK_PARAMS_MASKED_FILL, FK_PARAMS_ROPE
+        FK_PARAMS_FLASH_ATTN, FK_PARAMS_PAGED_ATTN, FK_PARAMS_KIND_COUNT
+
+    ctypedef enum fk_matmul_m_kind:
+        FK_MATMUL_M_ALL, FK_MATMUL_M_ROWS, FK_MATMUL_M_DEFERRED
+
+    ctypedef struct fk_matmul_m:
+        int32_t kind
+        int32_t reserved
+        int64_t value
+
+    ctypedef enum fk_pad_mode:
+        FK_PAD_CONSTANT, FK_PAD_REFLECT, FK_PAD_REPLICATE
+
+    ctypedef struct fk_reduce_params:
+        uint8_t ndims
+        uint8_t keepdim
+        int8_t dims[8]
+
+    ctypedef struct fk_matmul_params:
+        int32_t batch_ndim
+        int32_t reserved
+        int64_t batch[8]
+        int64_t m
+        int64_t n
+        int64_t k
+        fk_matmul_m m_compute
+
+    ctypedef struct fk_conv2d_params:
+        int32_t stride[2]
+        int32_t padding[2]
+        int32_t dilation[2]
+        int32_t groups
+
+    ctypedef struct fk_slice_params:
+        int32_t ndim
+        int32_t reserved
+        int64_t start[8]
+        int64_t stop[8]
+        int64_t step[8]
+
+    ctypedef struct fk_affine_params:
+        double mul
+        double add
+
+    ctypedef struct fk_clamp_params:
+        double min
+        double max
+
+    ctypedef struct fk_powi_params:
+        int32_t exp
+
+    ctypedef struct fk_axis_params:
+        int32_t axis
+
+    ctypedef struct fk_cumsum_params:
+        int32_t axis
+        uint8_t exclusive
+        uint8_t reverse
+
+    ctypedef struct fk_flip_params:
+        uint8_t ndims
+        int8_t dims[8]
+
+    ctypedef struct fk_roll_params:
+        uint8_t ndims
+        int8_t dims[8]
+        int64_t shifts[8]
+
+    ctypedef struct fk_triangular_params:
+        int64_t diagonal
+
+    ctypedef struct fk_pad_params:
+        int32_t mode
+        int32_t ndim
+        int64_t before[8]
+        int64_t after[8]
+        double value
+
+    ctypedef struct fk_masked_fill_params:
+        double value
+
+    ctypedef struct fk_norm_params:
+        double eps
+
+    ctypedef struct fk_rope_params:
+        uint8_t interleaved
+
+    ctypedef struct fk_flash_attn_params:
+        double scale
+        double softcap
+        uint8_t causal
+        int64_t window_left
+        int64_t window_right
+
+    ctypedef struct fk_paged_attn_params:
+        double scale
+        double softcap
+        int32_t block_size
+        int64_t window_left
+
+    ctypedef union fk_params_union:
+        fk_reduce_params reduce
+        fk_matmul_params matmul
+        fk_conv2d_params conv2d
+        fk_slice_params slice
+        fk_affine_params affine
+        fk_clamp_params clamp
+        fk_powi_params powi
+        fk_axis_params axis
+        fk_cumsum_params cumsum
+        fk_flip_params flip
+        fk_roll_params roll
+        fk_triangular_params triangular
+        fk_pad_params pad
+        fk_masked_fill_params masked_fill
+        fk_norm_params norm
+        fk_rope_params rope
+        fk_flash_attn_params flash_attn
+        fk_paged_attn_params paged_attn
+
+    ctypedef struct fk_params:
+        int32_t kind
+        int32_t reserved
+        fk_params_union u
+
+    ctypedef int (*fk_kernel_fn)(const fk_storage *inputs, int n_in, fk_storage *outputs, int n_out,
+                                 const fk_layout *layouts, const fk_params *params) noexcept nogil
+
+    enum:
+        FK_CAP_STRIDED_INPUT
+        FK_CAP_REQUIRES_BROADCAST
+        FK_CAP_INPLACE
+        FK_CAP_STRIDED_OUTPUT
+
+    ctypedef struct fk_cost:
+        double flops
+        double bytes_moved
+        double overhead_ns
+
+    ctypedef fk_cost (*fk_cost_fn)(const fk_layout *layouts, int n_layouts, const fk_dtypes *dtypes,
+                                   const fk_params *params) noexcept nogil
+
+    ctypedef struct fk_precision:
+        uint8_t set
+        uint8_t bit_stable
+        uint32_t max_ulp
+        double max_rel
+        double max_abs
+        char notes[96]
+
+    ctypedef struct fk_entry:
+        fk_kernel_fn kernel
+        uint32_t caps
+        fk_precision precision
+        fk_cost_fn cost
+        char source[16]
+        uint64_t revision
+
+    ctypedef enum fk_key_kind:
+        FK_KEY_STATIC, FK_KEY_RUNTIME_FUSED
+
+    ctypedef struct fk_key:
+        uint32_t id
+        uint16_t kind
+        uint16_t backend
+        uint8_t ndtypes
+        uint8_t dtypes[8]
+
+    fk_key fk_key_make(int kind, uint32_t id, const fk_dtypes *dtypes, int backend)
+
+    ctypedef struct fk_manifest_row:
+        int32_t op
+        fk_dtypes dtypes
+        fk_entry entry
+
+    ctypedef struct fk_snapshot:
+        pass
+
+    ctypedef struct fk_txn:
+        pass
+
+    ctypedef struct fk_lookup_result:
+        const fk_snapshot *snapshot
+        const fk_entry *entries
+        int32_t n_entries
+
+    const char *FK_API_CAPSULE_NAME
+    const char *FK_KERNEL_CAPSULE_NAME
+
+    # the C API (macros over the table that fk_import_api() fills)
+    int fk_import_api() except -1 with gil
+    void fk_set_error(int status, const char *fmt, ...)
+    int fk_error_status()
+    const char *fk_error_message()
+    void fk_clear_error()
+    const fk_snapshot *fk_acquire()
+    void fk_retain(const fk_snapshot *snapshot)
+    void fk_release(const fk_snapshot *snapshot)
+    uint64_t fk_snapshot_generation(const fk_snapshot *snapshot)
+    fk_lookup_result fk_lookup(const fk_snapshot *snapshot, const fk_key *key)
+    const fk_entry *fk_lookup_with_caps(const fk_snapshot *snapshot, const fk_key *key, uint32_t required_caps)
+    int fk_call(const fk_entry *entry, const fk_storage *inputs, int n_in, fk_storage *outputs, int n_out,
+                const fk_layout *layouts, const fk_params *params)
+    fk_txn *fk_txn_begin()
+    int fk_txn_register(fk_txn *txn, const fk_key *key, const fk_entry *entry)
+    int fk_txn_register_manifest(fk_txn *txn, int backend, const fk_manifest_row *rows, int n_rows)
+    int fk_txn_drop_runtime_fused(fk_txn *txn, uint32_t fused_id, int backend)
+    int fk_txn_commit(fk_txn *txn)
+    void fk_txn_abort(fk_txn *txn)
+    uint32_t fk_new_runtime_fused_id()
+    int fk_claim_backend(const char *name)
+    fk_cost fk_unknown_cost(const fk_layout *layouts, int n_layouts, const fk_dtypes *dtypes,
+                            const fk_params *params)

@@ -1,0 +1,84 @@
+"""The exception hierarchy: every error fuel_kernel raises is a FuelKernelError.
+
+Each class also derives from the built-in exception a Python caller would expect, so
+`except TypeError` still catches a dtype mismatch.  Kernels report failures as an fk_status code
+plus a thread-local message; _dispatch maps the code to one of these classes (STATUS_ERRORS).
+"""
+
+
+class FuelKernelError(Exception):
+    """Base class of every fuel_kernel error."""
+
+
+class NoKernelError(FuelKernelError, LookupError):
+    """No kernel is registered for (op, dtypes, backend)."""
+
+
+class DTypeError(FuelKernelError, TypeError):
+    """An operand's dtype does not match the kernel's key, or is not supported at all."""
+
+
+class OperandTypeError(FuelKernelError, TypeError):
+    """An operand is not an array: neither a NumPy array, a buffer nor a DLPack producer."""
+
+
+class OperandCountError(FuelKernelError, TypeError):
+    """The call passed the wrong number of inputs or outputs for the op."""
+
+
+class ShapeError(FuelKernelError, ValueError):
+    """Shapes or ranks do not fit the op's schema (including more than 8 dims)."""
+
+
+class ParamsError(FuelKernelError, ValueError):
+    """Op parameters are missing, of the wrong family, or out of range."""
+
+
+class ReadOnlyError(FuelKernelError, ValueError):
+    """An output operand is read-only."""
+
+
+class AliasError(FuelKernelError, ValueError):
+    """An output overlaps an input in a way the kernel cannot handle."""
+
+
+class BackendError(FuelKernelError, ValueError):
+    """An operand lives on a different backend than the kernel."""
+
+
+class KernelIndexError(FuelKernelError, IndexError):
+    """An index operand is out of range."""
+
+
+class KernelZeroDivisionError(FuelKernelError, ZeroDivisionError):
+    """Integer division or remainder by zero."""
+
+
+class KernelMemoryError(FuelKernelError, MemoryError):
+    """A kernel could not allocate scratch memory."""
+
+
+class RegistrationError(FuelKernelError, ValueError):
+    """A registration or transaction is invalid; nothing was published."""
+
+
+class KernelError(FuelKernelError, RuntimeError):
+    """A kernel failed for a reason of its own."""
+
+
+# fk_status code -> exception class (abi.h, fk_status)
+STATUS_ERRORS = {
+    1: DTypeError,
+    2: ShapeError,
+    3: KernelIndexError,
+    4: ParamsError,
+    5: KernelZeroDivisionError,
+    6: BackendError,
+    7: KernelMemoryError,
+    8: AliasError,
+    9: ReadOnlyError,
+    10: OperandCountError,
+    11: NoKernelError,
+    12: RegistrationError,
+    13: KernelError,
+}

@@ -1,0 +1,355 @@
+/* fuel_kernel C ABI: the types every kernel, backend and extension shares, and the C API table.
+ *
+ * This header is the contract between the dispatch core (fuel_kernel._dispatch), the typed kernel
+ * modules (fuel_kernel.cpu.*) and third-party Cython/C extensions.  It is mirrored one-to-one by
+ * fuel_kernel/abi.pxd.  Enum numbering is append-only; any change to a struct or to the API table
+ * bumps FK_ABI_VERSION, and fk_import_api() refuses a module built against another version.
+ *
+ * Extensions reach the core through a table of function pointers published in the capsule
+ * "fuel_kernel._dispatch._C_API" (the NumPy C-API pattern).  Call fk_import_api() once at module
+ * init; afterwards the fk_* functions below are macros over that table.  The API pointer is
+ * static, so each extension module must compile its fk_* callers into one translation unit.
+ */
+#ifndef FUEL_KERNEL_ABI_H
+#define FUEL_KERNEL_ABI_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FK_ABI_VERSION 1
+#define FK_MAX_DIMS 8
+#define FK_MAX_OPERANDS 8
+#define FK_SOURCE_LEN 16
+#define FK_NOTES_LEN 96
+#define FK_ERROR_LEN 512
+
+/* ---- dtypes ------------------------------------------------------------------------------- */
+typedef enum {
+    FK_BOOL = 0, FK_U8 = 1, FK_I8 = 2, FK_I16 = 3, FK_I32 = 4, FK_I64 = 5, FK_U32 = 6,
+    FK_F16 = 7, FK_BF16 = 8, FK_F32 = 9, FK_F64 = 10,
+    FK_DTYPE_COUNT = 11
+} fk_dtype;
+
+/* ---- ops (append-only numbering) ----------------------------------------------------------- */
+typedef enum {
+    FK_OP_CAST = 0, FK_OP_CONTIGUIZE = 1,
+    FK_OP_NEG = 2, FK_OP_ABS = 3, FK_OP_SQR = 4, FK_OP_SQRT = 5, FK_OP_RSQRT = 6, FK_OP_RECIP = 7,
+    FK_OP_EXP = 8, FK_OP_LOG = 9, FK_OP_SIN = 10, FK_OP_COS = 11, FK_OP_TANH = 12,
+    FK_OP_SIGMOID = 13, FK_OP_RELU = 14, FK_OP_SILU = 15, FK_OP_GELU = 16, FK_OP_GELU_ERF = 17,
+    FK_OP_ERF = 18, FK_OP_STEP = 19, FK_OP_FLOOR = 20, FK_OP_CEIL = 21, FK_OP_ROUND = 22,
+    FK_OP_SIGN = 23,
+    FK_OP_ADD = 24, FK_OP_SUB = 25, FK_OP_MUL = 26, FK_OP_DIV = 27, FK_OP_MAXIMUM = 28,
+    FK_OP_MINIMUM = 29, FK_OP_POW = 30, FK_OP_REM = 31,
+    FK_OP_EQ = 32, FK_OP_NE = 33, FK_OP_LT = 34, FK_OP_LE = 35, FK_OP_GT = 36, FK_OP_GE = 37,
+    FK_OP_WHERE = 38,
+    FK_OP_AFFINE = 39, FK_OP_CLAMP = 40, FK_OP_POWI = 41,
+    FK_OP_SUM = 42, FK_OP_MAX = 43, FK_OP_MIN = 44, FK_OP_MEAN = 45, FK_OP_PROD = 46,
+    FK_OP_ARGMAX = 47, FK_OP_ARGMIN = 48,
+    FK_OP_MATMUL = 49, FK_OP_CONV2D = 50, FK_OP_SOFTMAX_LAST_DIM = 51,
+    FK_OP_LOG_SOFTMAX_LAST_DIM = 52, FK_OP_RMS_NORM = 53, FK_OP_LAYER_NORM = 54,
+    FK_OP_SLICE = 55, FK_OP_CONCAT = 56, FK_OP_INDEX_SELECT = 57, FK_OP_GATHER = 58,
+    FK_OP_SCATTER_ADD = 59, FK_OP_INDEX_ADD = 60, FK_OP_FLIP = 61, FK_OP_ROLL = 62,
+    FK_OP_CUMSUM = 63, FK_OP_TRIU = 64, FK_OP_TRIL = 65, FK_OP_PAD = 66, FK_OP_MASKED_FILL = 67,
+    FK_OP_ROPE = 68, FK_OP_FLASH_ATTN = 69, FK_OP_PAGED_ATTN = 70,
+    FK_OP_COUNT = 71
+} fk_op;
+
+/* ---- backends ------------------------------------------------------------------------------ */
+typedef enum {
+    FK_BACKEND_CPU = 0, FK_BACKEND_CUDA = 1, FK_BACKEND_VULKAN = 2, FK_BACKEND_METAL = 3,
+    /* ids in [FK_BACKEND_EXTENSION_FIRST, FK_BACKEND_EXTENSION_LAST] are claimed at run time */
+    FK_BACKEND_EXTENSION_FIRST = 64, FK_BACKEND_EXTENSION_LAST = 255
+} fk_backend;
+
+/* ---- status codes (kernels return one; FK_OK is success) ----------------------------------- */
+typedef enum {
+    FK_OK = 0,
+    FK_ERR_DTYPE = 1,        /* operand dtype does not match the binding            -> DTypeError */
+    FK_ERR_SHAPE = 2,        /* shapes/ranks do not fit the op's schema              -> ShapeError */
+    FK_ERR_INDEX = 3,        /* an index operand is out of range                     -> IndexError */
+    FK_ERR_PARAMS = 4,       /* op parameters are missing or nonsensical             -> ParamsError */
+    FK_ERR_ZERO_DIVISION = 5,/* integer division by zero                             -> ZeroDivisionError */
+    FK_ERR_BACKEND = 6,      /* storage lives on another backend                     -> BackendError */
+    FK_ERR_NO_MEMORY = 7,    /* scratch allocation failed                            -> MemoryError */
+    FK_ERR_ALIAS = 8,        /* output overlaps an input in a way the kernel forbids -> AliasError */
+    FK_ERR_READ_ONLY = 9,    /* output storage is read-only                          -> ReadOnlyError */
+    FK_ERR_OPERANDS = 10,    /* wrong operand count                                  -> OperandCountError */
+    FK_ERR_NO_KERNEL = 11,   /* lookup miss                                          -> NoKernelError */
+    FK_ERR_INVALID = 12,     /* invalid registration or API use                      -> RegistrationError */
+    FK_ERR_INTERNAL = 13     /* a kernel reported an internal failure                -> KernelError */
+} fk_status;
+
+/* ---- operands ------------------------------------------------------------------------------ */
+typedef struct { uint8_t n; uint8_t v[FK_MAX_OPERANDS]; } fk_dtypes;  /* inputs, then outputs */
+
+enum { FK_STORAGE_READ_ONLY = 1u };
+
+typedef struct {
+    void *data;          /* base pointer of the buffer (element 0 of the allocation) */
+    size_t nbytes;       /* bytes addressable from data */
+    int32_t backend;     /* fk_backend */
+    int32_t dtype;       /* fk_dtype */
+    uint32_t flags;      /* FK_STORAGE_* */
+    uint32_t reserved;
+} fk_storage;
+
+typedef struct {
+    int32_t ndim;                    /* 0..FK_MAX_DIMS */
+    int32_t reserved;
+    int64_t offset;                  /* in elements from storage.data */
+    int64_t shape[FK_MAX_DIMS];
+    int64_t strides[FK_MAX_DIMS];    /* in elements; 0 = broadcast axis; negative allowed */
+} fk_layout;
+
+/* ---- op parameters: one tagged union, fixed size, POD ------------------------------------- */
+typedef enum {
+    FK_PARAMS_NONE = 0, FK_PARAMS_REDUCE = 1, FK_PARAMS_MATMUL = 2, FK_PARAMS_CONV2D = 3,
+    FK_PARAMS_SLICE = 4, FK_PARAMS_AFFINE = 5, FK_PARAMS_CLAMP = 6, FK_PARAMS_POWI = 7,
+    FK_PARAMS_CONCAT = 8, FK_PARAMS_SOFTMAX_LAST_DIM = 9, FK_PARAMS_NORM_LAST_DIM = 10,
+    FK_PARAMS_INDEX_SELECT = 11, FK_PARAMS_GATHER = 12, FK_PARAMS_SCATTER = 13,
+    FK_PARAMS_CUMSUM = 14, FK_PARAMS_FLIP = 15, FK_PARAMS_ROLL = 16, FK_PARAMS_TRIANGULAR = 17,
+    FK_PARAMS_PAD = 18, FK_PARAMS_MASKED_FILL = 19, FK_PARAMS_ROPE = 20, FK_PARAMS_FLASH_ATTN = 21,
+    FK_PARAMS_PAGED_ATTN = 22,
+    FK_PARAMS_KIND_COUNT = 23
+} fk_params_kind;
+
+typedef enum { FK_MATMUL_M_ALL = 0, FK_MATMUL_M_ROWS = 1, FK_MATMUL_M_DEFERRED = 2 } fk_matmul_m_kind;
+/* ALL: compute all m rows.  ROWS: compute `value` rows.  DEFERRED: read the row count at run
+ * time from the scalar input operand number `value`.  Rows past the count are zeroed. */
+typedef struct { int32_t kind; int32_t reserved; int64_t value; } fk_matmul_m;
+
+typedef enum { FK_PAD_CONSTANT = 0, FK_PAD_REFLECT = 1, FK_PAD_REPLICATE = 2 } fk_pad_mode;
+
+typedef struct { uint8_t ndims; uint8_t keepdim; int8_t dims[FK_MAX_DIMS]; } fk_reduce_params;
+typedef struct {
+    int32_t batch_ndim; int32_t reserved;
+    int64_t batch[FK_MAX_DIMS];      /* broadcast batch shape */
+    int64_t m, n, k;                 /* m is the row capacity */
+    fk_matmul_m m_compute;
+} fk_matmul_params;
+typedef struct { int32_t stride[2]; int32_t padding[2]; int32_t dilation[2]; int32_t groups; } fk_conv2d_params;
+typedef struct { int32_t ndim; int32_t reserved; int64_t start[FK_MAX_DIMS]; int64_t stop[FK_MAX_DIMS]; int64_t step[FK_MAX_DIMS]; } fk_slice_params;
+typedef struct { double mul; double add; } fk_affine_params;
+typedef struct { double min; double max; } fk_clamp_params;
+typedef struct { int32_t exp; } fk_powi_params;
+typedef struct { int32_t axis; } fk_axis_params;         /* CONCAT, INDEX_SELECT, GATHER, SCATTER */
+typedef struct { int32_t axis; uint8_t exclusive; uint8_t reverse; } fk_cumsum_params;
+typedef struct { uint8_t ndims; int8_t dims[FK_MAX_DIMS]; } fk_flip_params;
+typedef struct { uint8_t ndims; int8_t dims[FK_MAX_DIMS]; int64_t shifts[FK_MAX_DIMS]; } fk_roll_params;
+typedef struct { int64_t diagonal; } fk_triangular_params;
+typedef struct { int32_t mode; int32_t ndim; int64_t before[FK_MAX_DIMS]; int64_t after[FK_MAX_DIMS]; double value; } fk_pad_params;
+typedef struct { double value; } fk_masked_fill_params;
+typedef struct { double eps; } fk_norm_params;
+typedef struct { uint8_t interleaved; } fk_rope_params;
+typedef struct {
+    double scale; double softcap;    /* softcap 0 = off */
+    uint8_t causal; uint8_t reserved[7];
+    int64_t window_left; int64_t window_right;   /* -1 = unbounded */
+} fk_flash_attn_params;
+typedef struct {
+    double scale; double softcap;
+    int32_t block_size; int32_t reserved;
+    int64_t window_left;
+} fk_paged_attn_params;
+
+typedef union {
+    fk_reduce_params reduce;
+    fk_matmul_params matmul;
+    fk_conv2d_params conv2d;
+    fk_slice_params slice;
+    fk_affine_params affine;
+    fk_clamp_params clamp;
+    fk_powi_params powi;
+    fk_axis_params axis;
+    fk_cumsum_params cumsum;
+    fk_flip_params flip;
+    fk_roll_params roll;
+    fk_triangular_params triangular;
+    fk_pad_params pad;
+    fk_masked_fill_params masked_fill;
+    fk_norm_params norm;
+    fk_rope_params rope;
+    fk_flash_attn_params flash_attn;
+    fk_paged_attn_params paged_attn;
+} fk_params_union;
+
+typedef struct {
+    int32_t kind;                    /* fk_params_kind: which member of u is meaningful */
+    int32_t reserved;
+    fk_params_union u;
+} fk_params;
+
+/* ---- kernels ------------------------------------------------------------------------------- */
+/* One signature for every kernel of every backend.  `layouts` holds n_in input layouts followed
+ * by n_out output layouts.  A kernel validates what it needs before writing anything, returns
+ * FK_OK or an fk_status, and sets a message with fk_set_error on failure.  No Python, no globals. */
+typedef int (*fk_kernel_fn)(const fk_storage *inputs, int n_in, fk_storage *outputs, int n_out,
+                            const fk_layout *layouts, const fk_params *params);
+
+enum {
+    FK_CAP_STRIDED_INPUT = 1u,       /* walks input strides itself: stride 0, negative, transposed */
+    FK_CAP_REQUIRES_BROADCAST = 2u,  /* only valid on broadcast inputs; never picked by plain lookup */
+    FK_CAP_INPLACE = 4u,             /* an output may be exactly an input (same data, layout, size) */
+    FK_CAP_STRIDED_OUTPUT = 8u       /* writes through output strides itself */
+};
+
+typedef struct { double flops; double bytes_moved; double overhead_ns; } fk_cost;
+typedef fk_cost (*fk_cost_fn)(const fk_layout *layouts, int n_layouts, const fk_dtypes *dtypes,
+                              const fk_params *params);
+
+typedef struct {
+    uint8_t set;                     /* 0 = no claim yet (fill_unset_precision replaces it) */
+    uint8_t bit_stable;              /* same inputs give the same bits on every run */
+    uint8_t reserved[2];
+    uint32_t max_ulp;                /* 0 with bit_exact-able math = exactly rounded */
+    double max_rel;
+    double max_abs;
+    char notes[FK_NOTES_LEN];
+} fk_precision;
+
+typedef struct {
+    fk_kernel_fn kernel;
+    uint32_t caps;                   /* FK_CAP_* */
+    uint32_t reserved;
+    fk_precision precision;
+    fk_cost_fn cost;                 /* the API's unknown_cost = no claim */
+    char source[FK_SOURCE_LEN];      /* "native", "blas", ... */
+    uint64_t revision;               /* stable identity of this implementation across runs */
+} fk_entry;
+
+typedef enum { FK_KEY_STATIC = 0, FK_KEY_RUNTIME_FUSED = 1 } fk_key_kind;
+
+/* The hash key.  POD with no padding holes: always build it with fk_key_make. */
+typedef struct {
+    uint32_t id;                     /* fk_op for STATIC, fused-op id for RUNTIME_FUSED */
+    uint16_t kind;                   /* fk_key_kind */
+    uint16_t backend;
+    uint8_t ndtypes;
+    uint8_t dtypes[FK_MAX_OPERANDS];
+    uint8_t pad[7];
+} fk_key;
+
+static inline fk_key fk_key_make(int kind, uint32_t id, const fk_dtypes *dtypes, int backend) {
+    fk_key key;
+    int i;
+    for (i = 0; i < (int)sizeof(key.pad); i++) key.pad[i] = 0;
+    for (i = 0; i < FK_MAX_OPERANDS; i++) key.dtypes[i] = 0;
+    key.id = id;
+    key.kind = (uint16_t)kind;
+    key.backend = (uint16_t)backend;
+    key.ndtypes = dtypes->n;
+    for (i = 0; i < dtypes->n && i < FK_MAX_OPERANDS; i++) key.dtypes[i] = dtypes->v[i];
+    return key;
+}
+
+/* One manifest row: what a kernel module asks to register. */
+typedef struct {
+    int32_t op;                      /* fk_op */
+    fk_dtypes dtypes;
+    fk_entry entry;
+} fk_manifest_row;
+
+/* ---- the C API table ------------------------------------------------------------------------ */
+typedef struct fk_snapshot fk_snapshot;   /* an immutable, reference-counted table version */
+typedef struct fk_txn fk_txn;             /* a pending registration transaction */
+
+typedef struct {
+    const fk_snapshot *snapshot;
+    const fk_entry *entries;         /* the key's alternatives, in registration order */
+    int32_t n_entries;               /* 0 on a miss */
+} fk_lookup_result;
+
+typedef struct {
+    int32_t abi_version;
+    int32_t api_size;                /* sizeof(fk_api), a second guard against skew */
+    /* errors: thread-local status + message */
+    void (*set_error)(int status, const char *fmt, ...);
+    int (*error_status)(void);
+    const char *(*error_message)(void);
+    void (*clear_error)(void);
+    /* snapshots: acquire never locks; a held snapshot stays valid until released */
+    const fk_snapshot *(*acquire)(void);
+    void (*retain)(const fk_snapshot *snapshot);
+    void (*release)(const fk_snapshot *snapshot);
+    uint64_t (*snapshot_generation)(const fk_snapshot *snapshot);
+    /* lookup */
+    fk_lookup_result (*lookup)(const fk_snapshot *snapshot, const fk_key *key);
+    const fk_entry *(*lookup_with_caps)(const fk_snapshot *snapshot, const fk_key *key, uint32_t required_caps);
+    int (*call)(const fk_entry *entry, const fk_storage *inputs, int n_in, fk_storage *outputs,
+                int n_out, const fk_layout *layouts, const fk_params *params);
+    /* registration */
+    fk_txn *(*txn_begin)(void);
+    int (*txn_register)(fk_txn *txn, const fk_key *key, const fk_entry *entry);
+    int (*txn_register_manifest)(fk_txn *txn, int backend, const fk_manifest_row *rows, int n_rows);
+    int (*txn_drop_runtime_fused)(fk_txn *txn, uint32_t fused_id, int backend);
+    int (*txn_commit)(fk_txn *txn);   /* publishes and frees txn; on error publishes nothing */
+    void (*txn_abort)(fk_txn *txn);
+    uint32_t (*new_runtime_fused_id)(void);
+    int (*claim_backend)(const char *name);   /* returns an id in the extension range, or -1 */
+    fk_cost (*unknown_cost)(const fk_layout *layouts, int n_layouts, const fk_dtypes *dtypes,
+                            const fk_params *params);
+} fk_api;
+
+#define FK_API_CAPSULE_NAME "fuel_kernel._dispatch._C_API"
+#define FK_KERNEL_CAPSULE_NAME "fuel_kernel.kernel"
+
+#ifndef FK_BUILDING_CORE
+/* Every module that includes this header gets its own pointer, filled by fk_import_api(). */
+static const fk_api *fk_api_table __attribute__((unused)) = NULL;
+
+#define fk_set_error (fk_api_table->set_error)
+#define fk_error_status (fk_api_table->error_status)
+#define fk_error_message (fk_api_table->error_message)
+#define fk_clear_error (fk_api_table->clear_error)
+#define fk_acquire (fk_api_table->acquire)
+#define fk_retain (fk_api_table->retain)
+#define fk_release (fk_api_table->release)
+#define fk_snapshot_generation (fk_api_table->snapshot_generation)
+#define fk_lookup (fk_api_table->lookup)
+#define fk_lookup_with_caps (fk_api_table->lookup_with_caps)
+#define fk_call (fk_api_table->call)
+#define fk_txn_begin (fk_api_table->txn_begin)
+#define fk_txn_register (fk_api_table->txn_register)
+#define fk_txn_register_manifest (fk_api_table->txn_register_manifest)
+#define fk_txn_drop_runtime_fused (fk_api_table->txn_drop_runtime_fused)
+#define fk_txn_commit (fk_api_table->txn_commit)
+#define fk_txn_abort (fk_api_table->txn_abort)
+#define fk_new_runtime_fused_id (fk_api_table->new_runtime_fused_id)
+#define fk_claim_backend (fk_api_table->claim_backend)
+#define fk_unknown_cost (fk_api_table->unknown_cost)
+
+#ifdef Py_PYTHON_H
+/* Import the API table; returns 0, or -1 with a Python ImportError set.  Call with the GIL. */
+static int fk_import_api(void) {
+    PyObject *module = PyImport_ImportModule("fuel_kernel._dispatch");
+    PyObject *capsule;
+    const fk_api *api;
+    if (module == NULL) return -1;
+    capsule = PyObject_GetAttrString(module, "_C_API");
+    Py_DECREF(module);
+    if (capsule == NULL) return -1;
+    api = (const fk_api *)PyCapsule_GetPointer(capsule, FK_API_CAPSULE_NAME);
+    Py_DECREF(capsule);
+    if (api == NULL) return -1;
+    if (api->abi_version != FK_ABI_VERSION || api->api_size != (int32_t)sizeof(fk_api)) {
+        PyErr_Format(PyExc_ImportError,
+                     "fuel_kernel ABI mismatch: this module was built against ABI version %d "
+                     "(api size %d) but the installed fuel_kernel provides ABI version %d "
+                     "(api size %d); rebuild the module against the installed fuel_kernel",
+                     FK_ABI_VERSION, (int)sizeof(fk_api), (int)api->abi_version, (int)api->api_size);
+        return -1;
+    }
+    fk_api_table = api;
+    return 0;
+}
+#endif
+#endif /* FK_BUILDING_CORE */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FUEL_KERNEL_ABI_H */

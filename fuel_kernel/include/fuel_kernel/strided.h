@@ -1,0 +1,236 @@
+/* Layout validation and the n-d loop plan shared by every strided kernel.
+ *
+ * A kernel receives layouts in elements exactly as the caller described them.  fk_loop_plan
+ * checks that every operand's extent lies inside its storage, broadcasts the inputs to the
+ * output's shape (NumPy rules, right-aligned), orders the axes so the output is walked in memory
+ * order, drops size-1 axes and merges axes whose strides chain (as NumPy's iterator does).  The
+ * kernel then walks rows of `inner` elements with fk_loop_next.  Nothing here writes to an
+ * operand, so a kernel that plans first can never leave a half-written output on failure.
+ *
+ * Include after fuel_kernel/abi.h in the module's single translation unit.
+ */
+#ifndef FUEL_KERNEL_STRIDED_H
+#define FUEL_KERNEL_STRIDED_H
+
+#include "fuel_kernel/abi.h"
+
+static const int fk_dtype_itemsize[FK_DTYPE_COUNT] = {1, 1, 1, 2, 4, 8, 4, 2, 2, 4, 8};
+static const char *const fk_dtype_short_name[FK_DTYPE_COUNT] = {
+    "bool", "u8", "i8", "i16", "i32", "i64", "u32", "f16", "bf16", "f32", "f64"};
+
+static inline int64_t fk_layout_numel(const fk_layout *layout) {
+    int64_t n = 1;
+    for (int d = 0; d < layout->ndim; d++) n *= layout->shape[d];
+    return n;
+}
+
+/* Check rank, non-negative shape and that every addressed element lies inside the storage. */
+static inline int fk_layout_check(const fk_layout *layout, const fk_storage *storage, const char *what,
+                                  int index) {
+    int64_t lo = layout->offset, hi = layout->offset, itemsize, capacity;
+    if (layout->ndim < 0 || layout->ndim > FK_MAX_DIMS) {
+        fk_set_error(FK_ERR_SHAPE, "%s %d has %d dims; at most %d are supported", what, index,
+                     (int)layout->ndim, FK_MAX_DIMS);
+        return FK_ERR_SHAPE;
+    }
+    if (storage->dtype < 0 || storage->dtype >= FK_DTYPE_COUNT) {
+        fk_set_error(FK_ERR_DTYPE, "%s %d has unknown dtype code %d", what, index, (int)storage->dtype);
+        return FK_ERR_DTYPE;
+    }
+    for (int d = 0; d < layout->ndim; d++) {
+        if (layout->shape[d] < 0) {
+            fk_set_error(FK_ERR_SHAPE, "%s %d has negative extent %lld on axis %d", what, index,
+                         (long long)layout->shape[d], d);
+            return FK_ERR_SHAPE;
+        }
+        if (layout->shape[d] == 0) return FK_OK;               /* empty: addresses nothing */
+        if (layout->strides[d] > 0) hi += layout->strides[d] * (layout->shape[d] - 1);
+        else lo += layout->strides[d] * (layout->shape[d] - 1);
+    }
+    itemsize = fk_dtype_itemsize[storage->dtype];
+    capacity = (int64_t)(storage->nbytes / (size_t)itemsize);
+    if (lo < 0 || hi >= capacity) {
+        fk_set_error(FK_ERR_SHAPE, "%s %d addresses elements [%lld, %lld] outside its storage of %lld elements",
+                     what, index, (long long)lo, (long long)hi, (long long)capacity);
+        return FK_ERR_SHAPE;
+    }
+    return FK_OK;
+}
+
+typedef struct {
+    int ndim;                                        /* >= 1 after planning */
+    int nops;                                        /* inputs, then the output last */
+    int64_t numel;
+    int64_t inner;                                   /* length of the innermost axis */
+    int64_t rows;                                    /* numel / inner; 0 for an empty output */
+    int64_t shape[FK_MAX_DIMS];
+    int64_t strides[FK_MAX_OPERANDS][FK_MAX_DIMS];   /* bytes */
+    char *base[FK_MAX_OPERANDS];                     /* address of each operand's first element */
+} fk_loop;
+
+/* Plan an elementwise loop over n_in inputs broadcast to the single output layouts[n_in]. */
+static inline int fk_loop_plan(fk_loop *loop, const fk_storage *inputs, int n_in,
+                               fk_storage *output, const fk_layout *layouts) {
+    const fk_layout *out = &layouts[n_in];
+    int nops = n_in + 1, ndim = out->ndim, k, d;
+    int64_t strides[FK_MAX_OPERANDS][FK_MAX_DIMS];
+    int order[FK_MAX_DIMS];
+    if (nops > FK_MAX_OPERANDS) {
+        fk_set_error(FK_ERR_OPERANDS, "%d operands exceed the limit of %d", nops, FK_MAX_OPERANDS);
+        return FK_ERR_OPERANDS;
+    }
+    for (k = 0; k < n_in; k++) {
+        int status = fk_layout_check(&layouts[k], &inputs[k], "input", k);
+        if (status) return status;
+    }
+    {
+        int status = fk_layout_check(out, output, "output", 0);
+        if (status) return status;
+    }
+    if (output->flags & FK_STORAGE_READ_ONLY) {
+        fk_set_error(FK_ERR_READ_ONLY, "output 0 is read-only");
+        return FK_ERR_READ_ONLY;
+    }
+    /* broadcast each input onto the output shape (right-aligned) */
+    for (k = 0; k < n_in; k++) {
+        const fk_layout *in = &layouts[k];
+        int shift = ndim - in->ndim;
+        if (shift < 0) {
+            fk_set_error(FK_ERR_SHAPE, "input %d has %d dims but the output has only %d", k,
+                         (int)in->ndim, ndim);
+            return FK_ERR_SHAPE;
+        }
+        for (d = 0; d < ndim; d++) {
+            if (d < shift) { strides[k][d] = 0; continue; }
+            if (in->shape[d - shift] == out->shape[d]) strides[k][d] = in->strides[d - shift];
+            else if (in->shape[d - shift] == 1) strides[k][d] = 0;
+            else {
+                fk_set_error(FK_ERR_SHAPE, "input %d extent %lld on axis %d does not broadcast to the output extent %lld",
+                             k, (long long)in->shape[d - shift], d - shift, (long long)out->shape[d]);
+                return FK_ERR_SHAPE;
+            }
+        }
+    }
+    for (d = 0; d < ndim; d++) strides[n_in][d] = out->strides[d];
+
+    loop->nops = nops;
+    loop->numel = fk_layout_numel(out);
+    for (k = 0; k < n_in; k++)
+        loop->base[k] = (char *)inputs[k].data + layouts[k].offset * fk_dtype_itemsize[inputs[k].dtype];
+    loop->base[n_in] = (char *)output->data + out->offset * fk_dtype_itemsize[output->dtype];
+
+    /* axis order: output |stride| descending (stable), so the output is written in memory order */
+    {
+        int n = 0;
+        for (d = 0; d < ndim; d++) if (out->shape[d] != 1) order[n++] = d;
+        for (int i = 1; i < n; i++) {
+            int cur = order[i], j = i - 1;
+            int64_t key = out->strides[cur] < 0 ? -out->strides[cur] : out->strides[cur];
+            while (j >= 0) {
+                int64_t prev = out->strides[order[j]] < 0 ? -out->strides[order[j]] : out->strides[order[j]];
+                if (prev >= key) break;
+                order[j + 1] = order[j];
+                j--;
+            }
+            order[j + 1] = cur;
+        }
+        /* merge axes whose strides chain for every operand */
+        loop->ndim = 0;
+        for (int i = 0; i < n; i++) {
+            int a = order[i], m = loop->ndim;
+            if (m > 0) {
+                int chains = 1;
+                for (k = 0; k < nops; k++)
+                    if (loop->strides[k][m - 1] != strides[k][a] * out->shape[a] *
+                            fk_dtype_itemsize[k < n_in ? inputs[k].dtype : output->dtype]) { chains = 0; break; }
+                if (chains) {
+                    loop->shape[m - 1] *= out->shape[a];
+                    for (k = 0; k < nops; k++)
+                        loop->strides[k][m - 1] = strides[k][a] * fk_dtype_itemsize[k < n_in ? inputs[k].dtype : output->dtype];
+                    continue;
+                }
+            }
+            loop->shape[m] = out->shape[a];
+            for (k = 0; k < nops; k++)
+                loop->strides[k][m] = strides[k][a] * fk_dtype_itemsize[k < n_in ? inputs[k].dtype : output->dtype];
+            loop->ndim = m + 1;
+        }
+        if (loop->ndim == 0) {                       /* a scalar or all-ones shape */
+            loop->ndim = 1;
+            loop->shape[0] = 1;
+            for (k = 0; k < nops; k++) loop->strides[k][0] = 0;
+        }
+    }
+    loop->inner = loop->shape[loop->ndim - 1];
+    loop->rows = loop->inner ? loop->numel / loop->inner : 0;
+    return FK_OK;
+}
+
+/* Byte stride of operand k along the innermost axis. */
+static inline int64_t fk_loop_inner_stride(const fk_loop *loop, int k) {
+    return loop->strides[k][loop->ndim - 1];
+}
+
+/* Walk the rows: `ptrs` starts as a copy of loop->base and `index` as zeros; after each of
+ * loop->rows rows call fk_loop_next to move every operand to the next row. */
+static inline void fk_loop_next(const fk_loop *loop, int64_t *index, char **ptrs) {
+    for (int d = loop->ndim - 2; d >= 0; d--) {
+        if (++index[d] < loop->shape[d]) {
+            for (int k = 0; k < loop->nops; k++) ptrs[k] += loop->strides[k][d];
+            return;
+        }
+        index[d] = 0;
+        for (int k = 0; k < loop->nops; k++) ptrs[k] -= loop->strides[k][d] * (loop->shape[d] - 1);
+    }
+}
+
+/* Check operand counts, backends and dtypes against what the kernel was registered for. */
+static inline int fk_check_operands(const fk_storage *inputs, int n_in, const fk_storage *outputs, int n_out,
+                                    int want_in, int want_out, const int *dtypes, int backend) {
+    if (n_in != want_in || n_out != want_out) {
+        fk_set_error(FK_ERR_OPERANDS, "expected %d inputs and %d outputs, got %d and %d", want_in,
+                     want_out, n_in, n_out);
+        return FK_ERR_OPERANDS;
+    }
+    for (int k = 0; k < n_in + n_out; k++) {
+        const fk_storage *st = k < n_in ? &inputs[k] : &outputs[k - n_in];
+        const char *role = k < n_in ? "input" : "output";
+        int index = k < n_in ? k : k - n_in;
+        if (st->backend != backend) {
+            fk_set_error(FK_ERR_BACKEND, "%s %d lives on backend %d, not %d", role, index, (int)st->backend, backend);
+            return FK_ERR_BACKEND;
+        }
+        if (st->dtype != dtypes[k]) {
+            const char *got = st->dtype >= 0 && st->dtype < FK_DTYPE_COUNT ? fk_dtype_short_name[st->dtype] : "?";
+            fk_set_error(FK_ERR_DTYPE, "%s %d has dtype %s but this kernel takes %s", role, index, got,
+                         fk_dtype_short_name[dtypes[k]]);
+            return FK_ERR_DTYPE;
+        }
+    }
+    return FK_OK;
+}
+
+/* A row function: n elements from src (byte stride ss) to dst (byte stride ds). */
+typedef void (*fk_unary_row_fn)(const char *src, int64_t ss, char *dst, int64_t ds, int64_t n);
+
+/* Run a one-input, one-output elementwise kernel on the CPU: validate, plan, then walk rows. */
+static inline int fk_run_unary_rows(const fk_storage *inputs, int n_in, fk_storage *outputs, int n_out,
+                                    const fk_layout *layouts, int in_dtype, int out_dtype, fk_unary_row_fn row) {
+    int dtypes[2] = {in_dtype, out_dtype};
+    fk_loop loop;
+    int64_t index[FK_MAX_DIMS] = {0};
+    char *ptrs[2];
+    int status = fk_check_operands(inputs, n_in, outputs, n_out, 1, 1, dtypes, FK_BACKEND_CPU);
+    if (status) return status;
+    status = fk_loop_plan(&loop, inputs, 1, outputs, layouts);
+    if (status) return status;
+    ptrs[0] = loop.base[0];
+    ptrs[1] = loop.base[1];
+    for (int64_t r = 0; r < loop.rows; r++) {
+        row(ptrs[0], fk_loop_inner_stride(&loop, 0), ptrs[1], fk_loop_inner_stride(&loop, 1), loop.inner);
+        fk_loop_next(&loop, index, ptrs);
+    }
+    return FK_OK;
+}
+
+#endif /* FUEL_KERNEL_STRIDED_H */

@@ -1,0 +1,142 @@
+"""Small immutable records that the binding table hands to Python callers.
+
+BindingKey, PrecisionGuarantee, CostEstimate, CoverageBinding, MatmulM and the three
+RuntimeFusedLookup outcomes.  They are plain data; the C structs they mirror live in abi.h.
+"""
+from dataclasses import dataclass
+from typing import NamedTuple, Optional
+
+from .types import Backend, DType, OpKind
+
+KEY_STATIC = 0
+KEY_RUNTIME_FUSED = 1
+
+
+@dataclass(frozen=True)
+class BindingKey:
+    """The op half of a binding-table key: a static op or a runtime-registered fused op."""
+    kind: int
+    id: int
+
+    @classmethod
+    def static(cls, op):
+        return cls(KEY_STATIC, int(OpKind.parse(op)))
+
+    @classmethod
+    def runtime_fused(cls, fused_id):
+        fused_id = int(fused_id)
+        if fused_id <= 0:
+            raise ValueError(f"runtime fused op ids are positive, not {fused_id}")
+        return cls(KEY_RUNTIME_FUSED, fused_id)
+
+    @property
+    def is_static(self):
+        return self.kind == KEY_STATIC
+
+    @property
+    def name(self):
+        return OpKind(self.id).short_name if self.is_static else f"fused#{self.id}"
+
+    def __repr__(self):
+        if self.is_static:
+            return f"BindingKey.static(OpKind.{OpKind(self.id).name})"
+        return f"BindingKey.runtime_fused({self.id})"
+
+
+@dataclass(frozen=True)
+class PrecisionGuarantee:
+    """A claim about a kernel's results that the test suite verifies against an oracle.
+
+    bit_stable: the same inputs give the same bits on every run and thread count.
+    max_ulp: worst error in units in the last place of the output dtype (0 = correctly rounded).
+    max_rel / max_abs: alternative bounds for results where ULPs are not meaningful (sums).
+    """
+    bit_stable: bool = True
+    max_ulp: int = 0
+    max_rel: float = 0.0
+    max_abs: float = 0.0
+    notes: str = ""
+
+    @property
+    def exact(self):
+        return self.max_ulp == 0 and self.max_rel == 0.0 and self.max_abs == 0.0
+
+    def as_dict(self):
+        return {"bit_stable": self.bit_stable, "max_ulp": self.max_ulp, "max_rel": self.max_rel,
+                "max_abs": self.max_abs, "notes": self.notes}
+
+
+class CostEstimate(NamedTuple):
+    flops: float
+    bytes_moved: float
+    overhead_ns: float
+
+
+class CoverageBinding(NamedTuple):
+    """One key of the coverage diagnostic: (backend, op, operand dtypes)."""
+    backend: int
+    op: object          # OpKind, or BindingKey for a runtime fused op
+    dtypes: tuple
+
+
+@dataclass(frozen=True)
+class MatmulM:
+    """How many of a matmul's m capacity rows to compute; rows past the count are zeroed."""
+    kind: int
+    value: int = 0
+
+    ALL_KIND = 0
+    ROWS_KIND = 1
+    DEFERRED_KIND = 2
+
+    @classmethod
+    def all(cls):
+        return cls(cls.ALL_KIND, 0)
+
+    @classmethod
+    def rows(cls, n):
+        n = int(n)
+        if n < 0:
+            raise ValueError(f"MatmulM.rows needs a non-negative count, not {n}")
+        return cls(cls.ROWS_KIND, n)
+
+    @classmethod
+    def deferred(cls, operand):
+        """The row count is read at run time from scalar input operand number `operand`."""
+        operand = int(operand)
+        if operand < 0:
+            raise ValueError(f"MatmulM.deferred needs an operand index, not {operand}")
+        return cls(cls.DEFERRED_KIND, operand)
+
+
+class RuntimeFusedLookup:
+    """Outcome of BindingTable.unique_runtime_fused: NotFound, Unique or Ambiguous."""
+    __slots__ = ()
+
+
+@dataclass(frozen=True)
+class NotFound(RuntimeFusedLookup):
+    fused_id: int
+    backend: int
+
+
+@dataclass(frozen=True)
+class Unique(RuntimeFusedLookup):
+    dtypes: tuple
+    kernel: object
+
+
+@dataclass(frozen=True)
+class Ambiguous(RuntimeFusedLookup):
+    candidates: tuple   # ((dtypes, Kernel), ...)
+
+
+def backend_display(backend: int, claimed_name: Optional[str] = None) -> str:
+    try:
+        return Backend(backend).short_name
+    except ValueError:
+        return claimed_name or f"backend#{backend}"
+
+
+def dtypes_display(dtypes) -> str:
+    return ", ".join(DType(d).short_name for d in dtypes)

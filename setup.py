@@ -1,0 +1,62 @@
+"""Build fuel_kernel's extensions: the dispatch core and every kernel module under fuel_kernel/cpu.
+
+Every Cython directive and compiler flag lives here.  Environment switches:
+  FUEL_KERNEL_DEBUG=1                  bounds checks, C asserts, -O1 -g
+  FUEL_KERNEL_SANITIZE=address,undefined  build with those sanitizers (run with the ASan runtime
+                                       preloaded; see tests/README in the repository)
+Kernel C code selects AVX2 / AVX-512 at run time itself (target_clones), so the build never
+assumes the build machine's CPU.
+"""
+import glob
+import os
+
+import numpy
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+DEBUG = os.environ.get("FUEL_KERNEL_DEBUG", "") not in ("", "0")
+SANITIZE = os.environ.get("FUEL_KERNEL_SANITIZE", "").strip()
+
+directives = {
+    "language_level": 3,
+    "boundscheck": DEBUG,
+    "wraparound": DEBUG,
+    "initializedcheck": DEBUG,
+    "cdivision": not DEBUG,
+    "embedsignature": True,
+    "freethreading_compatible": False,
+}
+
+compile_args = ["-std=gnu11", "-fno-math-errno", "-Wno-unused-function"]
+link_args = []
+macros = [("NPY_NO_DEPRECATED_API", "NPY_2_0_API_VERSION")]
+if DEBUG:
+    compile_args += ["-O1", "-g", "-UNDEBUG"]
+else:
+    compile_args += ["-O3"]
+if SANITIZE:
+    compile_args += [f"-fsanitize={SANITIZE}", "-fno-omit-frame-pointer", "-g"]
+    link_args += [f"-fsanitize={SANITIZE}"]
+
+include_dirs = ["fuel_kernel/include", numpy.get_include()]
+
+
+def extension(name, sources, extra_macros=(), extra_includes=()):
+    return Extension(name, sources, include_dirs=list(extra_includes) + include_dirs,
+                     define_macros=macros + list(extra_macros),
+                     extra_compile_args=compile_args, extra_link_args=link_args)
+
+
+extensions = [
+    extension("fuel_kernel._dispatch", ["fuel_kernel/_dispatch.pyx", "fuel_kernel/_core/table.c"],
+              extra_macros=[("FK_BUILDING_CORE", "1")], extra_includes=["fuel_kernel/_core"]),
+]
+for path in sorted(glob.glob("fuel_kernel/**/*.pyx", recursive=True)):
+    name = path[:-len(".pyx")].replace("/", ".")
+    if name != "fuel_kernel._dispatch":
+        extensions.append(extension(name, [path], extra_includes=[os.path.dirname(path)]))
+
+setup(
+    ext_modules=cythonize(extensions, compiler_directives=directives,
+                          nthreads=os.cpu_count() or 1, quiet=True),
+)
