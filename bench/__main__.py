@@ -1,0 +1,55 @@
+"""Run the benchmarks: python -m bench [--only SUBSTRING] [--json PATH] [--quick].
+
+Prints one table: case, contender, best time per call, ratio to the case's baseline.
+"""
+import argparse
+import importlib
+import json
+import os
+import pkgutil
+import sys
+
+from bench.harness import format_seconds, time_case
+
+
+def benchmark_modules():
+    here = os.path.dirname(os.path.abspath(__file__))
+    for info in sorted(pkgutil.iter_modules([here]), key=lambda m: m.name):
+        if info.name.startswith("bench_"):
+            yield importlib.import_module(f"bench.{info.name}")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--only", default="", help="run cases whose name contains this text")
+    parser.add_argument("--json", default=None, help="also write the results to this JSON file")
+    parser.add_argument("--quick", action="store_true", help="fewer repeats (a smoke run)")
+    args = parser.parse_args(argv)
+    repeats, min_seconds = (2, 0.01) if args.quick else (7, 0.1)
+    results = []
+    print(f"{'case':58} {'contender':28} {'time':>10} {'ratio':>8}")
+    for module in benchmark_modules():
+        for case in module.cases():
+            if args.only and args.only not in case.name:
+                continue
+            best = time_case(case, repeats=repeats, min_seconds=min_seconds)
+            base = best[case.baseline]
+            for name, seconds in best.items():
+                print(f"{case.name[:58]:58} {name[:28]:28} {format_seconds(seconds):>10} {seconds / base:>7.3f}x")
+                results.append({"case": case.name, "contender": name, "seconds": seconds,
+                                "ratio_to_baseline": seconds / base, "baseline": case.baseline,
+                                "target": case.target})
+            for name, reason in case.skipped.items():
+                print(f"{case.name[:58]:58} {name[:28]:28} {'skipped':>10}  {reason}")
+                results.append({"case": case.name, "contender": name, "skipped": reason})
+            if case.target:
+                print(f"{'':58} target: {case.target}")
+            sys.stdout.flush()
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(results, handle, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""The benchmark harness: cases with contenders, timed in one run, reported as ratios.
+
+A benchmark module under bench/ (bench_*.py) defines cases() yielding Case objects.  Each case
+names a baseline contender (usually NumPy) and any number of others; a peer whose package is not
+installed is listed in `skipped` with the reason instead.  The runner (python -m bench) times every
+contender in the same process, interleaving repeats so machine noise hits all of them alike, and
+prints one table of best times and ratios to the baseline (ratio < 1 = faster than the baseline).
+"""
+import gc
+import importlib
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional
+
+
+@dataclass
+class Case:
+    name: str
+    contenders: Dict[str, Callable[[], object]]
+    baseline: str
+    target: str = ""                     # what the issue asks for, e.g. "fuel_kernel <= 1.05x numpy"
+    skipped: Dict[str, str] = field(default_factory=dict)
+    setup: Optional[Callable[[], None]] = None
+    single_thread: bool = True
+
+
+def optional_import(name):
+    """(module, None) if `name` imports, else (None, reason)."""
+    try:
+        return importlib.import_module(name), None
+    except Exception as exc:  # any failure means the peer is unavailable here
+        return None, f"{name} not installed ({type(exc).__name__})"
+
+
+def _calibrate(fn, min_seconds):
+    number = 1
+    while True:
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_seconds or number >= 1 << 24:
+            return number
+        number = max(number * 2, int(number * min_seconds / max(elapsed, 1e-9) * 1.2))
+
+
+def time_case(case: Case, repeats=7, min_seconds=0.05):
+    """Best seconds per call for every contender, repeats interleaved across contenders."""
+    if case.setup:
+        case.setup()
+    numbers = {name: _calibrate(fn, min_seconds) for name, fn in case.contenders.items()}
+    best = {name: float("inf") for name in case.contenders}
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(repeats):
+            for name, fn in case.contenders.items():
+                number = numbers[name]
+                start = time.perf_counter()
+                for _ in range(number):
+                    fn()
+                best[name] = min(best[name], (time.perf_counter() - start) / number)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return best
+
+
+def format_seconds(seconds):
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"
