@@ -349,24 +349,21 @@ cdef const fk_params *params_pointer(object params, fk_params *none) except NULL
 cdef object run_entry(const fk_snapshot *snapshot, const fk_entry *entry, const fk_key *key,
                       object inputs, object outputs, object params, bint check_dtypes):
     """Marshal operands, validate them against the key, call the kernel and raise on failure.
-    Returns the output operand (or tuple of outputs)."""
+    Returns the tuple of outputs (allocated when `outputs` is None)."""
     cdef fk_storage in_storage[FK_MAX_OPERANDS]
     cdef fk_storage out_storage[FK_MAX_OPERANDS]
     cdef fk_layout layouts[FK_MAX_OPERANDS]
     cdef fk_params none_params
     cdef const fk_params *cparams
     cdef int n_in = key.ndtypes - N_OUTPUTS, n_out, i, status
-    cdef bint single_output = False
     if len(inputs) != n_in:
         raise OperandCountError(f"{describe_key(key)} takes {n_in} input{'s' if n_in != 1 else ''}, "
                                 f"got {len(inputs)}")
     cparams = params_pointer(params, &none_params)
     if outputs is None:
         outputs = (allocate_output(key, tuple(inputs), params),)
-        single_output = True
     elif type(outputs) is not tuple and type(outputs) is not list:
         outputs = (outputs,)
-        single_output = True
     n_out = len(outputs)
     if n_out != N_OUTPUTS:
         raise OperandCountError(f"{describe_key(key)} writes {N_OUTPUTS} output, got {n_out}")
@@ -383,7 +380,7 @@ cdef object run_entry(const fk_snapshot *snapshot, const fk_entry *entry, const 
         status = fk_call(entry, in_storage, n_in, out_storage, n_out, layouts, cparams)
     if status != FK_OK:
         raise_status(status)
-    return outputs[0] if single_output else outputs
+    return outputs
 
 
 # ---- op parameters ----------------------------------------------------------------------------
@@ -735,10 +732,11 @@ cdef class Kernel:
         return k
 
     def __call__(self, *inputs, out=None, params=None):
-        return run_entry(self.snapshot, self.entry, &self.key, inputs, out, params, True)
+        """Run on `inputs`, writing `out` (allocated when omitted); returns the output."""
+        return run_entry(self.snapshot, self.entry, &self.key, inputs, out, params, True)[0]
 
     def run(self, inputs, outputs, params=None):
-        """The explicit form: k.run([a, b], [c], params).  Returns the outputs."""
+        """The explicit form: k.run([a, b], [c], params).  Returns the tuple of outputs."""
         return run_entry(self.snapshot, self.entry, &self.key, tuple(inputs),
                          tuple(outputs) if outputs is not None else None, params, True)
 
@@ -1114,6 +1112,8 @@ cdef class Transaction:
         return self
 
     def __exit__(self, exc_type, exc, tb):
+        if self.txn == NULL:             # committed or aborted explicitly inside the block
+            return False
         if exc_type is not None:
             self.abort()
             return False
@@ -1174,8 +1174,9 @@ cdef int operand_dtype(object obj) except -2:
 
 
 def dispatch(op, inputs, outputs=None, params=None, backend=0):
-    """Run op on inputs (writing outputs, or allocating them) with the kernel the table holds for
-    the operands' dtypes.  Output dtype, when outputs is None, follows the op's schema."""
+    """Run op on inputs, writing `outputs` (or allocating them), with the first usable kernel the
+    table holds for the operands' dtypes; returns the output.  Without outputs, the output's
+    dtype and shape follow the op's schema (fuel_kernel.ops)."""
     global dispatch_snapshot, dispatch_generation
     cdef fk_dtypes dts
     cdef fk_key key
@@ -1219,7 +1220,7 @@ def dispatch(op, inputs, outputs=None, params=None, backend=0):
         entry = fk_lookup_with_caps(snapshot, &key, 0)
         if entry == NULL:
             raise NoKernelError(miss_message(snapshot, &key))
-        return run_entry(snapshot, entry, &key, inputs, outputs, params, False)
+        return run_entry(snapshot, entry, &key, inputs, outputs, params, False)[0]
     finally:
         fk_release(snapshot)
 
