@@ -2,8 +2,8 @@
 
 Every Cython directive and compiler flag lives here.  Environment switches:
   FUEL_KERNEL_DEBUG=1                  bounds checks, C asserts, -O1 -g
-  FUEL_KERNEL_SANITIZE=address,undefined  build with those sanitizers (run with the ASan runtime
-                                       preloaded; see tests/README in the repository)
+  FUEL_KERNEL_SANITIZE=address,undefined  build with those sanitizers (run under CPython with the
+                                       gcc runtimes preloaded: tools/sanitize.sh does both)
 Kernel C code selects AVX2 / AVX-512 at run time itself (target_clones), so the build never
 assumes the build machine's CPU.
 """
@@ -35,7 +35,8 @@ if DEBUG:
 else:
     compile_args += ["-O3"]
 if SANITIZE:
-    compile_args += [f"-fsanitize={SANITIZE}", "-fno-omit-frame-pointer", "-g"]
+    # every finding stops the process (UBSan would otherwise print and carry on)
+    compile_args += [f"-fsanitize={SANITIZE}", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g"]
     link_args += [f"-fsanitize={SANITIZE}"]
 
 include_dirs = ["fuel_kernel/include", numpy.get_include()]

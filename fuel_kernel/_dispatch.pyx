@@ -488,7 +488,19 @@ cdef int _dims_into(object dims, int8_t *out, const char *what) except -1:
 
 
 def _make_params(str family, **fields):
-    """Build an OpParams of one family; used by fuel_kernel.params (the public constructors)."""
+    """Build an OpParams of one family; used by fuel_kernel.params (the public constructors).
+
+    Every rejected argument is a ParamsError, including values that do not fit the C field
+    (OverflowError) or are not numbers at all (TypeError / ValueError from int())."""
+    try:
+        return _build_params(family, fields)
+    except FuelKernelError:
+        raise
+    except (OverflowError, TypeError, ValueError, KeyError) as exc:
+        raise ParamsError(f"invalid {family} params: {exc}") from None
+
+
+cdef OpParams _build_params(str family, dict fields):
     cdef OpParams p = OpParams.__new__(OpParams)
     cdef fk_params *c = &p.c
     cdef int i
@@ -558,7 +570,7 @@ def _make_params(str family, **fields):
         c.u.affine.add = fields["add"]
     elif family == "clamp":
         c.kind = FK_PARAMS_CLAMP
-        if fields["min"] > fields["max"]:
+        if not fields["min"] <= fields["max"]:          # also refuses NaN bounds
             raise ParamsError(f"clamp min {fields['min']} exceeds max {fields['max']}")
         c.u.clamp.min = fields["min"]
         c.u.clamp.max = fields["max"]

@@ -6,6 +6,7 @@ RuntimeFusedLookup outcomes.  They are plain data; the C structs they mirror liv
 from dataclasses import dataclass
 from typing import NamedTuple, Optional
 
+from .errors import ParamsError
 from .types import Backend, DType, OpKind
 
 KEY_STATIC = 0
@@ -97,7 +98,7 @@ class MatmulM:
     def rows(cls, n):
         n = int(n)
         if n < 0:
-            raise ValueError(f"MatmulM.rows needs a non-negative count, not {n}")
+            raise ParamsError(f"MatmulM.rows needs a non-negative count, not {n}")
         return cls(cls.ROWS_KIND, n)
 
     @classmethod
@@ -105,7 +106,7 @@ class MatmulM:
         """The row count is read at run time from scalar input operand number `operand`."""
         operand = int(operand)
         if operand < 0:
-            raise ValueError(f"MatmulM.deferred needs an operand index, not {operand}")
+            raise ParamsError(f"MatmulM.deferred needs an operand index, not {operand}")
         return cls(cls.DEFERRED_KIND, operand)
 
 

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Build fuel_kernel with AddressSanitizer + UndefinedBehaviorSanitizer in a scratch copy of this
+# tree and run the test suite (or the pytest arguments given) under it; exit non-zero on any
+# sanitizer report or test failure.
+#
+#   tools/sanitize.sh                      # whole suite
+#   tools/sanitize.sh tests/test_fuzz.py   # a subset (any pytest arguments)
+#   FK_SANITIZE_DIR=/tmp/x FK_SANITIZE_REUSE=1 tools/sanitize.sh ...   # reuse an existing build
+#
+# CPython itself is not instrumented, so the gcc ASan/UBSan runtimes are LD_PRELOADed into the
+# interpreter.  Leak detection is off: CPython keeps interned objects and arenas alive until exit
+# by design, and the table's own C allocations are checked exactly by tests/test_leaks.py through
+# allocated_bytes() and tracemalloc instead.  Reports go to per-process log files (subprocesses
+# such as the coverage CLI tests inherit the environment), and any log file fails the run.
+set -euo pipefail
+here="$(cd "$(dirname "$0")/.." && pwd)"
+scratch="${FK_SANITIZE_DIR:-/tmp/fuel_kernel-sanitize}"
+sanitizers="${FK_SANITIZERS:-address,undefined}"
+python="${PYTHON:-python}"
+
+if [[ "${FK_SANITIZE_REUSE:-0}" != "1" || ! -d "$scratch/fuel_kernel" ]]; then
+    rm -rf "$scratch"
+    mkdir -p "$scratch"
+    # tracked and untracked-but-not-ignored files: the working tree as it is, without build output
+    (cd "$here" && git ls-files -co --exclude-standard -z | xargs -0 tar cf - 2>/dev/null) | tar xf - -C "$scratch"
+    echo "sanitize: building ($sanitizers) in $scratch"
+    (cd "$scratch" && FUEL_KERNEL_SANITIZE="$sanitizers" "$python" setup.py build_ext --inplace -q \
+        > build.log 2>&1) || { tail -40 "$scratch/build.log"; exit 1; }
+fi
+
+logs="$scratch/sanitizer-logs"
+rm -rf "$logs"
+mkdir -p "$logs"
+preload="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)"
+export LD_PRELOAD="$preload"
+export ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:abort_on_error=0:exitcode=86:allocator_may_return_null=1:log_path=$logs/asan:${ASAN_OPTIONS_EXTRA:-}"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:exitcode=87:log_path=$logs/ubsan"
+export PYTHONPATH="$scratch${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONMALLOC=malloc              # pymalloc arenas would hide Python-object overruns from ASan
+export FUEL_KERNEL_SANITIZED=1         # tests skip RSS thresholds: ASan's quarantine holds freed memory
+
+status=0
+(cd "$scratch" && "$python" -m pytest -q -p no:cacheprovider "${@:-tests}") || status=$?
+if compgen -G "$logs/*" > /dev/null; then
+    echo "sanitize: sanitizer reports:" >&2
+    cat "$logs"/* >&2
+    exit 1
+fi
+if [[ $status -ne 0 ]]; then
+    echo "sanitize: tests failed (exit $status)" >&2
+    exit $status
+fi
+echo "sanitize: no sanitizer report; tests passed"
