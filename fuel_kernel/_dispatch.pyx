@@ -960,8 +960,12 @@ cdef class BindingTable:
 
 
 cdef str miss_message(const fk_snapshot *snapshot, const fk_key *key):
-    """A short NoKernelError message: the key, the nearest keys, and a cast that would resolve it."""
+    """A short NoKernelError message: the key, the nearest keys, and a cast that would resolve it.
+
+    Keys are kept as C structs and referred to by index: a Python dict made from an fk_key turns
+    its uint8 dtype codes into bytes cut at the first 0 (BOOL), which lost dtypes."""
     cdef fk_key other
+    cdef fk_key best
     cdef fk_key cast_key
     cdef fk_dtypes cast_dtypes
     cdef int64_t k
@@ -976,44 +980,38 @@ cdef str miss_message(const fk_snapshot *snapshot, const fk_key *key):
             differ = 0
             for i in range(key.ndtypes):
                 differ += other.dtypes[i] != key.dtypes[i]
-            same_backend.append((differ, k, other))
+            same_backend.append((differ, k))
         elif other.backend != key.backend and other.ndtypes == key.ndtypes and \
                 memcmp(other.dtypes, key.dtypes, key.ndtypes) == 0:
-            other_backend.append(other)
+            other_backend.append(other.backend)
     lines = [f"no kernel for {describe_key(key)}"]
-    same_backend.sort(key=lambda row: (row[0], row[1]))
+    same_backend.sort()
     if same_backend:
-        lines.append("  registered with other dtypes: " + "; ".join(
-            describe_key_dict(row[2]) for row in same_backend[:3]) + (" ..." if len(same_backend) > 3 else ""))
-        _, _, best = same_backend[0]
+        nearest = []
+        for _, k in same_backend[:3]:
+            fk_snapshot_key_at(snapshot, k, &other)
+            nearest.append(describe_key(&other))
+        lines.append("  registered with other dtypes: " + "; ".join(nearest)
+                     + (" ..." if len(same_backend) > 3 else ""))
+        fk_snapshot_key_at(snapshot, same_backend[0][1], &best)
         casts = []
         for i in range(key.ndtypes - N_OUTPUTS):
-            if best["dtypes"][i] != key.dtypes[i]:
+            if best.dtypes[i] != key.dtypes[i]:
                 cast_dtypes.n = 2
                 cast_dtypes.v[0] = key.dtypes[i]
-                cast_dtypes.v[1] = best["dtypes"][i]
+                cast_dtypes.v[1] = best.dtypes[i]
                 cast_key = fk_key_make(FK_KEY_STATIC, FK_OP_CAST, &cast_dtypes, key.backend)
                 available = fk_lookup(snapshot, &cast_key).n_entries > 0
                 casts.append(f"cast input {i} {DType(key.dtypes[i]).short_name}->"
-                             f"{DType(best['dtypes'][i]).short_name}" + ("" if available else " (no CAST kernel for that either)"))
-        if casts and all(best["dtypes"][i] == key.dtypes[i] for i in range(key.ndtypes - N_OUTPUTS, key.ndtypes)):
+                             f"{DType(best.dtypes[i]).short_name}" + ("" if available else " (no CAST kernel for that either)"))
+        if casts and all(best.dtypes[i] == key.dtypes[i] for i in range(key.ndtypes - N_OUTPUTS, key.ndtypes)):
             lines.append("  to resolve: " + ", ".join(casts))
     if other_backend:
         lines.append("  same dtypes on other backends: " + ", ".join(
-            backend_name(o["backend"]) for o in other_backend[:4]))
+            backend_name(b) for b in other_backend[:4]))
     if not same_backend and not other_backend:
         lines.append("  no kernel for this op is registered on any backend")
     return "\n".join(lines)
-
-
-cdef str describe_key_dict(dict key_fields):
-    cdef fk_key key
-    cdef fk_dtypes dts
-    dts.n = len(key_fields["dtypes"])
-    for i, d in enumerate(key_fields["dtypes"]):
-        dts.v[i] = d
-    key = fk_key_make(key_fields["kind"], key_fields["id"], &dts, key_fields["backend"])
-    return describe_key(&key)
 
 
 def bindings():

@@ -1,0 +1,492 @@
+"""NumPy references for fuel_kernel ops: a registry OpKind -> Oracle, used by the fuzz suite.
+
+An oracle takes the call's inputs (NumPy arrays, read before the call), its params, the output
+dtype and shape, and returns the expected output (compared elementwise by `compare`), raises
+ExpectError(cls) when the call must fail with a FuelKernelError, or raises Skip when it cannot
+judge the case (for instance params of another family, where kernels may refuse or ignore them).
+
+Semantics follow DESIGN.md and the family headers: F16/BF16 compute in F32 and round once;
+integer arithmetic wraps; integer DIV/REM are floor division/remainder and fail on a zero divisor;
+reductions over empty dims reduce everything.  Tolerances (TOLERANCES, per output dtype and per
+op class): ints and bools are exact; exactly-rounded float ops (arithmetic, CAST, rounding
+functions, comparisons) are exact up to the double rounding of a half type (1 ulp); transcendental
+ops get a few ulp; sums, products of many terms, matmul, softmax and norms get an error bound that
+grows with the reduced length.  An op without an entry here is still fuzzed for "typed exception
+or success, never a crash, never a partial write".
+"""
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import ml_dtypes
+import numpy as np
+
+import fuel_kernel as fk
+
+D = fk.DType
+HALF = (D.F16, D.BF16)
+
+
+class Skip(Exception):
+    """The oracle cannot judge this case; only the crash / partial-write properties apply."""
+
+
+class ExpectError(Exception):
+    """The call must raise a FuelKernelError (ideally `cls`)."""
+
+    def __init__(self, cls):
+        super().__init__(cls.__name__)
+        self.cls = cls
+
+
+@dataclass(frozen=True)
+class Oracle:
+    fn: Callable                      # (inputs, params, out_dtype, out_shape) -> expected array
+    kind: str = "exact"               # tolerance class: exact | transcendental | accumulate
+    strict: bool = True               # a valid case must succeed (not just raise a typed error)
+
+
+ORACLES = {}
+
+# (rtol, atol) for floats per tolerance class and output dtype; `accumulate` also scales with the
+# reduced length n (see tolerance()).
+EPS = {D.F16: 2.0 ** -10, D.BF16: 2.0 ** -7, D.F32: 2.0 ** -23, D.F64: 2.0 ** -52}
+TOLERANCES = {
+    "exact": {d: (EPS[d] if d in HALF else 0.0, 0.0) for d in EPS},
+    "transcendental": {D.F16: (2e-3, 1e-4), D.BF16: (1.6e-2, 1e-3), D.F32: (8e-6, 1e-6),
+                       D.F64: (1e-13, 1e-15)},
+}
+
+
+def tolerance(kind, dtype, n=1):
+    dtype = D(dtype)
+    if kind == "accumulate":
+        eps = EPS[dtype]
+        return (max(8 * eps, 4e-6 if dtype != D.F64 else 0) * max(1.0, math.log2(max(n, 2))) + eps,
+                8 * eps * max(n, 1))
+    return TOLERANCES[kind][dtype]
+
+
+def compute_dtype(dtype):
+    """Where a kernel computes: F16/BF16 in F32, everything else in itself."""
+    dtype = D(dtype)
+    if dtype in HALF:
+        return np.dtype(np.float32)
+    return dtype.numpy
+
+
+def up(x):
+    x = np.asarray(x)
+    if x.dtype in (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)):
+        return x.astype(np.float32)
+    return x
+
+
+def to(values, dtype):
+    """Round computed values to the output dtype (BF16 through F32, as ml_dtypes)."""
+    dtype = D(dtype)
+    values = np.asarray(values)
+    with np.errstate(all="ignore"):
+        if dtype == D.BF16 and values.dtype == np.float64:
+            values = values.astype(np.float32)
+        if not dtype.is_float and dtype != D.BOOL and values.dtype.kind == "f":
+            raise Skip("float result into an integer output")
+        return values.astype(dtype.numpy)
+
+
+def register(ops, kind="exact", strict=True):
+    def wrap(fn):
+        for op in ops:
+            ORACLES[op] = Oracle(fn, kind, strict)
+        return fn
+    return wrap
+
+
+def params_family(params):
+    return "none" if params is None else params.kind
+
+
+def need_params(params, *families):
+    if params_family(params) not in families:
+        raise Skip(f"params {params_family(params)} is not {families}")
+
+
+# ---- CAST, CONTIGUIZE ----------------------------------------------------------------------------
+def cast_values(x, dst):
+    """The documented CAST rules (README): saturating float->int, NaN->0, BF16 via F32."""
+    src_dtype = np.asarray(x).dtype
+    dst = D(dst)
+    x = np.asarray(x)
+    if src_dtype == dst.numpy:
+        return x.copy()
+    if x.dtype.kind == "f" or x.dtype == np.dtype(ml_dtypes.bfloat16):
+        if dst != D.BOOL and not dst.is_float:
+            v = x.astype(np.float64)
+            t = np.trunc(np.where(np.isnan(v), 0.0, v))
+            info = np.iinfo(dst.numpy)
+            out = np.clip(t, info.min, info.max)
+            res = np.zeros(x.shape, dtype=dst.numpy)
+            low, high = t <= info.min, t >= info.max
+            mid = ~(low | high)
+            res[low] = info.min
+            res[high] = info.max
+            res[mid] = out[mid].astype(dst.numpy)
+            return res
+    if dst == D.BF16 and x.dtype == np.float64:
+        return x.astype(np.float32).astype(ml_dtypes.bfloat16)
+    with np.errstate(all="ignore"):
+        return x.astype(dst.numpy)
+
+
+@register([fk.OpKind.CAST, fk.OpKind.CONTIGUIZE])
+def _copy(inputs, params, out_dtype, out_shape):
+    (x,) = inputs
+    try:
+        x = np.broadcast_to(x, out_shape)
+    except ValueError:
+        raise ExpectError(fk.ShapeError) from None
+    return cast_values(x, out_dtype)
+
+
+# ---- elementwise ---------------------------------------------------------------------------------
+def broadcast_inputs(inputs, out_shape):
+    try:
+        return [np.broadcast_to(x, out_shape) for x in inputs]
+    except ValueError:
+        raise ExpectError(fk.ShapeError) from None
+
+
+def unary(fn, int_ok=False):
+    def oracle(inputs, params, out_dtype, out_shape):
+        need_params(params, "none")
+        (x,) = broadcast_inputs(inputs, out_shape)
+        if not D(out_dtype).is_float and not int_ok:
+            raise Skip("integer flavour not specified")
+        with np.errstate(all="ignore"):
+            return to(fn(up(x)), out_dtype)
+    return oracle
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _erf(x):
+    try:
+        from scipy.special import erf
+        return erf(x).astype(x.dtype)
+    except ImportError:
+        return np.vectorize(math.erf, otypes=[x.dtype])(x)
+
+
+def _gelu_tanh(x):
+    c = np.asarray(math.sqrt(2.0 / math.pi), dtype=x.dtype)
+    return 0.5 * x * (1 + np.tanh(c * (x + np.asarray(0.044715, x.dtype) * x * x * x)))
+
+
+def _gelu_erf(x):
+    return 0.5 * x * (1 + _erf(x / np.asarray(math.sqrt(2.0), x.dtype)))
+
+
+EXACT_UNARY = {
+    fk.OpKind.NEG: np.negative, fk.OpKind.ABS: np.abs, fk.OpKind.SQR: np.square,
+    fk.OpKind.SQRT: np.sqrt, fk.OpKind.RECIP: np.reciprocal, fk.OpKind.FLOOR: np.floor,
+    fk.OpKind.CEIL: np.ceil, fk.OpKind.ROUND: np.rint, fk.OpKind.SIGN: np.sign,
+    fk.OpKind.RELU: lambda x: np.where(x > 0, x, np.zeros_like(x)),
+}
+INT_UNARY = {fk.OpKind.NEG, fk.OpKind.ABS, fk.OpKind.SQR, fk.OpKind.SIGN, fk.OpKind.RELU}
+TRANSCENDENTAL_UNARY = {
+    fk.OpKind.RSQRT: lambda x: 1 / np.sqrt(x), fk.OpKind.EXP: np.exp, fk.OpKind.LOG: np.log,
+    fk.OpKind.SIN: np.sin, fk.OpKind.COS: np.cos, fk.OpKind.TANH: np.tanh,
+    fk.OpKind.SIGMOID: _sigmoid, fk.OpKind.SILU: lambda x: x * _sigmoid(x),
+    fk.OpKind.GELU: _gelu_tanh, fk.OpKind.GELU_ERF: _gelu_erf, fk.OpKind.ERF: _erf,
+}
+
+for _op, _fn in EXACT_UNARY.items():
+    # RELU of NaN and SIGN of NaN/-0.0 are conventions: mask() leaves NaN inputs out for them
+    ORACLES[_op] = Oracle(unary(_fn, int_ok=_op in INT_UNARY), "exact")
+for _op, _fn in TRANSCENDENTAL_UNARY.items():
+    ORACLES[_op] = Oracle(unary(_fn), "transcendental")
+
+
+@register([fk.OpKind.STEP])
+def _step(inputs, params, out_dtype, out_shape):
+    need_params(params, "none")
+    (x,) = broadcast_inputs(inputs, out_shape)
+    if not D(out_dtype).is_float:
+        raise Skip("integer STEP not specified")
+    return to(np.where(up(x) > 0, 1.0, 0.0).astype(compute_dtype(out_dtype)), out_dtype)
+
+
+def binary(fn, bool_fn=None):
+    def oracle(inputs, params, out_dtype, out_shape):
+        need_params(params, "none")
+        a, b = broadcast_inputs(inputs, out_shape)
+        if a.dtype == np.bool_:
+            if bool_fn is None:
+                raise Skip("bool flavour not specified")
+            return to(bool_fn(a, b), out_dtype)
+        with np.errstate(all="ignore"):
+            return to(fn(up(a), up(b)), out_dtype)
+    return oracle
+
+
+def _int_division(fn):
+    def oracle(a, b):
+        if a.dtype.kind in "iu":
+            if (b == 0).any():
+                raise ExpectError(fk.KernelZeroDivisionError)
+            return fn(a, b)
+        return (np.divide if fn is np.floor_divide else np.remainder)(a, b)
+    return oracle
+
+
+def _pow(a, b):
+    if a.dtype.kind in "iu":
+        if (b < 0).any():
+            raise ExpectError(fk.ParamsError)
+        return np.power(a, b)
+    return np.power(a, b)
+
+
+ORACLES[fk.OpKind.ADD] = Oracle(binary(np.add, np.logical_or))
+ORACLES[fk.OpKind.SUB] = Oracle(binary(np.subtract))
+ORACLES[fk.OpKind.MUL] = Oracle(binary(np.multiply, np.logical_and))
+ORACLES[fk.OpKind.DIV] = Oracle(binary(_int_division(np.floor_divide)))
+ORACLES[fk.OpKind.REM] = Oracle(binary(_int_division(np.remainder)))
+ORACLES[fk.OpKind.MAXIMUM] = Oracle(binary(np.maximum, np.logical_or))
+ORACLES[fk.OpKind.MINIMUM] = Oracle(binary(np.minimum, np.logical_and))
+ORACLES[fk.OpKind.POW] = Oracle(binary(_pow), "transcendental")
+
+for _op, _fn in ((fk.OpKind.EQ, np.equal), (fk.OpKind.NE, np.not_equal), (fk.OpKind.LT, np.less),
+                 (fk.OpKind.LE, np.less_equal), (fk.OpKind.GT, np.greater),
+                 (fk.OpKind.GE, np.greater_equal)):
+    ORACLES[_op] = Oracle((lambda f: lambda inputs, params, out_dtype, out_shape: (
+        need_params(params, "none"),
+        to(f(*[up(x) for x in broadcast_inputs(inputs, out_shape)]), out_dtype))[1])(_fn))
+
+
+@register([fk.OpKind.WHERE])
+def _where(inputs, params, out_dtype, out_shape):
+    need_params(params, "none")
+    cond, a, b = broadcast_inputs(inputs, out_shape)
+    return to(np.where(cond.astype(bool), a, b), out_dtype)
+
+
+@register([fk.OpKind.AFFINE], kind="transcendental")
+def _affine(inputs, params, out_dtype, out_shape):
+    need_params(params, "affine")
+    (x,) = broadcast_inputs(inputs, out_shape)
+    if not D(out_dtype).is_float:
+        raise Skip("integer AFFINE rounding not specified")
+    f = params.fields()
+    with np.errstate(all="ignore"):
+        return to(up(x).astype(np.float64) * f["mul"] + f["add"], out_dtype)
+
+
+@register([fk.OpKind.CLAMP])
+def _clamp(inputs, params, out_dtype, out_shape):
+    need_params(params, "clamp")
+    (x,) = broadcast_inputs(inputs, out_shape)
+    f = params.fields()
+    if not D(out_dtype).is_float:
+        raise Skip("integer CLAMP bound rounding not specified")
+    lo = np.asarray(f["min"]).astype(compute_dtype(out_dtype))
+    hi = np.asarray(f["max"]).astype(compute_dtype(out_dtype))
+    return to(np.minimum(np.maximum(up(x), lo), hi), out_dtype)
+
+
+@register([fk.OpKind.POWI], kind="transcendental")
+def _powi(inputs, params, out_dtype, out_shape):
+    need_params(params, "powi")
+    (x,) = broadcast_inputs(inputs, out_shape)
+    if not D(out_dtype).is_float:
+        raise Skip("integer POWI not specified")
+    e = params.fields()["exp"]
+    if abs(e) > 16:
+        raise Skip("repeated-multiplication error grows with |exp|")
+    with np.errstate(all="ignore"):
+        return to(np.power(up(x).astype(np.float64), float(e)), out_dtype)
+
+
+# ---- reductions ----------------------------------------------------------------------------------
+def reduce_axes(x, params):
+    need_params(params, "none", "reduce")
+    fields = params.fields() if params is not None and params.kind == "reduce" else {}
+    dims = fields.get("dims", ())
+    if not dims:
+        return tuple(range(x.ndim)), bool(fields.get("keepdim", False))
+    axes = []
+    for d in dims:
+        n = d + x.ndim if d < 0 else d
+        if not 0 <= n < x.ndim:
+            raise ExpectError(fk.ParamsError)
+        axes.append(n)
+    return tuple(sorted(axes)), bool(fields.get("keepdim", False))
+
+
+def reduction(name):
+    def oracle(inputs, params, out_dtype, out_shape):
+        (x,) = inputs
+        axes, keepdim = reduce_axes(x, params)
+        n = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+        if n == 0 and name in ("max", "min", "argmax", "argmin"):
+            raise ExpectError(fk.ShapeError)
+        with np.errstate(all="ignore"):
+            if name in ("argmax", "argmin"):
+                moved = np.moveaxis(x, axes, range(x.ndim - len(axes), x.ndim))
+                flat = up(moved).reshape(moved.shape[:x.ndim - len(axes)] + (n,))
+                if flat.dtype == np.bool_:
+                    flat = flat.astype(np.uint8)
+                r = (np.argmax if name == "argmax" else np.argmin)(flat, axis=-1)
+                if keepdim:
+                    r = r.reshape(tuple(1 if d in axes else s for d, s in enumerate(x.shape)))
+                return r.astype(np.int64)
+            if x.dtype == np.bool_ and name in ("max", "min"):
+                r = (np.any if name == "max" else np.all)(x, axis=axes, keepdims=keepdim)
+                return r
+            if name in ("sum", "prod", "mean"):
+                acc = np.float64 if x.dtype.kind == "f" or x.dtype == ml_dtypes.bfloat16 else np.int64
+                if name == "mean":
+                    acc = np.float64
+                r = getattr(np, name)(x.astype(acc), axis=axes, keepdims=keepdim)
+                if name == "mean" and n == 0:
+                    r = np.full(r.shape, np.nan)
+            else:
+                r = getattr(np, name)(up(x), axis=axes, keepdims=keepdim)
+        return to(r, out_dtype)
+    return oracle
+
+
+for _op in (fk.OpKind.SUM, fk.OpKind.MEAN, fk.OpKind.PROD):
+    ORACLES[_op] = Oracle(reduction(_op.name.lower()), "accumulate", strict=False)
+for _op in (fk.OpKind.MAX, fk.OpKind.MIN, fk.OpKind.ARGMAX, fk.OpKind.ARGMIN):
+    ORACLES[_op] = Oracle(reduction(_op.name.lower()), "exact", strict=False)
+
+
+# ---- matmul, softmax, norms -----------------------------------------------------------------------
+@register([fk.OpKind.MATMUL], kind="accumulate", strict=False)
+def _matmul(inputs, params, out_dtype, out_shape):
+    if len(inputs) != 2:
+        raise Skip("DEFERRED row count operand")
+    a, b = inputs
+    if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
+        raise ExpectError(fk.ShapeError)
+    rows = a.shape[-2]
+    if params is not None:
+        need_params(params, "matmul", "none")
+        if params.kind == "matmul":
+            f = params.fields()
+            if (f["m"], f["n"], f["k"]) != (a.shape[-2], b.shape[-1], a.shape[-1]):
+                raise Skip("params disagree with the operand shapes")
+            mc = f["m_compute"]
+            if mc.kind == fk.MatmulM.DEFERRED_KIND:
+                raise Skip("deferred")
+            if mc.kind == fk.MatmulM.ROWS_KIND:
+                rows = mc.value
+    if a.dtype.kind in "iub":
+        r = np.matmul(a.astype(np.int64), b.astype(np.int64))
+    else:
+        r = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    r[..., rows:, :] = 0
+    return to(r, out_dtype)
+
+
+def last_dim(fn):
+    def oracle(inputs, params, out_dtype, out_shape):
+        x = inputs[0]
+        if not D(out_dtype).is_float:
+            raise Skip("float ops only")
+        with np.errstate(all="ignore"):
+            return to(fn(up(x).astype(np.float64), inputs[1:], params), out_dtype)
+    return oracle
+
+
+def _softmax(x, extra, params):
+    if extra:
+        raise Skip("extra operands")
+    need_params(params, "none", "softmax_last_dim")
+    m = np.max(x, axis=-1, keepdims=True)
+    e = np.exp(x - m)
+    return e / np.sum(e, axis=-1, keepdims=True)
+
+
+def _log_softmax(x, extra, params):
+    if extra:
+        raise Skip("extra operands")
+    need_params(params, "none", "softmax_last_dim")
+    m = np.max(x, axis=-1, keepdims=True)
+    return x - m - np.log(np.sum(np.exp(x - m), axis=-1, keepdims=True))
+
+
+def _norm_eps(params):
+    need_params(params, "norm_last_dim")
+    return params.fields()["eps"]
+
+
+def _affine_tail(y, extra):
+    if len(extra) >= 1:
+        y = y * up(extra[0]).astype(np.float64)
+    if len(extra) >= 2:
+        y = y + up(extra[1]).astype(np.float64)
+    return y
+
+
+def _rms_norm(x, extra, params):
+    eps = _norm_eps(params)
+    return _affine_tail(x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps), extra)
+
+
+def _layer_norm(x, extra, params):
+    eps = _norm_eps(params)
+    mu = np.mean(x, axis=-1, keepdims=True)
+    var = np.mean((x - mu) ** 2, axis=-1, keepdims=True)
+    return _affine_tail((x - mu) / np.sqrt(var + eps), extra)
+
+
+ORACLES[fk.OpKind.SOFTMAX_LAST_DIM] = Oracle(last_dim(_softmax), "accumulate", strict=False)
+ORACLES[fk.OpKind.LOG_SOFTMAX_LAST_DIM] = Oracle(last_dim(_log_softmax), "accumulate", strict=False)
+ORACLES[fk.OpKind.RMS_NORM] = Oracle(last_dim(_rms_norm), "accumulate", strict=False)
+ORACLES[fk.OpKind.LAYER_NORM] = Oracle(last_dim(_layer_norm), "accumulate", strict=False)
+
+
+# ---- comparison ----------------------------------------------------------------------------------
+NAN_CONVENTION_OPS = {fk.OpKind.RELU, fk.OpKind.SIGN, fk.OpKind.STEP, fk.OpKind.CLAMP}
+
+
+def compare(op, actual, expected, out_dtype, inputs, reduced=1):
+    """Assert `actual` matches `expected` within the op's tolerance class (see TOLERANCES)."""
+    oracle = ORACLES[op]
+    out_dtype = D(out_dtype)
+    actual = np.asarray(actual)
+    expected = np.asarray(expected)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    if not out_dtype.is_float:
+        np.testing.assert_array_equal(actual, expected)
+        return
+    a = actual.astype(np.float64)
+    e = expected.astype(np.float64)
+    skip = np.zeros(a.shape, dtype=bool)
+    if op in NAN_CONVENTION_OPS and inputs:
+        # what RELU/SIGN/STEP/CLAMP give for NaN (and SIGN for -0.0) is a convention of the kernel
+        skip |= np.isnan(np.broadcast_to(up(inputs[0]).astype(np.float64), a.shape))
+    nan_a, nan_e = np.isnan(a) & ~skip, np.isnan(e) & ~skip
+    assert (nan_a == nan_e).all(), f"NaN mismatch at {np.argwhere(nan_a != nan_e)[:5].tolist()}"
+    check = ~(np.isnan(e) | skip)
+    rtol, atol = tolerance(oracle.kind, out_dtype, reduced)
+    if op in (fk.OpKind.DIV, fk.OpKind.REM, fk.OpKind.POWI, fk.OpKind.RECIP) and out_dtype in HALF:
+        rtol = max(rtol, EPS[out_dtype])        # F32 then half: a double rounding of one ulp
+    if oracle.kind == "exact" and rtol == 0 and atol == 0:
+        bad = check & (a != e)
+    else:
+        with np.errstate(all="ignore"):
+            diff = np.abs(a - e)
+            bad = check & (a != e) & ~(diff <= atol + rtol * np.abs(e))
+            # near an overflow threshold one side may round to Inf and the other to the largest finite
+            big = np.finfo(np.float16).max if out_dtype == D.F16 else (
+                float(ml_dtypes.finfo(ml_dtypes.bfloat16).max) if out_dtype == D.BF16 else
+                np.finfo(out_dtype.numpy).max)
+            bad &= ~(np.isinf(a) & (np.abs(e) >= big * (1 - 4 * rtol)) & (np.sign(a) == np.sign(e)))
+            bad &= ~(np.isinf(e) & (np.abs(a) >= big * (1 - 4 * rtol)) & (np.sign(a) == np.sign(e)))
+    assert not bad.any(), (f"{op.name} {out_dtype.name}: mismatch at {np.argwhere(bad)[:5].tolist()}: "
+                           f"got {a[bad][:5]} expected {e[bad][:5]} (rtol {rtol}, atol {atol})")
