@@ -207,8 +207,7 @@ cdef tuple key_dtypes(const fk_key *key):
 
 
 cdef str describe_key(const fk_key *key):
-    op = key_op(key)
-    name = op.short_name if key.kind == FK_KEY_STATIC else op.name
+    name = OpKind(key.id).short_name if key.kind == FK_KEY_STATIC else f"fused#{key.id}"
     dts = ", ".join(DType(key.dtypes[i]).short_name for i in range(key.ndtypes))
     return f"{name}({dts}) on {backend_name(key.backend)}"
 
@@ -929,6 +928,19 @@ cdef class BindingTable:
     def key_count(self):
         return fk_snapshot_key_count(self.snapshot)
 
+    def pick(self, op, dtypes, backend, operands, params=None, *, measure=False, max_ulp=None):
+        """The Kernel the route picker would choose at this key for these operands (inputs then
+        outputs, as arrays or shapes): the same choice Graph.compile makes for a node."""
+        from fuel_kernel import route
+        alternatives = self.alternatives(op, dtypes, backend)
+        if not alternatives:
+            self.lookup(op, dtypes, backend)          # raises NoKernelError with the nearest keys
+        shapes = [tuple(o) if isinstance(o, tuple) else np.shape(o) for o in operands]
+        broadcast = any(shape != shapes[-1] for shape in shapes[:-1]) or any(
+            isinstance(o, np.ndarray) and 0 in o.strides and o.size > 1 for o in operands[:-1])
+        return route.pick(alternatives, shapes, params, broadcast_inputs=broadcast, measure=measure,
+                          max_ulp=max_ulp, describe=describe_key_dict_from(op, dtypes, backend)).kernel
+
     def __len__(self):
         return fk_snapshot_entry_count(self.snapshot)
 
@@ -1002,6 +1014,26 @@ cdef str describe_key_dict(dict key_fields):
         dts.v[i] = d
     key = fk_key_make(key_fields["kind"], key_fields["id"], &dts, key_fields["backend"])
     return describe_key(&key)
+
+
+cdef str describe_key_dict_from(object op, object dtypes, object backend):
+    cdef fk_key key
+    parse_key(op, dtypes, backend, &key)
+    return describe_key(&key)
+
+
+def call_kernel_capsule(capsule, dtypes, inputs, outputs, params=None):
+    """Run a kernel capsule that is not (yet) registered, with the same operand validation as a
+    Kernel call.  Graph.register_runtime_fused uses it to check a fused kernel before publishing."""
+    cdef fk_entry entry
+    cdef fk_key key
+    cdef fk_dtypes codes
+    memset(&entry, 0, sizeof(fk_entry))
+    entry.kernel = kernel_from_capsule(capsule)
+    entry.cost = fk_unknown_cost
+    parse_dtypes(dtypes, &codes)
+    key = fk_key_make(FK_KEY_RUNTIME_FUSED, 0, &codes, FK_BACKEND_CPU)
+    return run_entry(NULL, &entry, &key, tuple(inputs), tuple(outputs), params, True)
 
 
 def bindings():
