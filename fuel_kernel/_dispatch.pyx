@@ -698,6 +698,11 @@ cdef fk_kernel_fn kernel_from_capsule(object kernel) except NULL:
     return <fk_kernel_fn>PyCapsule_GetPointer(kernel, FK_KERNEL_CAPSULE_NAME)
 
 
+def kernel_address(kernel):
+    """The address of the KernelRef in a 'fuel_kernel.kernel' capsule (compare with Kernel.kernel_address)."""
+    return <uintptr_t>kernel_from_capsule(kernel)
+
+
 cdef fk_cost_fn cost_from_capsule(object cost) except? NULL:
     if cost is None:
         return NULL
@@ -804,6 +809,11 @@ cdef class Kernel:
                 stride *= shape[d]
         c = self.entry.cost(layouts, self.key.ndtypes, &dts, cparams)
         return CostEstimate(c.flops, c.bytes_moved, c.overhead_ns)
+
+    @property
+    def kernel_address(self):
+        """The kernel function's address: equal for two handles of the same KernelRef."""
+        return <uintptr_t>self.entry.kernel
 
     def capsule(self):
         """The kernel function as a 'fuel_kernel.kernel' PyCapsule, e.g. to register it elsewhere."""

@@ -217,8 +217,12 @@ def register_runtime_fused(name, decomposition, kernel, dtypes, backend=Backend.
             fused = FusedOp(_dispatch.new_runtime_fused_id(), name, len(inputs), pattern)
             _fused_by_signature[signature] = fused
             _fused_by_id[fused.id] = fused
+        key = BindingKey.runtime_fused(fused.id)
+        address = _dispatch.kernel_address(kernel)
+        if any(k.kernel_address == address for k in _dispatch.bindings().alternatives(key, dtypes, backend)):
+            return fused.id                      # already registered: registration is idempotent
         with _dispatch.edit_bindings() as tx:
-            tx.register(BindingKey.runtime_fused(fused.id), dtypes, backend, kernel, caps=caps,
+            tx.register(key, dtypes, backend, kernel, caps=caps,
                         precision=precision, cost=_dispatch.DEFAULT_COST, source=source)
         fused.kernels.append((dtypes, int(backend)))
     return fused.id
