@@ -207,8 +207,7 @@ cdef tuple key_dtypes(const fk_key *key):
 
 
 cdef str describe_key(const fk_key *key):
-    op = key_op(key)
-    name = op.short_name if key.kind == FK_KEY_STATIC else op.name
+    name = OpKind(key.id).short_name if key.kind == FK_KEY_STATIC else f"fused#{key.id}"
     dts = ", ".join(DType(key.dtypes[i]).short_name for i in range(key.ndtypes))
     return f"{name}({dts}) on {backend_name(key.backend)}"
 
@@ -711,6 +710,11 @@ cdef fk_kernel_fn kernel_from_capsule(object kernel) except NULL:
     return <fk_kernel_fn>PyCapsule_GetPointer(kernel, FK_KERNEL_CAPSULE_NAME)
 
 
+def kernel_address(kernel):
+    """The address of the KernelRef in a 'fuel_kernel.kernel' capsule (compare with Kernel.kernel_address)."""
+    return <uintptr_t>kernel_from_capsule(kernel)
+
+
 cdef fk_cost_fn cost_from_capsule(object cost) except? NULL:
     if cost is None:
         return NULL
@@ -817,6 +821,11 @@ cdef class Kernel:
                 stride *= shape[d]
         c = self.entry.cost(layouts, self.key.ndtypes, &dts, cparams)
         return CostEstimate(c.flops, c.bytes_moved, c.overhead_ns)
+
+    @property
+    def kernel_address(self):
+        """The kernel function's address: equal for two handles of the same KernelRef."""
+        return <uintptr_t>self.entry.kernel
 
     def capsule(self):
         """The kernel function as a 'fuel_kernel.kernel' PyCapsule, e.g. to register it elsewhere."""
@@ -941,6 +950,19 @@ cdef class BindingTable:
     def key_count(self):
         return fk_snapshot_key_count(self.snapshot)
 
+    def pick(self, op, dtypes, backend, operands, params=None, *, measure=False, max_ulp=None):
+        """The Kernel the route picker would choose at this key for these operands (inputs then
+        outputs, as arrays or shapes): the same choice Graph.compile makes for a node."""
+        from fuel_kernel import route
+        alternatives = self.alternatives(op, dtypes, backend)
+        if not alternatives:
+            self.lookup(op, dtypes, backend)          # raises NoKernelError with the nearest keys
+        shapes = [tuple(o) if isinstance(o, tuple) else np.shape(o) for o in operands]
+        broadcast = any(shape != shapes[-1] for shape in shapes[:-1]) or any(
+            isinstance(o, np.ndarray) and 0 in o.strides and o.size > 1 for o in operands[:-1])
+        return route.pick(alternatives, shapes, params, broadcast_inputs=broadcast, measure=measure,
+                          max_ulp=max_ulp, describe=describe_key_dict_from(op, dtypes, backend)).kernel
+
     def __len__(self):
         return fk_snapshot_entry_count(self.snapshot)
 
@@ -1012,6 +1034,26 @@ cdef str miss_message(const fk_snapshot *snapshot, const fk_key *key):
     if not same_backend and not other_backend:
         lines.append("  no kernel for this op is registered on any backend")
     return "\n".join(lines)
+
+
+cdef str describe_key_dict_from(object op, object dtypes, object backend):
+    cdef fk_key key
+    parse_key(op, dtypes, backend, &key)
+    return describe_key(&key)
+
+
+def call_kernel_capsule(capsule, dtypes, inputs, outputs, params=None):
+    """Run a kernel capsule that is not (yet) registered, with the same operand validation as a
+    Kernel call.  Graph.register_runtime_fused uses it to check a fused kernel before publishing."""
+    cdef fk_entry entry
+    cdef fk_key key
+    cdef fk_dtypes codes
+    memset(&entry, 0, sizeof(fk_entry))
+    entry.kernel = kernel_from_capsule(capsule)
+    entry.cost = fk_unknown_cost
+    parse_dtypes(dtypes, &codes)
+    key = fk_key_make(FK_KEY_RUNTIME_FUSED, 0, &codes, FK_BACKEND_CPU)
+    return run_entry(NULL, &entry, &key, tuple(inputs), tuple(outputs), params, True)
 
 
 def bindings():
