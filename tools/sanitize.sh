@@ -31,7 +31,12 @@ fi
 logs="$scratch/sanitizer-logs"
 rm -rf "$logs"
 mkdir -p "$logs"
-preload="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)"
+preload=""
+for runtime in libasan.so libubsan.so; do
+    path="$(gcc -print-file-name=$runtime)"
+    [[ -f "$path" ]] || { echo "sanitize: gcc has no $runtime (install libasan/libubsan)" >&2; exit 2; }
+    preload="$preload $path"
+done
 export LD_PRELOAD="$preload"
 export ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:abort_on_error=0:exitcode=86:allocator_may_return_null=1:log_path=$logs/asan:${ASAN_OPTIONS_EXTRA:-}"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:exitcode=87:log_path=$logs/ubsan"
