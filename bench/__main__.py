@@ -38,12 +38,14 @@ def main(argv=None):
                 print(f"{case.name[:58]:58} {name[:28]:28} {format_seconds(seconds):>10} {seconds / base:>7.3f}x")
                 results.append({"case": case.name, "contender": name, "seconds": seconds,
                                 "ratio_to_baseline": seconds / base, "baseline": case.baseline,
-                                "target": case.target})
+                                "target": case.target, "notes": case.notes})
             for name, reason in case.skipped.items():
                 print(f"{case.name[:58]:58} {name[:28]:28} {'skipped':>10}  {reason}")
                 results.append({"case": case.name, "contender": name, "skipped": reason})
             if case.target:
                 print(f"{'':58} target: {case.target}")
+            if case.notes:
+                print(f"{'':58} {case.notes}")
             sys.stdout.flush()
     if args.json:
         with open(args.json, "w") as handle:
