@@ -25,6 +25,7 @@ class Case:
     skipped: Dict[str, str] = field(default_factory=dict)
     setup: Optional[Callable[[], None]] = None
     namespace: Dict[str, object] = field(default_factory=dict)   # globals for string contenders
+    notes: str = ""                      # facts measured without timing (e.g. peak memory)
 
 
 def optional_import(name):
