@@ -12,7 +12,7 @@ from ._dispatch import (BindingTable, Kernel, OpParams, Transaction, bindings, c
 from .errors import (AliasError, BackendError, DTypeError, FuelKernelError, KernelError,
                      KernelIndexError, KernelMemoryError, KernelZeroDivisionError, NoKernelError,
                      OperandCountError, OperandTypeError, ParamsError, ReadOnlyError,
-                     RegistrationError, ShapeError)
+                     RegistrationError, ShapeError, UnknownOpError)
 from .records import (Ambiguous, BindingKey, CostEstimate, CoverageBinding, MatmulM, NotFound,
                       PrecisionGuarantee, RuntimeFusedLookup, Unique)
 from .types import Backend, DType, KernelCaps, OpKind

@@ -30,9 +30,10 @@ import threading
 
 import numpy as np
 
-from fuel_kernel.errors import (STATUS_ERRORS, AliasError, DTypeError, FuelKernelError,
-                                NoKernelError, OperandCountError, OperandTypeError, ParamsError,
-                                ReadOnlyError, RegistrationError, ShapeError)
+from fuel_kernel.errors import (STATUS_ERRORS, AliasError, BackendError, DTypeError,
+                                FuelKernelError, NoKernelError, OperandCountError,
+                                OperandTypeError, ParamsError, ReadOnlyError, RegistrationError,
+                                ShapeError, UnknownOpError)
 from fuel_kernel.records import (Ambiguous, BindingKey, CostEstimate, CoverageBinding, MatmulM,
                                  NotFound, PrecisionGuarantee, Unique, KEY_RUNTIME_FUSED, KEY_STATIC)
 from fuel_kernel.types import Backend, DType, KernelCaps, OpKind
@@ -115,16 +116,25 @@ cdef inline int array_dtype(cnp.ndarray arr) except -2:
     return -1
 
 
+cdef inline long as_long_or(object value, long fallback):
+    """A Python int as a C long, or `fallback` when it does not fit (so callers raise their own
+    typed error instead of an OverflowError)."""
+    try:
+        return PyLong_AsLong(value)
+    except OverflowError:
+        return fallback
+
+
 cdef inline int parse_backend(object backend) except -1:
     cdef long value
     if PyLong_Check(backend):
-        value = PyLong_AsLong(backend)
+        value = as_long_or(backend, -1)
     elif isinstance(backend, str):
         value = backend_from_name(backend)
     else:
-        raise TypeError(f"backend must be a Backend, an int or a name, not {type(backend).__name__}")
+        raise BackendError(f"backend must be a Backend, an int or a name, not {type(backend).__name__}")
     if value < 0 or value > FK_BACKEND_EXTENSION_LAST:
-        raise ValueError(f"backend id {value} is out of range [0, {FK_BACKEND_EXTENSION_LAST}]")
+        raise BackendError(f"backend id {backend} is out of range [0, {FK_BACKEND_EXTENSION_LAST}]")
     return value
 
 
@@ -138,7 +148,7 @@ def backend_from_name(str name):
         claimed = fk_backend_name(backend)
         if claimed != NULL and claimed.decode() == name:
             return backend
-    raise ValueError(f"unknown backend {name!r}")
+    raise BackendError(f"unknown backend {name!r}")
 
 
 def backend_name(int backend):
@@ -159,16 +169,20 @@ def claim_backend(str name):
 cdef inline int parse_dtype_code(object item) except -1:
     cdef long value
     if PyLong_Check(item):
-        value = PyLong_AsLong(item)
+        value = as_long_or(item, -1)
         if 0 <= value < FK_DTYPE_COUNT:
             return value
+        raise DTypeError(f"dtype code {item} is out of range [0, {FK_DTYPE_COUNT})")
     return int(DType.parse(item))
 
 
 cdef int parse_dtypes(object dtypes, fk_dtypes *out) except -1:
     cdef Py_ssize_t i, n
     if type(dtypes) is not list and type(dtypes) is not tuple:
-        dtypes = tuple(dtypes)
+        try:
+            dtypes = tuple(dtypes)
+        except TypeError:
+            raise DTypeError(f"dtypes must be a sequence of dtypes, not {type(dtypes).__name__}") from None
     n = len(dtypes)
     if n < 1 or n > FK_MAX_OPERANDS:
         raise OperandCountError(f"a key lists 1 to {FK_MAX_OPERANDS} operand dtypes, not {n}")
@@ -184,9 +198,9 @@ cdef int parse_key(object op, object dtypes, object backend, fk_key *key) except
     cdef int kind = FK_KEY_STATIC
     parse_dtypes(dtypes, &codes)
     if PyLong_Check(op):
-        op_id = PyLong_AsLong(op)
+        op_id = as_long_or(op, -1)
         if op_id < 0 or op_id >= FK_OP_COUNT:
-            raise ValueError(f"unknown op code {op_id}")
+            raise UnknownOpError(f"unknown op code {op}")
     elif isinstance(op, BindingKey):
         kind = op.kind
         op_id = op.id
@@ -213,6 +227,15 @@ cdef str describe_key(const fk_key *key):
 
 
 # ---- operands ---------------------------------------------------------------------------------
+cdef tuple operand_tuple(object operands, str what):
+    if type(operands) is tuple:
+        return <tuple>operands
+    try:
+        return tuple(operands)
+    except TypeError:
+        raise OperandTypeError(f"{what} must be a sequence of arrays, not {type(operands).__name__}") from None
+
+
 cdef cnp.ndarray coerce_operand(object obj, int index, bint is_output):
     """A NumPy view of a buffer-protocol object or a DLPack producer (never a copy)."""
     role = "output" if is_output else "input"
@@ -753,8 +776,8 @@ cdef class Kernel:
 
     def run(self, inputs, outputs, params=None):
         """The explicit form: k.run([a, b], [c], params).  Returns the tuple of outputs."""
-        return run_entry(self.snapshot, self.entry, &self.key, tuple(inputs),
-                         tuple(outputs) if outputs is not None else None, params, True)
+        return run_entry(self.snapshot, self.entry, &self.key, operand_tuple(inputs, "inputs"),
+                         operand_tuple(outputs, "outputs") if outputs is not None else None, params, True)
 
     @property
     def op(self):
@@ -1098,8 +1121,14 @@ cdef class Transaction:
                 raise RegistrationError(f"source tag must be 1 to {FK_SOURCE_LEN - 1} bytes, not {source!r}")
             strncpy(entry.source, encoded, FK_SOURCE_LEN - 1)
             entry.revision = revision if revision is not None else hash((source, describe_key(&key))) & 0xFFFFFFFFFFFFFFFF
-        except BaseException:
+        except FuelKernelError:
             fk_txn_poison(self.txn)      # "on any error nothing is published"
+            raise
+        except (OverflowError, TypeError, ValueError) as exc:
+            fk_txn_poison(self.txn)
+            raise RegistrationError(f"invalid registration of {op!r}: {exc}") from None
+        except BaseException:
+            fk_txn_poison(self.txn)
             raise
         if fk_txn_register(self.txn, &key, &entry) != FK_OK:
             raise_status(fk_error_status())
@@ -1117,6 +1146,9 @@ cdef class Transaction:
 
     def drop_runtime_fused(self, fused_id, backend=0):
         self._check_open()
+        if not 0 < int(fused_id) <= 0xFFFFFFFF:
+            fk_txn_poison(self.txn)
+            raise RegistrationError(f"runtime fused ids are in [1, 2**32), not {fused_id}")
         if fk_txn_drop_runtime_fused(self.txn, int(fused_id), parse_backend(backend)) != FK_OK:
             raise_status(fk_error_status())
 
@@ -1236,7 +1268,7 @@ def dispatch(op, inputs, outputs=None, params=None, backend=0):
     cdef const fk_snapshot *snapshot
     cdef int i, code
     cdef long op_id
-    inputs = tuple(inputs)
+    inputs = operand_tuple(inputs, "inputs")
     if outputs is not None and type(outputs) is not tuple and type(outputs) is not list:
         outputs = (outputs,)
     n_in = len(inputs)

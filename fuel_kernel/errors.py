@@ -14,6 +14,10 @@ class NoKernelError(FuelKernelError, LookupError):
     """No kernel is registered for (op, dtypes, backend)."""
 
 
+class UnknownOpError(NoKernelError, ValueError):
+    """The op is not an OpKind, an op name or code, or a BindingKey (also a ValueError)."""
+
+
 class DTypeError(FuelKernelError, TypeError):
     """An operand's dtype does not match the kernel's key, or is not supported at all."""
 

@@ -56,7 +56,8 @@ class DType(enum.IntEnum):
         if isinstance(value, str) and value.upper() in cls.__members__:
             return cls[value.upper()]
         if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-            return cls(int(value))
+            if 0 <= int(value) < len(cls):
+                return cls(int(value))
         try:
             return _FROM_NUMPY[np.dtype(value)]
         except (TypeError, KeyError):
@@ -159,9 +160,10 @@ class OpKind(enum.IntEnum):
             return value
         if isinstance(value, str) and value.upper() in cls.__members__:
             return cls[value.upper()]
-        if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and 0 <= int(value) < len(cls):
             return cls(int(value))
-        raise ValueError(f"{value!r} is not an op; expected an OpKind or one of its names")
+        from .errors import UnknownOpError
+        raise UnknownOpError(f"{value!r} is not an op; expected an OpKind or one of its names")
 
 
 class Backend(enum.IntEnum):

@@ -261,3 +261,48 @@ def test_out_of_range_index_writes_nothing(op, dtypes, bad, rng):
         k(*[o.view for o in operands], out=out.view, params=params)
     for o, b in zip(operands + [out], before):
         assert np.array_equal(o.root, b)
+
+
+# ---- arguments that are not operands: op, dtypes, backend, operand sequences --------------------
+BAD_ARGUMENTS = {
+    "op name": (fk.UnknownOpError, lambda a, o: fk.dispatch("nonsense", [a], [o])),
+    "op code": (fk.UnknownOpError, lambda a, o: fk.dispatch(999, [a], [o])),
+    "op huge": (fk.UnknownOpError, lambda a, o: fk.bindings().lookup(2 ** 70, [a.dtype, o.dtype])),
+    "op None": (fk.UnknownOpError, lambda a, o: fk.dispatch(None, [a], [o])),
+    "inputs None": (fk.OperandTypeError, lambda a, o: fk.dispatch(fk.OpKind.CAST, None, [o])),
+    "inputs int": (fk.OperandTypeError, lambda a, o: fk.bindings().lookup(
+        fk.OpKind.CAST, [a.dtype, o.dtype]).run(5, [o])),
+    "outputs int": (fk.OperandTypeError, lambda a, o: fk.bindings().lookup(
+        fk.OpKind.CAST, [a.dtype, o.dtype]).run([a], 5)),
+    "backend name": (fk.BackendError, lambda a, o: fk.dispatch(fk.OpKind.CAST, [a], [o], backend="nope")),
+    "backend id": (fk.BackendError, lambda a, o: fk.dispatch(fk.OpKind.CAST, [a], [o], backend=999)),
+    "backend huge": (fk.BackendError, lambda a, o: fk.dispatch(fk.OpKind.CAST, [a], [o], backend=2 ** 70)),
+    "backend float": (fk.BackendError, lambda a, o: fk.dispatch(fk.OpKind.CAST, [a], [o], backend=1.5)),
+    "dtypes None": (fk.DTypeError, lambda a, o: fk.bindings().lookup(fk.OpKind.CAST, None)),
+    "dtype code": (fk.DTypeError, lambda a, o: fk.bindings().lookup(fk.OpKind.CAST, [99, 9])),
+    "dtype huge": (fk.DTypeError, lambda a, o: fk.bindings().lookup(fk.OpKind.CAST, [2 ** 70, 9])),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_ARGUMENTS))
+def test_bad_arguments_get_typed_errors_and_write_nothing(name):
+    expected, call = BAD_ARGUMENTS[name]
+    a = np.arange(6, dtype=np.float32)
+    o = np.full(6, 7.0)
+    with pytest.raises(expected):
+        call(a, o)
+    assert (o == 7.0).all()
+
+
+def test_bad_registration_arguments_are_registration_errors():
+    capsule = fk.bindings().lookup(fk.OpKind.CAST, [D.F32, D.F64]).capsule()
+    before = fk.bindings().generation
+    for kwargs in ({"caps": 2 ** 40}, {"revision": -1}, {"precision": fk.PrecisionGuarantee(True, -1)},
+                   {"precision": "exact"}):
+        with pytest.raises(fk.RegistrationError):
+            with fk.edit_bindings() as tx:
+                tx.register(fk.OpKind.CAST, [D.F32, D.F64], CPU, capsule, **kwargs)
+    with pytest.raises(fk.RegistrationError):
+        with fk.edit_bindings() as tx:
+            tx.drop_runtime_fused(2 ** 70)
+    assert fk.bindings().generation == before
