@@ -9,6 +9,7 @@ import importlib
 KERNEL_MODULES = (
     "fuel_kernel.cpu._cast",
     "fuel_kernel.cpu._movement",
+    "fuel_kernel.cpu._index",
 )
 
 

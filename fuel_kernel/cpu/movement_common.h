@@ -11,6 +11,7 @@
 #define FUEL_KERNEL_CPU_MOVEMENT_COMMON_H
 
 #include <math.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,6 +89,22 @@ static int fk_mv_same_shape(const fk_layout *a, const fk_layout *b, const char *
     if (!same) {
         fk_set_error(FK_ERR_SHAPE, "%s and %s must have the same shape (%d vs %d dims)", what_a, what_b,
                      (int)a->ndim, (int)b->ndim);
+        return FK_ERR_SHAPE;
+    }
+    return FK_OK;
+}
+
+/* The output must have exactly `shape`. */
+static int fk_mv_out_shape(const fk_layout *out, const int64_t *shape, int ndim, const char *op) {
+    int ok = out->ndim == ndim;
+    for (int d = 0; ok && d < ndim; d++) ok = out->shape[d] == shape[d];
+    if (!ok) {
+        char want[160], got[160];
+        int w = 0, g = 0;
+        for (int d = 0; d < ndim && w < 140; d++) w += snprintf(want + w, sizeof(want) - w, d ? ", %lld" : "%lld", (long long)shape[d]);
+        for (int d = 0; d < out->ndim && g < 140; d++) g += snprintf(got + g, sizeof(got) - g, d ? ", %lld" : "%lld", (long long)out->shape[d]);
+        want[w] = got[g] = 0;
+        fk_set_error(FK_ERR_SHAPE, "%s output must have shape (%s), not (%s)", op, want, got);
         return FK_ERR_SHAPE;
     }
     return FK_OK;

@@ -38,21 +38,6 @@ static int fk_mv_data_dtypes(const fk_storage *inputs, int n_in, const fk_storag
     return fk_mv_want_dtype(inputs, n_in, outputs, n_in, inputs[0].dtype);
 }
 
-static int fk_mv_out_shape(const fk_layout *out, const int64_t *shape, int ndim, const char *op) {
-    int ok = out->ndim == ndim;
-    for (int d = 0; ok && d < ndim; d++) ok = out->shape[d] == shape[d];
-    if (!ok) {
-        char want[160], got[160];
-        int w = 0, g = 0;
-        for (int d = 0; d < ndim && w < 140; d++) w += snprintf(want + w, sizeof(want) - w, d ? ", %lld" : "%lld", (long long)shape[d]);
-        for (int d = 0; d < out->ndim && g < 140; d++) g += snprintf(got + g, sizeof(got) - g, d ? ", %lld" : "%lld", (long long)out->shape[d]);
-        want[w] = got[g] = 0;
-        fk_set_error(FK_ERR_SHAPE, "%s output must have shape (%s), not (%s)", op, want, got);
-        return FK_ERR_SHAPE;
-    }
-    return FK_OK;
-}
-
 /* ---- SLICE ------------------------------------------------------------------------------------- */
 /* Python's slice.indices(n) followed by len(range(...)). */
 static int64_t fk_slice_adjust(int64_t n, int64_t *start, int64_t *stop, int64_t step) {
