@@ -10,6 +10,7 @@ KERNEL_MODULES = (
     "fuel_kernel.cpu._cast",
     "fuel_kernel.cpu._movement",
     "fuel_kernel.cpu._index",
+    "fuel_kernel.cpu._attention",
 )
 
 
