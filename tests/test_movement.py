@@ -227,3 +227,12 @@ def test_empty_operands(rng):
     assert fk.dispatch(OP.FLIP, [x], params=P.flip((0,))).shape == (0, 3)
     assert fk.dispatch(OP.PAD, [x], params=P.pad((1,), (1,))).shape == (0, 5)
     assert fk.dispatch(OP.CUMSUM, [x], params=P.cumsum(0)).shape == (0, 3)
+
+
+# the (op, dtypes) keys the tests above exercise; tests/test_issue5_coverage.py checks the table
+COVERED = (
+    {(op, (d, d)) for op in (OP.SLICE, OP.FLIP, OP.ROLL, OP.TRIU, OP.TRIL, OP.PAD) for d in ALL_DTYPES}
+    | {(OP.MASKED_FILL, (d, D.BOOL, d)) for d in ALL_DTYPES}
+    | {(OP.CONCAT, (d,) * (k + 1)) for d in ALL_DTYPES for k in range(2, 8)}
+    | {(OP.CUMSUM, (d, d)) for d in CUMSUM_DTYPES}
+)
