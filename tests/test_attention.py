@@ -167,6 +167,12 @@ def test_flash_attn_errors(rng):
         k4(out, kv, kv, out=out, params=P.flash_attn(1.0))
     with pytest.raises(fk.ShapeError):
         k4(q[:, :2], kv, kv, out=np.zeros((1, 2, 4, 7), np.float32), params=P.flash_attn(1.0))
+    read_only = np.full((1, 2, 4, 8), 3.0, np.float32)
+    read_only.flags.writeable = False
+    with pytest.raises(fk.ReadOnlyError):
+        k4(q[:, :2], kv, kv, out=read_only, params=P.flash_attn(1.0))
+    with pytest.raises(fk.OperandCountError):
+        k4(q[:, :2], kv, out=np.zeros((1, 2, 4, 8), np.float32), params=P.flash_attn(1.0))
 
 
 # ---- PAGED_ATTN ----------------------------------------------------------------------------------------

@@ -211,3 +211,13 @@ COVERED = (
     {(op, (d, i, d)) for op in (OP.INDEX_SELECT, OP.GATHER) for d in ALL_DTYPES for i in INDEX_DTYPES}
     | {(op, (d, i, d, d)) for op in (OP.SCATTER_ADD, OP.INDEX_ADD) for d in ALL_DTYPES for i in INDEX_DTYPES}
 )
+
+
+def test_empty_indices_and_empty_source(rng):
+    x = make_operand((5, 3), D.F32, "contiguous", rng)
+    out = fk.dispatch(OP.INDEX_SELECT, [x, np.zeros(0, np.int64)], params=P.index_select(0))
+    assert out.shape == (0, 3)
+    out = fk.dispatch(OP.GATHER, [x, np.zeros((0, 3), np.int32)], params=P.gather(0))
+    assert out.shape == (0, 3)
+    with pytest.raises(IndexError, match=r"index 0 at position \(0,\)"):
+        fk.dispatch(OP.INDEX_SELECT, [np.zeros((0, 3), np.float32), np.zeros(1, np.int64)], params=P.index_select(0))

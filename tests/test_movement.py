@@ -236,3 +236,26 @@ COVERED = (
     | {(OP.CONCAT, (d,) * (k + 1)) for d in ALL_DTYPES for k in range(2, 8)}
     | {(OP.CUMSUM, (d, d)) for d in CUMSUM_DTYPES}
 )
+
+
+@pytest.mark.parametrize("out_layout", ["strided", "negative", "transposed", "offset"])
+def test_strided_outputs(out_layout, rng):
+    """Every movement kernel declares strided_output: write through non-contiguous output views."""
+    x = make_operand((4, 6), D.I16, "contiguous", rng)
+    mask = make_operand((4, 6), D.BOOL, "contiguous", rng)
+    cases = [
+        (OP.FLIP, [x], P.flip((1,)), np.flip(x, 1)),
+        (OP.ROLL, [x], P.roll((2,), (1,)), np.roll(x, 2, 1)),
+        (OP.TRIU, [x], P.triangular(1), np.triu(x, 1)),
+        (OP.TRIL, [x], P.triangular(-1), np.tril(x, -1)),
+        (OP.PAD, [x], P.pad((1, 2), (0, 1), mode="reflect"), np.pad(x, [(1, 0), (2, 1)], mode="reflect")),
+        (OP.PAD, [x], P.pad((1,), (2,), value=5), np.pad(x, [(0, 0), (1, 2)], constant_values=5)),
+        (OP.MASKED_FILL, [x, mask], P.masked_fill(-1), np.where(mask, np.int16(-1), x)),
+        (OP.CONCAT, [x, x[:1]], P.concat(0), np.concatenate([x, x[:1]])),
+        (OP.CUMSUM, [x], P.cumsum(0), np.cumsum(x, 0, dtype=np.int16)),
+        (OP.SLICE, [x], P.slice((3, 0), (0, 6), (-1, 2)), x[3:0:-1, 0:6:2]),
+    ]
+    for op, inputs, params, expected in cases:
+        out = make_operand(expected.shape, D.I16, out_layout, rng)
+        fk.dispatch(op, inputs, [out], params=params)
+        assert_same(out, expected, D.I16)
