@@ -9,7 +9,7 @@ from tests.support import ALL_DTYPES, LAYOUTS, assert_same, make_operand, np_dty
 D = fk.DType
 OP = fk.OpKind
 CPU = fk.Backend.CPU
-CUMSUM_DTYPES = (D.I32, D.I64, D.U32, D.F16, D.BF16, D.F32, D.F64)
+CUMSUM_DTYPES = (D.U8, D.I8, D.I16, D.I32, D.I64, D.U32, D.F16, D.BF16, D.F32, D.F64)  # not bool
 
 
 def kernel(op, dtypes):

@@ -19,7 +19,7 @@
  *                                     width < extent), replicate (extent >= 1)
  *   MASKED_FILL  [x, mask(bool), out] params.masked_fill(value): out = mask ? value : x; x and
  *                                     mask broadcast to out's shape; may run in place on x
- *   CUMSUM       [x, out]             params.cumsum(axis, exclusive, reverse); I32/I64/U32 wrap,
+ *   CUMSUM       [x, out]             params.cumsum(axis, exclusive, reverse); integers wrap,
  *                                     F32/F64 add sequentially in the dtype (bit-equal to
  *                                     numpy.cumsum), F16/BF16 accumulate in F32 and round once
  *                                     per output element
@@ -371,6 +371,9 @@ static int fk_masked_fill(const fk_storage *inputs, int n_in, fk_storage *output
 }
 
 /* ---- CUMSUM ------------------------------------------------------------------------------------ */
+#define FK_CUMSUM_U8 uint8_t, uint8_t, *(const uint8_t *)(p), *(uint8_t *)(q) = (acc)
+#define FK_CUMSUM_I8 int8_t, uint8_t, (uint8_t)*(const int8_t *)(p), *(int8_t *)(q) = (int8_t)(acc)
+#define FK_CUMSUM_I16 int16_t, uint16_t, (uint16_t)*(const int16_t *)(p), *(int16_t *)(q) = (int16_t)(acc)
 #define FK_CUMSUM_I32 int32_t, uint32_t, (uint32_t)*(const int32_t *)(p), *(int32_t *)(q) = (int32_t)(acc)
 #define FK_CUMSUM_I64 int64_t, uint64_t, (uint64_t)*(const int64_t *)(p), *(int64_t *)(q) = (int64_t)(acc)
 #define FK_CUMSUM_U32 uint32_t, uint32_t, *(const uint32_t *)(p), *(uint32_t *)(q) = (acc)
@@ -445,6 +448,9 @@ static int fk_cumsum_run(const fk_storage *inputs, int n_in, fk_storage *outputs
         return fk_cumsum_run(inputs, n_in, outputs, n_out, layouts, params, FK_##NAME,           \
                              fk_cumsum_line_##NAME);                                             \
     }
+FK_CUMSUM_ENTRY(U8)
+FK_CUMSUM_ENTRY(I8)
+FK_CUMSUM_ENTRY(I16)
 FK_CUMSUM_ENTRY(I32)
 FK_CUMSUM_ENTRY(I64)
 FK_CUMSUM_ENTRY(U32)
@@ -494,11 +500,12 @@ FK_CUMSUM_ENTRY(F64)
     {FK_OP_CUMSUM, {2, {FK_##D, FK_##D}},                                                        \
      {fk_cumsum_##D, FK_MV_CAPS | FK_CAP_INPLACE, 0, NOTE, fk_mv_add_cost, "native",              \
       FK_MV_REV(FK_OP_CUMSUM, FK_##D, 0)}},
-#define FK_CUMSUM_EXACT {1, 1, {0, 0}, 0, 0.0, 0.0, "sequential sum in the dtype (ints wrap): equals numpy.cumsum"}
+#define FK_CUMSUM_EXACT {1, 1, {0, 0}, 0, 0.0, 0.0, "sequential sum in the dtype (ints wrap): equals numpy.cumsum(x, dtype=x.dtype)"}
 #define FK_CUMSUM_HALF {1, 1, {0, 0}, 1, 0.0, 0.0, "F32 accumulator rounded once per output: <=1 ulp of the f32 prefix sum"}
 
 static const fk_manifest_row fk_movement_manifest[] = {
     FK_FOR_EACH_DTYPE(FK_MV_UNARY_ROWS, _)
+    FK_CUMSUM_ROW(U8, FK_CUMSUM_EXACT) FK_CUMSUM_ROW(I8, FK_CUMSUM_EXACT) FK_CUMSUM_ROW(I16, FK_CUMSUM_EXACT)
     FK_CUMSUM_ROW(I32, FK_CUMSUM_EXACT) FK_CUMSUM_ROW(I64, FK_CUMSUM_EXACT) FK_CUMSUM_ROW(U32, FK_CUMSUM_EXACT)
     FK_CUMSUM_ROW(F16, FK_CUMSUM_HALF) FK_CUMSUM_ROW(BF16, FK_CUMSUM_HALF)
     FK_CUMSUM_ROW(F32, FK_CUMSUM_EXACT) FK_CUMSUM_ROW(F64, FK_CUMSUM_EXACT)
