@@ -276,3 +276,19 @@ COVERED = (
     {(op, (d,) * 4) for op in (OP.ROPE, OP.FLASH_ATTN) for d in FLOAT_DTYPES}
     | {(OP.PAGED_ATTN, (d, d, d, D.I32, D.I32, D.F32, d)) for d in FLOAT_DTYPES}
 )
+
+
+def test_flash_attn_never_materializes_the_score_matrix(rng):
+    """A banded 16k x 16k attention: the [Sq, Sk] f32 score matrix alone would be 1 GiB; the
+    blocked kernel's peak memory stays in the tens of MiB (ru_maxrss is the process's peak)."""
+    import resource
+    n, d, window = 16384, 8, 32
+    q, k, v = (rng.standard_normal((1, 1, n, d)).astype(np.float32) for _ in range(3))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    out = fk.dispatch(OP.FLASH_ATTN, [q, k, v], params=P.flash_attn(0.3, causal=True, window_left=window))
+    grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert grown_kib < 128 * 1024, grown_kib
+    for i in (0, 5, 100, 9999, n - 1):
+        lo = max(0, i - window)
+        expected = attention_reference(q[:, :, i:i + 1], k[:, :, lo:i + 1], v[:, :, lo:i + 1], 0.3, causal=True)
+        assert np.abs(f64(out[:, :, i:i + 1]) - expected).max() <= ATTN_TOL[D.F32] * np.abs(v).max()
