@@ -2,12 +2,18 @@
 
 Prints one table: case, contender, best time per call, ratio to the case's baseline.
 """
-import argparse
-import importlib
-import json
 import os
-import pkgutil
-import sys
+
+# Every benchmark compares single-threaded work: pin the peers' thread pools before NumPy, SciPy
+# or PyTorch load their BLAS (torch.set_num_threads(1) is called by the cases that use it).
+for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_variable, "1")
+
+import argparse  # noqa: E402  (after the thread pinning above)
+import importlib  # noqa: E402
+import json  # noqa: E402
+import pkgutil  # noqa: E402
+import sys  # noqa: E402
 
 from bench.harness import format_seconds, time_case
 
@@ -38,12 +44,14 @@ def main(argv=None):
                 print(f"{case.name[:58]:58} {name[:28]:28} {format_seconds(seconds):>10} {seconds / base:>7.3f}x")
                 results.append({"case": case.name, "contender": name, "seconds": seconds,
                                 "ratio_to_baseline": seconds / base, "baseline": case.baseline,
-                                "target": case.target})
+                                "target": case.target, "notes": case.notes})
             for name, reason in case.skipped.items():
                 print(f"{case.name[:58]:58} {name[:28]:28} {'skipped':>10}  {reason}")
                 results.append({"case": case.name, "contender": name, "skipped": reason})
             if case.target:
                 print(f"{'':58} target: {case.target}")
+            if case.notes:
+                print(f"{'':58} {case.notes}")
             sys.stdout.flush()
     if args.json:
         with open(args.json, "w") as handle:

@@ -20,6 +20,7 @@ class OpSchema:
     params: str                      # the params family the op takes ("none", "reduce", ...)
     infer_shape: Callable            # (input shapes, params) -> output shape
     infer_dtype: Callable            # (input dtypes, params) -> output dtype
+    make_params: Optional[Callable] = None   # (input shapes) -> OpParams when the caller gives none
 
 
 def broadcast_shape(shapes, params=None):
@@ -44,8 +45,8 @@ def boolean(dtypes, params=None):
 SCHEMAS = {}
 
 
-def _add(op, n_inputs, params, infer_shape, infer_dtype):
-    SCHEMAS[op] = OpSchema(op, n_inputs, params, infer_shape, infer_dtype)
+def _add(op, n_inputs, params, infer_shape, infer_dtype, make_params=None):
+    SCHEMAS[op] = OpSchema(op, n_inputs, params, infer_shape, infer_dtype, make_params)
 
 
 # CAST's output dtype is the caller's choice, so dispatch() needs an explicit output for it.
