@@ -12,14 +12,20 @@ D = fk.DType
 OP = fk.OpKind
 CPU = fk.Backend.CPU
 
-# abs error bound as a fraction of max|v| (the kernels' precision claims)
-ATTN_TOL = {D.F16: 2e-3, D.BF16: 1.6e-2, D.F32: 2e-5, D.F64: 1e-12}
+# abs error bound as a fraction of max|v|: the precision claim registered with each binding
+ATTN_TOL = {d: fk.bindings().lookup(OP.FLASH_ATTN, [d] * 4, CPU).precision.max_abs for d in FLOAT_DTYPES}
 # rope: error bound as a fraction of |a c| + |b s|
 ROPE_TOL = {D.F16: 2.0 ** -10, D.BF16: 2.0 ** -7, D.F32: 2.0 ** -22, D.F64: 2.0 ** -51}
 
 
 def kernel(op, dtypes):
     return fk.bindings().lookup(op, list(dtypes), CPU)
+
+
+def test_paged_claims_match_flash_claims():
+    for d in FLOAT_DTYPES:
+        paged = kernel(OP.PAGED_ATTN, [d, d, d, D.I32, D.I32, D.F32, d]).precision
+        assert paged.max_abs == ATTN_TOL[d] > 0
 
 
 def f64(a):
