@@ -259,3 +259,30 @@ def test_strided_outputs(out_layout, rng):
         out = make_operand(expected.shape, D.I16, out_layout, rng)
         fk.dispatch(op, inputs, [out], params=params)
         assert_same(out, expected, D.I16)
+
+
+def test_random_shapes_against_numpy(rng):
+    """Seeded fuzz over ranks 1-4, odd extents, every layout and random params."""
+    for trial in range(150):
+        ndim = int(rng.integers(1, 5))
+        shape = tuple(int(s) for s in rng.integers(1, 6, ndim))
+        dtype = ALL_DTYPES[trial % len(ALL_DTYPES)]
+        x = make_operand(shape, dtype, LAYOUTS[trial % len(LAYOUTS)], rng)
+        start = tuple(int(v) for v in rng.integers(-7, 7, ndim))
+        stop = tuple(int(v) for v in rng.integers(-7, 7, ndim))
+        step = tuple(int(v) * int(rng.choice([-1, 1])) for v in rng.integers(1, 4, ndim))
+        assert_same(fk.dispatch(OP.SLICE, [x], params=P.slice(start, stop, step)),
+                    x[tuple(slice(a, b, s) for a, b, s in zip(start, stop, step))], dtype)
+        dims = tuple(int(d) for d in rng.permutation(ndim)[: int(rng.integers(1, ndim + 1))])
+        shifts = tuple(int(v) for v in rng.integers(-9, 9, len(dims)))
+        assert_same(fk.dispatch(OP.ROLL, [x], params=P.roll(shifts, dims)), np.roll(x, shifts, dims), dtype)
+        assert_same(fk.dispatch(OP.FLIP, [x], params=P.flip(dims)), np.flip(x, dims), dtype)
+        k = int(rng.integers(1, ndim + 1))
+        before = tuple(int(v) for v in rng.integers(0, 3, k))
+        after = tuple(int(v) for v in rng.integers(0, 3, k))
+        widths = [(0, 0)] * (ndim - k) + list(zip(before, after))
+        if all(b < n and a < n for (b, a), n in zip(widths, shape)):
+            assert_same(fk.dispatch(OP.PAD, [x], params=P.pad(before, after, mode="reflect")),
+                        np.pad(x, widths, mode="reflect"), dtype)
+        assert_same(fk.dispatch(OP.PAD, [x], params=P.pad(before, after, mode="replicate")),
+                    np.pad(x, widths, mode="edge"), dtype)
