@@ -22,7 +22,11 @@ if [[ "${FK_SANITIZE_REUSE:-0}" != "1" || ! -d "$scratch/fuel_kernel" ]]; then
     rm -rf "$scratch"
     mkdir -p "$scratch"
     # tracked and untracked-but-not-ignored files: the working tree as it is, without build output
-    (cd "$here" && git ls-files -co --exclude-standard -z | xargs -0 tar cf - 2>/dev/null) | tar xf - -C "$scratch"
+    if git -C "$here" rev-parse --git-dir > /dev/null 2>&1; then
+        (cd "$here" && git ls-files -co --exclude-standard -z | xargs -0 tar cf -) | tar xf - -C "$scratch"
+    else
+        (cd "$here" && tar cf - --exclude=./build --exclude='*.so' --exclude='*.egg-info' .) | tar xf - -C "$scratch"
+    fi
     echo "sanitize: building ($sanitizers) in $scratch"
     (cd "$scratch" && FUEL_KERNEL_SANITIZE="$sanitizers" "$python" setup.py build_ext --inplace -q \
         > build.log 2>&1) || { tail -40 "$scratch/build.log"; exit 1; }
@@ -43,6 +47,14 @@ export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:exitcode=87:log_path=$l
 export PYTHONPATH="$scratch${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONMALLOC=malloc              # pymalloc arenas would hide Python-object overruns from ASan
 export FUEL_KERNEL_SANITIZED=1         # tests skip RSS thresholds: ASan's quarantine holds freed memory
+
+# the run must use the instrumented scratch build, not an installed or in-place copy
+(cd "$scratch" && "$python" -c "
+import fuel_kernel, fuel_kernel._dispatch as d, os, sys
+assert os.path.realpath(d.__file__).startswith(os.path.realpath(sys.argv[1])), d.__file__
+" "$scratch") || { echo "sanitize: fuel_kernel did not import from $scratch" >&2; exit 1; }
+ldd "$scratch"/fuel_kernel/_dispatch*.so | grep -q libasan || \
+    [[ "$sanitizers" != *address* ]] || { echo "sanitize: the build is not instrumented" >&2; exit 1; }
 
 status=0
 (cd "$scratch" && "$python" -m pytest -q -p no:cacheprovider "${@:-tests}") || status=$?
