@@ -108,14 +108,21 @@ def guarded(shape, dtype, layout, rng, misalign=False):
     offset = (guard - lo) * itemsize + (1 if misalign and itemsize > 1 else 0)
     view = np.ndarray(shape, nd, buffer=root, offset=offset, strides=tuple(s * itemsize for s in strides))
     footprint = np.zeros(root.shape, dtype=bool)
-    addressed = np.zeros(0, dtype=np.int64)
-    if not empty:
-        grids = np.indices(shape, sparse=False).reshape(len(shape), -1) if shape else np.zeros((0, 1), np.int64)
-        addressed = offset + (np.asarray(strides, np.int64)[:, None] * grids).sum(axis=0) * itemsize
-        for b in range(itemsize):
-            footprint[addressed + b] = True
-    self_overlap = len(np.unique(addressed)) != addressed.size
-    return Operand(root, view, footprint, self_overlap)
+    addressed = element_addresses(view, root)
+    for b in range(itemsize):
+        footprint[addressed + b] = True
+    return Operand(root, view, footprint, len(np.unique(addressed)) != addressed.size)
+
+
+def element_addresses(view, root):
+    """Byte offset in `root` of every element of `view`."""
+    if view.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    offset = view.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+    if view.ndim == 0:
+        return np.array([offset], dtype=np.int64)
+    grids = np.indices(view.shape).reshape(view.ndim, -1)
+    return offset + (np.asarray(view.strides, np.int64)[:, None] * grids).sum(axis=0)
 
 
 def fill(operand, values):
@@ -509,7 +516,8 @@ def cases(draw, bindings, modes=MODES):
             view = np.ndarray(out_shape, out_nd, buffer=src.root, offset=offset, strides=strides)
             footprint = np.zeros(src.root.shape, dtype=bool)
             footprint[:] = True                        # the aliased input may legitimately change
-            output = Operand(src.root, view, footprint, _self_overlapping(view))
+            addressed = element_addresses(view, src.root)
+            output = Operand(src.root, view, footprint, len(np.unique(addressed)) != addressed.size)
             aliased = True
     if mode == "read_only" and output is not None:
         output.view.flags.writeable = False
@@ -556,7 +564,3 @@ def _span(shape, strides):
     lo = sum(min(0, st * (s - 1)) for st, s in zip(strides, shape))
     hi = sum(max(0, st * (s - 1)) for st, s in zip(strides, shape))
     return (lo, hi)
-
-
-def _self_overlapping(view):
-    return any(st == 0 and s > 1 for st, s in zip(view.strides, view.shape))

@@ -179,13 +179,29 @@ def _erf(x):
         return np.vectorize(math.erf, otypes=[x.dtype])(x)
 
 
+def _at_infinity(fn):
+    """x * (something -> 0) is NaN at -Inf in floating point; the function's limit there is 0."""
+    def wrapped(x):
+        with np.errstate(all="ignore"):
+            y = fn(x)
+        return np.where(np.isneginf(x), np.zeros_like(y), np.where(np.isposinf(x), x, y))
+    return wrapped
+
+
+@_at_infinity
 def _gelu_tanh(x):
     c = np.asarray(math.sqrt(2.0 / math.pi), dtype=x.dtype)
     return 0.5 * x * (1 + np.tanh(c * (x + np.asarray(0.044715, x.dtype) * x * x * x)))
 
 
+@_at_infinity
 def _gelu_erf(x):
     return 0.5 * x * (1 + _erf(x / np.asarray(math.sqrt(2.0), x.dtype)))
+
+
+@_at_infinity
+def _silu(x):
+    return x * _sigmoid(x)
 
 
 EXACT_UNARY = {
@@ -198,7 +214,7 @@ INT_UNARY = {fk.OpKind.NEG, fk.OpKind.ABS, fk.OpKind.SQR, fk.OpKind.SIGN, fk.OpK
 TRANSCENDENTAL_UNARY = {
     fk.OpKind.RSQRT: lambda x: 1 / np.sqrt(x), fk.OpKind.EXP: np.exp, fk.OpKind.LOG: np.log,
     fk.OpKind.SIN: np.sin, fk.OpKind.COS: np.cos, fk.OpKind.TANH: np.tanh,
-    fk.OpKind.SIGMOID: _sigmoid, fk.OpKind.SILU: lambda x: x * _sigmoid(x),
+    fk.OpKind.SIGMOID: _sigmoid, fk.OpKind.SILU: _silu,
     fk.OpKind.GELU: _gelu_tanh, fk.OpKind.GELU_ERF: _gelu_erf, fk.OpKind.ERF: _erf,
 }
 
@@ -388,6 +404,11 @@ def _matmul(inputs, params, out_dtype, out_shape):
         r = np.matmul(a.astype(np.int64), b.astype(np.int64))
     else:
         r = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    if r.shape != tuple(out_shape):
+        try:                              # a batch broadcast that only the output spells out
+            r = np.broadcast_to(r, out_shape).copy()
+        except ValueError:
+            raise ExpectError(fk.ShapeError) from None
     r[..., rows:, :] = 0
     return to(r, out_dtype)
 
@@ -397,6 +418,8 @@ def last_dim(fn):
         x = inputs[0]
         if not D(out_dtype).is_float:
             raise Skip("float ops only")
+        if x.size == 0:
+            return np.empty(x.shape, dtype=D(out_dtype).numpy)
         with np.errstate(all="ignore"):
             return to(fn(up(x).astype(np.float64), inputs[1:], params), out_dtype)
     return oracle
