@@ -24,7 +24,7 @@ def cases():
             table[key]
 
     yield Case(
-        name=f"one lookup (CAST f32->f64 on cpu); time per lookup",
+        name="one lookup (CAST f32->f64 on cpu); time per lookup",
         contenders={
             "py dict[tuple], py loop": python_dict_loop,
             "PyDict_GetItem(tuple), C": lambda: loops.dict_lookup_c(table, key, C_LOOKUPS),

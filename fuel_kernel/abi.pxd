@@ -3,8 +3,9 @@
 #
 # Other extensions `from fuel_kernel.abi cimport *`, add fuel_kernel.get_include() to their include
 # dirs, call fk_import_api() once at module import, and from then on register, look up and call
-# kernels without the GIL.  Names here are frozen (tests/test_abi.py); this file has no cimports
-# and no cdef classes, so it never drags Python objects into a nogil caller.
+# kernels without the GIL (docs/extending.md; examples/extension is a complete backend).  Names
+# here are frozen and checked member by member against abi.h (tests/test_abi.py); this file
+# cimports only libc and has no cdef classes, so it never drags Python objects into a nogil caller.
 
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 

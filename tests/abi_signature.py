@@ -415,7 +415,17 @@ def usage_pyx(pxd=PXD):
     out += [line for line in declared if line.lstrip().startswith("cdef")]
     out += [line for line in declared if not line.lstrip().startswith("cdef")]
     out += ["", "def never_called_address():",
-            "    return <size_t><void *>never_called", ""]
+            "    return <size_t><void *>never_called", "",
+            "def thread_local_error(int status, int number, bytes word):",
+            "    cdef int got",
+            "    cdef bytes message",
+            "    cdef const char *text = word",
+            "    with nogil:",
+            '        fk_set_error(status, "number %d, word %s", number, text)',
+            "        got = fk_error_status()",
+            "    message = fk_error_message()",
+            "    fk_clear_error()",
+            "    return got, message, fk_error_status()", ""]
     return "\n".join(out)
 
 

@@ -115,20 +115,23 @@ def import_from(directory, name):
         sys.path.remove(str(directory))
 
 
-def test_every_declaration_compiles_from_outside(tmp_path, current):
+@pytest.mark.parametrize("language", ["c", "c++"])
+def test_every_declaration_compiles_from_outside(tmp_path, current, language):
     pytest.importorskip("Cython")
-    (tmp_path / "fk_abi_usage.pyx").write_text(abi_signature.usage_pyx())
-    build(tmp_path, """
+    name = "fk_abi_usage_" + ("cpp" if language == "c++" else "c")
+    (tmp_path / f"{name}.pyx").write_text(abi_signature.usage_pyx())
+    strict = ["-Werror=incompatible-pointer-types", "-Werror=int-conversion"] if language == "c" else []
+    build(tmp_path, f"""
         import os
         import fuel_kernel
         from Cython.Build import cythonize
         from setuptools import Extension, setup
         parent = os.path.dirname(os.path.dirname(os.path.abspath(fuel_kernel.__file__)))
-        ext = Extension("fk_abi_usage", ["fk_abi_usage.pyx"], include_dirs=[fuel_kernel.get_include()],
-                        extra_compile_args=["-Werror=incompatible-pointer-types", "-Werror=int-conversion"])
+        ext = Extension({name!r}, [{name!r} + ".pyx"], language={language!r},
+                        include_dirs=[fuel_kernel.get_include()], extra_compile_args={strict!r})
         setup(ext_modules=cythonize([ext], include_path=[parent], quiet=True))
     """)
-    usage = import_from(tmp_path, "fk_abi_usage")
+    usage = import_from(tmp_path, name)
     values = {m: v for members in current["enums"].values() for m, v in members.items()}
     values.update(current["constants"], FK_ABI_VERSION=current["abi_version"])
     assert usage.enum_values() == values
@@ -138,6 +141,12 @@ def test_every_declaration_compiles_from_outside(tmp_path, current):
         if name != "fk_api":
             assert offsets[name] == {m["name"]: m["offset"] for m in struct["members"]}, name
     assert usage.never_called_address() != 0
+    assert usage.thread_local_error(int(errors_status("ShapeError")), 42, b"forty-two") == \
+        (int(errors_status("ShapeError")), b"number 42, word forty-two", 0)
+
+
+def errors_status(class_name):
+    return next(code for code, cls in errors.STATUS_ERRORS.items() if cls.__name__ == class_name)
 
 
 PROBE_C = r"""

@@ -4,6 +4,8 @@
  * modules (fuel_kernel.cpu.*) and third-party Cython/C extensions.  It is mirrored one-to-one by
  * fuel_kernel/abi.pxd.  Enum numbering is append-only; any change to a struct or to the API table
  * bumps FK_ABI_VERSION, and fk_import_api() refuses a module built against another version.
+ * tests/test_abi.py holds the layout to tests/data/abi_signature.json (regenerate it with
+ * `python tests/abi_signature.py --write` after a deliberate change).
  *
  * Extensions reach the core through a table of function pointers published in the capsule
  * "fuel_kernel._dispatch._C_API" (the NumPy C-API pattern).  Call fk_import_api() once at module
@@ -264,6 +266,8 @@ typedef struct {
 } fk_lookup_result;
 
 typedef struct {
+    /* These two members stay first in every ABI version: fk_import_api() reads them before it
+     * knows whether the rest of the table has the layout it was compiled against. */
     int32_t abi_version;
     int32_t api_size;                /* sizeof(fk_api), a second guard against skew */
     /* errors: thread-local status + message */
