@@ -143,3 +143,30 @@ def test_a_held_snapshot_survives_later_commits(example, rng):
     _dispatch.reclaim()
     assert _dispatch.live_snapshots() <= before
     np.testing.assert_array_equal(out, a + b)
+
+
+def test_nogil_loops_run_in_threads_while_the_table_changes(example, rng):
+    """Readers never lock: two threads dispatch without the GIL while commits publish new snapshots."""
+    import threading
+    a, b = f32(rng, (256,)), f32(rng, (256,))
+    outs = [np.empty(256, np.float32) for _ in range(2)]
+    failures = []
+
+    def reader(out):
+        try:
+            for _ in range(20):
+                example.run_add_relu(a, b, out, repeat=500)
+        except BaseException as exc:       # reported below; a thread cannot fail the test itself
+            failures.append(exc)
+
+    threads = [threading.Thread(target=reader, args=(out,)) for out in outs]
+    for thread in threads:
+        thread.start()
+    for _ in range(30):
+        with fk.edit_bindings():
+            pass
+    for thread in threads:
+        thread.join()
+    assert not failures
+    for out in outs:
+        np.testing.assert_array_equal(out, np.maximum(a + b, np.float32(0)))
