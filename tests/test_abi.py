@@ -9,12 +9,8 @@
   another fk_api size) fails to import, naming both versions.
 """
 import json
-import os
 import shutil
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
@@ -22,6 +18,7 @@ import fuel_kernel as fk
 from fuel_kernel import errors
 
 import abi_signature
+from extension_build import build_inplace, import_from
 
 F32 = int(fk.DType.F32)
 
@@ -96,23 +93,8 @@ def test_python_enums_match_the_header(frozen):
 
 # ---- building extensions against the header --------------------------------------------------------
 def build(directory, setup_source):
-    """Run a setup.py in `directory` against this process's fuel_kernel; the path of the build."""
     (directory / "setup.py").write_text(textwrap.dedent(setup_source))
-    env = dict(os.environ)
-    package_parent = str(Path(fk.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join([package_parent] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    result = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=directory,
-                            env=env, capture_output=True, text=True)
-    assert result.returncode == 0, f"build failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
-    return directory
-
-
-def import_from(directory, name):
-    sys.path.insert(0, str(directory))
-    try:
-        return __import__(name)
-    finally:
-        sys.path.remove(str(directory))
+    build_inplace(directory)
 
 
 @pytest.mark.parametrize("language", ["c", "c++"])

@@ -5,10 +5,7 @@ The example is compiled by its own setup.py against whichever fuel_kernel this i
 the package.  It registers on a backend id it claims, so the CPU bindings other tests see are
 untouched.
 """
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,21 +14,12 @@ import pytest
 import fuel_kernel as fk
 from fuel_kernel import _dispatch
 
+from extension_build import build_inplace, import_from
+
 pytest.importorskip("Cython")
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "extension"
 F32x3 = [fk.DType.F32] * 3
-
-
-def build_in(directory, sources, env_extra=None):
-    """Run `python setup.py build_ext --inplace` in `directory` against this process's fuel_kernel."""
-    env = dict(os.environ)
-    package_parent = str(Path(fk.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join([package_parent] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    env.update(env_extra or {})
-    result = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=directory,
-                            env=env, capture_output=True, text=True)
-    assert result.returncode == 0, f"building {sources} failed:\n{result.stdout}\n{result.stderr}"
 
 
 @pytest.fixture(scope="module")
@@ -39,13 +27,8 @@ def example(tmp_path_factory):
     build = tmp_path_factory.mktemp("fk_example")
     for name in ("setup.py", "fk_example.pyx"):
         shutil.copy(EXAMPLE / name, build)
-    build_in(build, "examples/extension")
-    sys.path.insert(0, str(build))
-    try:
-        import fk_example
-        yield fk_example
-    finally:
-        sys.path.remove(str(build))
+    build_inplace(build)
+    return import_from(build, "fk_example")
 
 
 def f32(rng, shape):
