@@ -425,7 +425,15 @@ def usage_pyx(pxd=PXD):
             "        got = fk_error_status()",
             "    message = fk_error_message()",
             "    fk_clear_error()",
-            "    return got, message, fk_error_status()", ""]
+            "    return got, message, fk_error_status()", "",
+            "def key_bytes(int kind, uint32_t key_id, bytes n_and_dtypes, int backend):",
+            "    cdef fk_dtypes dts",
+            "    cdef fk_key key",
+            "    dts.n = n_and_dtypes[0]",
+            "    for i in range(8):",
+            "        dts.v[i] = n_and_dtypes[1 + i]",
+            "    key = fk_key_make(kind, key_id, &dts, backend)",
+            "    return (<char *>&key)[:sizeof(fk_key)]", ""]
     return "\n".join(out)
 
 

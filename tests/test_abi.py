@@ -10,6 +10,7 @@
 """
 import json
 import shutil
+import struct
 import textwrap
 
 import pytest
@@ -119,12 +120,18 @@ def test_every_declaration_compiles_from_outside(tmp_path, current, language):
     assert usage.enum_values() == values
     assert usage.string_macros() == {k: v.encode() for k, v in current["strings"].items()}
     offsets = usage.member_offsets()
-    for name, struct in current["structs"].items():
+    for name, layout in current["structs"].items():
         if name != "fk_api":
-            assert offsets[name] == {m["name"]: m["offset"] for m in struct["members"]}, name
+            assert offsets[name] == {m["name"]: m["offset"] for m in layout["members"]}, name
     assert usage.never_called_address() != 0
     assert usage.thread_local_error(int(errors_status("ShapeError")), 42, b"forty-two") == \
         (int(errors_status("ShapeError")), b"number 42, word forty-two", 0)
+
+    # fk_key_make: the documented layout, and dtypes past n zeroed whatever the caller left there
+    for n in range(9):
+        garbage = bytes(range(1, 9))
+        expected = struct.pack("=IHHB8s7x", 70000, 1, 300, n, garbage[:n].ljust(8, b"\0"))
+        assert usage.key_bytes(1, 70000, bytes([n]) + garbage, 300) == expected, n
 
 
 def errors_status(class_name):
