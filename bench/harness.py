@@ -26,6 +26,9 @@ class Case:
     setup: Optional[Callable[[], None]] = None
     namespace: Dict[str, object] = field(default_factory=dict)   # globals for string contenders
     notes: str = ""                      # facts measured without timing (e.g. peak memory)
+    # A contender that runs a counted loop of n operations per call lists n here; its time is then
+    # reported per operation, so a C loop and a single Python call compare in the same unit.
+    items: Dict[str, int] = field(default_factory=dict)
 
 
 def optional_import(name):
@@ -59,7 +62,8 @@ def _calibrate(run, min_seconds):
 
 
 def time_case(case: Case, repeats=7, min_seconds=0.05):
-    """Best seconds per call for every contender, repeats interleaved across contenders."""
+    """Best seconds per call (per item, for contenders listed in case.items) for every contender,
+    repeats interleaved across contenders."""
     if case.setup:
         case.setup()
     runners = {name: _runner(c, case.namespace) for name, c in case.contenders.items()}
@@ -74,7 +78,7 @@ def time_case(case: Case, repeats=7, min_seconds=0.05):
     finally:
         if gc_was_enabled:
             gc.enable()
-    return best
+    return {name: seconds / case.items.get(name, 1) for name, seconds in best.items()}
 
 
 def format_seconds(seconds):
