@@ -890,8 +890,11 @@ cdef class BindingTable:
         cdef Kernel k
         if self.kernel_cache[index] == NULL:
             k = Kernel.wrap(self.snapshot, entry, key)
-            Py_INCREF(k)
-            self.kernel_cache[index] = <PyObject *>k
+            # allocating k can run the garbage collector, whose finalizers may let another thread
+            # fill this slot first: storing over it would leak that Kernel and pin its snapshot
+            if self.kernel_cache[index] == NULL:
+                Py_INCREF(k)
+                self.kernel_cache[index] = <PyObject *>k
         return <Kernel>self.kernel_cache[index]
 
     @property
