@@ -233,4 +233,62 @@ static inline int fk_run_unary_rows(const fk_storage *inputs, int n_in, fk_stora
     return FK_OK;
 }
 
+/* ---- n-operand row walker with cache blocking ------------------------------------------------
+ * A row function sees every operand of a planned loop: ptrs[k] and strides[k] (bytes) for n
+ * elements; ctx is whatever constant data the kernel passes (op params, converted once). */
+typedef void (*fk_row_fn)(char *const *ptrs, const int64_t *strides, int64_t n, const void *ctx);
+
+#define FK_TILE_ROWS 32
+#define FK_TILE_COLS 64
+
+/* Walk every row of a planned loop.  When some operand moves by more than a cache line along the
+ * innermost axis while its next axis is denser (a transposed view), rows are visited in
+ * FK_TILE_ROWS x FK_TILE_COLS tiles of the last two axes: the lines such an operand loads for one
+ * row of the tile are reused by the following rows instead of being evicted first. */
+static inline void fk_loop_run(const fk_loop *loop, fk_row_fn row, const void *ctx) {
+    int nops = loop->nops, nd = loop->ndim, k, tiled = 0;
+    int64_t inner_strides[FK_MAX_OPERANDS], index[FK_MAX_DIMS] = {0};
+    char *ptrs[FK_MAX_OPERANDS], *cur[FK_MAX_OPERANDS];
+    if (loop->rows == 0) return;
+    for (k = 0; k < nops; k++) {
+        inner_strides[k] = loop->strides[k][nd - 1];
+        ptrs[k] = loop->base[k];
+    }
+    if (nd >= 2 && loop->inner > FK_TILE_COLS / 2 && loop->shape[nd - 2] > 1) {
+        for (k = 0; k < nops; k++) {
+            int64_t si = inner_strides[k] < 0 ? -inner_strides[k] : inner_strides[k];
+            int64_t so = loop->strides[k][nd - 2] < 0 ? -loop->strides[k][nd - 2] : loop->strides[k][nd - 2];
+            if (si > 64 && so < si) tiled = 1;
+        }
+    }
+    if (!tiled) {
+        for (int64_t r = 0; r < loop->rows; r++) {
+            row(ptrs, inner_strides, loop->inner, ctx);
+            fk_loop_next(loop, index, ptrs);
+        }
+        return;
+    }
+    {
+        /* the outer walk steps over the axes before the last two: a copy of the plan that treats
+         * axis nd-2 as its row makes fk_loop_next do exactly that */
+        fk_loop outer = *loop;
+        int64_t R = loop->shape[nd - 2], C = loop->inner, planes = loop->rows / R;
+        outer.ndim = nd - 1;
+        for (int64_t p = 0; p < planes; p++) {
+            for (int64_t r0 = 0; r0 < R; r0 += FK_TILE_ROWS) {
+                int64_t r1 = r0 + FK_TILE_ROWS < R ? r0 + FK_TILE_ROWS : R;
+                for (int64_t c0 = 0; c0 < C; c0 += FK_TILE_COLS) {
+                    int64_t m = c0 + FK_TILE_COLS < C ? FK_TILE_COLS : C - c0;
+                    for (int64_t r = r0; r < r1; r++) {
+                        for (k = 0; k < nops; k++)
+                            cur[k] = ptrs[k] + r * loop->strides[k][nd - 2] + c0 * inner_strides[k];
+                        row(cur, inner_strides, m, ctx);
+                    }
+                }
+            }
+            fk_loop_next(&outer, index, ptrs);
+        }
+    }
+}
+
 #endif /* FUEL_KERNEL_STRIDED_H */
