@@ -9,6 +9,7 @@ import importlib
 KERNEL_MODULES = (
     "fuel_kernel.cpu._cast",
     "fuel_kernel.cpu._binary",
+    "fuel_kernel.cpu._compare",
 )
 
 

@@ -215,6 +215,71 @@ static inline float fk_fast_tanhf(float x) {
     return a < 0.625f ? small : big;
 }
 
+#define FK_PRE_NONE(OP, N)
+
+/* ---- two-input generators (binary arithmetic and comparisons) ---------------------------------------------------------------------------------- */
+/* The vectorized body: ia/ib say whether a/b advance (1) or are broadcast scalars (0). */
+#define FK_BINARY_VEC(OP, D, T, OT, EXPR)                                                        \
+    FK_CLONES static void fk_vec_##OP##_##D(const T *a, int64_t ia, const T *b, int64_t ib, OT *o, \
+                                            int64_t n) {                                         \
+        if (ia && ib) {                                                                          \
+            for (int64_t i = 0; i < n; i++) { T x = a[i], y = b[i]; o[i] = EXPR(x, y, T); }      \
+        } else if (ia) {                                                                         \
+            T y = b[0];                                                                          \
+            for (int64_t i = 0; i < n; i++) { T x = a[i]; o[i] = EXPR(x, y, T); }                \
+        } else if (ib) {                                                                         \
+            T x = a[0];                                                                          \
+            for (int64_t i = 0; i < n; i++) { T y = b[i]; o[i] = EXPR(x, y, T); }                \
+        } else {                                                                                 \
+            T x = a[0], y = b[0];                                                                \
+            OT v = EXPR(x, y, T);                                                                \
+            for (int64_t i = 0; i < n; i++) o[i] = v;                                            \
+        }                                                                                        \
+    }
+
+#define FK_BINARY_ROW_NATIVE(OP, D, T, OT, EXPR)                                                 \
+    static void fk_row_##OP##_##D(char *const *p, const int64_t *s, int64_t n, const void *ctx) { \
+        const int64_t es = (int64_t)sizeof(T);                                                   \
+        (void)ctx;                                                                               \
+        if (s[2] == (int64_t)sizeof(OT) && (s[0] == es || s[0] == 0) && (s[1] == es || s[1] == 0)) { \
+            fk_vec_##OP##_##D((const T *)p[0], s[0] != 0, (const T *)p[1], s[1] != 0, (OT *)p[2], n); \
+            return;                                                                              \
+        }                                                                                        \
+        for (int64_t i = 0; i < n; i++) {                                                        \
+            T x = *(const T *)(p[0] + i * s[0]), y = *(const T *)(p[1] + i * s[1]);              \
+            *(OT *)(p[2] + i * s[2]) = EXPR(x, y, T);                                            \
+        }                                                                                        \
+    }
+
+/* F16/BF16: chunks converted to F32, computed by the F32 vector body, rounded once on store. */
+#define FK_BINARY_ROW_HALF(OP, D, LOAD, VEC, OBUF, STORE)                                        \
+    static void fk_row_##OP##_##D(char *const *p, const int64_t *s, int64_t n, const void *ctx) { \
+        float xa[FK_CHUNK], xb[FK_CHUNK];                                                        \
+        OBUF xo[FK_CHUNK];                                                                       \
+        (void)ctx;                                                                               \
+        for (int64_t i0 = 0; i0 < n; i0 += FK_CHUNK) {                                           \
+            int64_t m = n - i0 < FK_CHUNK ? n - i0 : FK_CHUNK;                                   \
+            LOAD(p[0] + i0 * s[0], s[0], xa, s[0] ? m : 1);                                      \
+            LOAD(p[1] + i0 * s[1], s[1], xb, s[1] ? m : 1);                                      \
+            VEC(xa, s[0] != 0, xb, s[1] != 0, xo, m);                                            \
+            STORE(xo, p[2] + i0 * s[2], s[2], m);                                                \
+        }                                                                                        \
+    }
+
+#define FK_BINARY_KERNEL(OP, D, OD, PRE, N)                                                      \
+    static int fk_##OP##_##D(const fk_storage *inputs, int n_in, fk_storage *outputs, int n_out, \
+                             const fk_layout *layouts, const fk_params *params) {                \
+        const int dtypes[3] = {FK_##D, FK_##D, FK_##OD};                                         \
+        fk_loop loop;                                                                            \
+        int status = fk_elementwise_prepare(&loop, inputs, n_in, outputs, n_out, layouts, params, \
+                                            2, dtypes, FK_PARAMS_NONE, #OP);                     \
+        if (status) return status;                                                               \
+        PRE(OP, N)                                                                               \
+        const int sizes[3] = {fk_dtype_itemsize[FK_##D], fk_dtype_itemsize[FK_##D], fk_dtype_itemsize[FK_##OD]}; \
+        fk_loop_run(&loop, fk_row_##OP##_##D, NULL, sizes);                                             \
+        return FK_OK;                                                                            \
+    }
+
 /* ---- cost functions ----------------------------------------------------------------------------- */
 static inline fk_cost fk_elementwise_cost_scaled(const fk_layout *layouts, int n_layouts,
                                                  const fk_dtypes *dtypes, double flops_per_element) {

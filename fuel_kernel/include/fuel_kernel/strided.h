@@ -240,25 +240,58 @@ typedef void (*fk_row_fn)(char *const *ptrs, const int64_t *strides, int64_t n, 
 
 #define FK_TILE_ROWS 32
 #define FK_TILE_COLS 64
+#define FK_TILE_BUFFERS 2              /* transposed inputs staged per tile (more are walked as is) */
 
-/* Walk every row of a planned loop.  When some operand moves by more than a cache line along the
- * innermost axis while its next axis is denser (a transposed view), rows are visited in
- * FK_TILE_ROWS x FK_TILE_COLS tiles of the last two axes: the lines such an operand loads for one
- * row of the tile are reused by the following rows instead of being evicted first. */
-static inline void fk_loop_run(const fk_loop *loop, fk_row_fn row, const void *ctx) {
+/* Copy a rows x cols tile of an operand whose rows step by `so` bytes and columns by `si` bytes
+ * into a dense row-major buffer, reading down the rows (the operand's dense direction). */
+static inline void fk_tile_gather(char *buf, const char *src, int64_t so, int64_t si, int64_t rows,
+                                  int64_t cols, int itemsize, const char *next) {
+    for (int64_t c = 0; c < cols; c++) {
+        const char *col = src + c * si;
+        /* the same column of the next tile: its lines are far apart, so ask for them early */
+        if (next) {
+            __builtin_prefetch(next + c * si);
+            __builtin_prefetch(next + c * si + (rows - 1) * so);
+        }
+        char *dst = buf + c * itemsize;
+        switch (itemsize) {
+        case 1: for (int64_t r = 0; r < rows; r++) dst[r * FK_TILE_COLS] = col[r * so]; break;
+        case 2: for (int64_t r = 0; r < rows; r++)
+                    ((uint16_t *)dst)[r * FK_TILE_COLS] = *(const uint16_t *)(col + r * so); break;
+        case 4: for (int64_t r = 0; r < rows; r++)
+                    ((uint32_t *)dst)[r * FK_TILE_COLS] = *(const uint32_t *)(col + r * so); break;
+        default: for (int64_t r = 0; r < rows; r++)
+                    ((uint64_t *)dst)[r * FK_TILE_COLS] = *(const uint64_t *)(col + r * so); break;
+        }
+    }
+}
+
+/* Walk every row of a planned loop.  itemsizes[k] is operand k's element size in bytes.
+ *
+ * When an input moves by more than a cache line along the innermost axis while its next axis is
+ * denser (a transposed view), rows are visited in FK_TILE_ROWS x FK_TILE_COLS tiles of the last
+ * two axes, and up to FK_TILE_BUFFERS such inputs are first gathered into dense stack tiles read
+ * along their dense axis.  Reading them row by row instead would touch one cache line (and, for
+ * power-of-two extents, one cache set) per element, which is what makes the naive walk slow. */
+static inline void fk_loop_run(const fk_loop *loop, fk_row_fn row, const void *ctx, const int *itemsizes) {
     int nops = loop->nops, nd = loop->ndim, k, tiled = 0;
     int64_t inner_strides[FK_MAX_OPERANDS], index[FK_MAX_DIMS] = {0};
-    char *ptrs[FK_MAX_OPERANDS], *cur[FK_MAX_OPERANDS];
+    char *ptrs[FK_MAX_OPERANDS];
     if (loop->rows == 0) return;
     for (k = 0; k < nops; k++) {
         inner_strides[k] = loop->strides[k][nd - 1];
         ptrs[k] = loop->base[k];
     }
+    int staged[FK_MAX_OPERANDS] = {0};
     if (nd >= 2 && loop->inner > FK_TILE_COLS / 2 && loop->shape[nd - 2] > 1) {
-        for (k = 0; k < nops; k++) {
+        int n_staged = 0;
+        for (k = 0; k < nops - 1; k++) {
             int64_t si = inner_strides[k] < 0 ? -inner_strides[k] : inner_strides[k];
             int64_t so = loop->strides[k][nd - 2] < 0 ? -loop->strides[k][nd - 2] : loop->strides[k][nd - 2];
-            if (si > 64 && so < si) tiled = 1;
+            if (si > 64 && so < si) {
+                tiled = 1;
+                if (n_staged < FK_TILE_BUFFERS) staged[k] = ++n_staged;
+            }
         }
     }
     if (!tiled) {
@@ -271,18 +304,31 @@ static inline void fk_loop_run(const fk_loop *loop, fk_row_fn row, const void *c
     {
         /* the outer walk steps over the axes before the last two: a copy of the plan that treats
          * axis nd-2 as its row makes fk_loop_next do exactly that */
+        _Alignas(64) char tiles[FK_TILE_BUFFERS][FK_TILE_ROWS * FK_TILE_COLS * 8];
+        char *cur[FK_MAX_OPERANDS];
+        int64_t row_strides[FK_MAX_OPERANDS];
         fk_loop outer = *loop;
         int64_t R = loop->shape[nd - 2], C = loop->inner, planes = loop->rows / R;
         outer.ndim = nd - 1;
+        for (k = 0; k < nops; k++) row_strides[k] = staged[k] ? itemsizes[k] : inner_strides[k];
         for (int64_t p = 0; p < planes; p++) {
             for (int64_t r0 = 0; r0 < R; r0 += FK_TILE_ROWS) {
-                int64_t r1 = r0 + FK_TILE_ROWS < R ? r0 + FK_TILE_ROWS : R;
+                int64_t rr = r0 + FK_TILE_ROWS < R ? FK_TILE_ROWS : R - r0;
                 for (int64_t c0 = 0; c0 < C; c0 += FK_TILE_COLS) {
                     int64_t m = c0 + FK_TILE_COLS < C ? FK_TILE_COLS : C - c0;
-                    for (int64_t r = r0; r < r1; r++) {
+                    for (k = 0; k < nops; k++)
+                        if (staged[k]) {
+                            const char *tile = ptrs[k] + r0 * loop->strides[k][nd - 2] + c0 * inner_strides[k];
+                            fk_tile_gather(tiles[staged[k] - 1], tile, loop->strides[k][nd - 2],
+                                           inner_strides[k], rr, m, itemsizes[k],
+                                           c0 + 2 * FK_TILE_COLS <= C ? tile + FK_TILE_COLS * inner_strides[k] : NULL);
+                        }
+                    for (int64_t r = 0; r < rr; r++) {
                         for (k = 0; k < nops; k++)
-                            cur[k] = ptrs[k] + r * loop->strides[k][nd - 2] + c0 * inner_strides[k];
-                        row(cur, inner_strides, m, ctx);
+                            cur[k] = staged[k]
+                                ? tiles[staged[k] - 1] + r * FK_TILE_COLS * itemsizes[k]
+                                : ptrs[k] + (r0 + r) * loop->strides[k][nd - 2] + c0 * inner_strides[k];
+                        row(cur, row_strides, m, ctx);
                     }
                 }
             }
