@@ -10,6 +10,7 @@ KERNEL_MODULES = (
     "fuel_kernel.cpu._cast",
     "fuel_kernel.cpu._binary",
     "fuel_kernel.cpu._compare",
+    "fuel_kernel.cpu._unary",
 )
 
 

@@ -255,13 +255,21 @@ static inline void fk_tile_gather(char *buf, const char *src, int64_t so, int64_
         }
         char *dst = buf + c * itemsize;
         switch (itemsize) {
-        case 1: for (int64_t r = 0; r < rows; r++) dst[r * FK_TILE_COLS] = col[r * so]; break;
-        case 2: for (int64_t r = 0; r < rows; r++)
-                    ((uint16_t *)dst)[r * FK_TILE_COLS] = *(const uint16_t *)(col + r * so); break;
-        case 4: for (int64_t r = 0; r < rows; r++)
-                    ((uint32_t *)dst)[r * FK_TILE_COLS] = *(const uint32_t *)(col + r * so); break;
-        default: for (int64_t r = 0; r < rows; r++)
-                    ((uint64_t *)dst)[r * FK_TILE_COLS] = *(const uint64_t *)(col + r * so); break;
+        case 1:
+            for (int64_t r = 0; r < rows; r++) dst[r * FK_TILE_COLS] = col[r * so];
+            break;
+        case 2:
+            for (int64_t r = 0; r < rows; r++)
+                ((uint16_t *)dst)[r * FK_TILE_COLS] = *(const uint16_t *)(col + r * so);
+            break;
+        case 4:
+            for (int64_t r = 0; r < rows; r++)
+                ((uint32_t *)dst)[r * FK_TILE_COLS] = *(const uint32_t *)(col + r * so);
+            break;
+        default:
+            for (int64_t r = 0; r < rows; r++)
+                ((uint64_t *)dst)[r * FK_TILE_COLS] = *(const uint64_t *)(col + r * so);
+            break;
         }
     }
 }
