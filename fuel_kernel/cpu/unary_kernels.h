@@ -289,15 +289,19 @@ FK_GEN_UALLINT(POWI, FK_PARAMS_POWI, fk_setup_powi)
 #define FK_CLAIM_EXP32 FK_CLAIM(FK_ULP_EXP_F32, "<= 1 ulp: vectorized Cody-Waite + degree-6 polynomial")
 #define FK_CLAIM_TANH32 FK_CLAIM(FK_ULP_TANH_F32, "vectorized: odd polynomial below 0.625, exp-based above")
 #define FK_CLAIM_SIGMOID32 FK_CLAIM(FK_ULP_SIGMOID_F32, "vectorized: fast exp of -|x|, one division")
-#define FK_CLAIM_LIBM64 FK_CLAIM(FK_ULP_LIBM_F64, "C library (glibc) in F64")
+#define FK_CLAIM_LIBM64 FK_CLAIM(FK_ULP_LIBM_F64, "C library in F64 (glibc documents <= 2 ulp for tanh, erf)")
 #define FK_CLAIM_COMPOSED64 FK_CLAIM(FK_ULP_COMPOSED_F64, "composed from C library calls in F64")
+/* The negative tail of GELU is ill-conditioned in its inner argument (relative error grows like
+ * x^2 * eps), so an ulp bound would be meaningless there: a relative bound, measured to 3.7e-13
+ * over [-40, 40], with an absolute floor for results deep in the subnormals. */
+#define FK_CLAIM_GELU64 {1, 1, {0, 0}, 0, 1e-12, 1e-300, "rel <= 1e-12 (abs 1e-300): F64 formula, tail conditioned by x^2"}
 #define FK_CLAIM_AFFINE FK_CLAIM(0, "exact: x*mul then +add, each rounded in the compute type")
 
 /* measured maxima over the dense sweeps in tests/test_elementwise.py (see test_precision_claims) */
 #define FK_ULP_EXP_F32 1
 #define FK_ULP_TANH_F32 2
 #define FK_ULP_SIGMOID_F32 2
-#define FK_ULP_LIBM_F64 1
+#define FK_ULP_LIBM_F64 2
 #define FK_ULP_COMPOSED_F64 4
 
 static const fk_manifest_row fk_unary_manifest[] = {
@@ -315,8 +319,8 @@ static const fk_manifest_row fk_unary_manifest[] = {
     FK_UNARY_FLOAT_ENTRIES(SIGMOID, SIGMOID32, COMPOSED64, HALF_ULP, fk_cost_transcendental)
     FK_UNARY_FLOAT_ENTRIES(RELU, EXACT, EXACT, EXACT_F, fk_cost_simple)
     FK_UNARY_FLOAT_ENTRIES(SILU, ONE_ULP, COMPOSED64, HALF_ULP, fk_cost_transcendental)
-    FK_UNARY_FLOAT_ENTRIES(GELU, ONE_ULP, COMPOSED64, HALF_ULP, fk_cost_transcendental)
-    FK_UNARY_FLOAT_ENTRIES(GELU_ERF, ONE_ULP, COMPOSED64, HALF_ULP, fk_cost_transcendental)
+    FK_UNARY_FLOAT_ENTRIES(GELU, ONE_ULP, GELU64, HALF_ULP, fk_cost_transcendental)
+    FK_UNARY_FLOAT_ENTRIES(GELU_ERF, ONE_ULP, GELU64, HALF_ULP, fk_cost_transcendental)
     FK_UNARY_FLOAT_ENTRIES(ERF, ONE_ULP, LIBM64, HALF_ULP, fk_cost_transcendental)
     FK_UNARY_FLOAT_ENTRIES(STEP, EXACT, EXACT, EXACT_F, fk_cost_simple)
     FK_UNARY_FLOAT_ENTRIES(FLOOR, EXACT, EXACT, EXACT_F, fk_cost_simple)
