@@ -42,10 +42,13 @@ FK_GEN_CMP(GE)
 
 /* ---- WHERE: a bit copy by element size, so one body serves every dtype of that size ----------- */
 #define FK_GEN_WHERE_SIZE(BITS)                                                                  \
-    FK_CLONES static void fk_vec_where_##BITS(const uint8_t *c, const uint##BITS##_t *a,          \
-                                              const uint##BITS##_t *b, uint##BITS##_t *o, int64_t n) { \
+    FK_INLINE void fk_where_body_##BITS(const uint8_t *c, const uint##BITS##_t *a,                \
+                                        const uint##BITS##_t *b, uint##BITS##_t *o, int64_t n) { \
         for (int64_t i = 0; i < n; i++) o[i] = c[i] ? a[i] : b[i];                               \
     }                                                                                            \
+    FK_MV_STREAM(fk_vec_where_##BITS, (const uint8_t *c, const uint##BITS##_t *a,                \
+                 const uint##BITS##_t *b, uint##BITS##_t *o, int64_t n), (c, a, b, o, n),        \
+                 fk_where_body_##BITS)                                                           \
     static void fk_row_where_##BITS(char *const *p, const int64_t *s, int64_t n, const void *ctx) { \
         const int64_t es = BITS / 8;                                                             \
         (void)ctx;                                                                               \

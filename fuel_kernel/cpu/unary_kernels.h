@@ -78,7 +78,9 @@ static inline double fk_gelu_erf_f64(double x) {
 #define FK_U_STEP_F(x, T, c) ((x) > 0 ? (T)1 : ((x) != (x) ? (x) : (T)0))
 #define FK_U_FLOOR_F(x, T, c) FK_TG1(floor, x)(x)
 #define FK_U_CEIL_F(x, T, c) FK_TG1(ceil, x)(x)
-#define FK_U_ROUND_F(x, T, c) FK_TG1(roundeven, x)(x)
+/* half to even by adding and removing 2^(mantissa bits) (vectorizes, unlike roundeven on GCC 12);
+ * larger magnitudes are integers already, and copysign keeps -0.0 for (-0.5, -0] */
+#define FK_U_ROUND_F(x, T, c) _Generic((x), float: fk_round_even_f32, default: fk_round_even_f64)(x)
 #define FK_U_SIGN_F(x, T, c) ((x) > 0 ? (T)1 : ((x) < 0 ? (T)-1 : (x)))
 #define FK_U_AFFINE_F32(x, T, c) ((x) * (c)->mul_f + (c)->add_f)
 #define FK_U_AFFINE_F64(x, T, c) ((x) * (c)->mul_d + (c)->add_d)
@@ -96,6 +98,17 @@ static inline double fk_gelu_erf_f64(double x) {
 
 #define FK_TG1(F, x) _Generic((x), float: F##f, default: F)
 
+static inline float fk_round_even_f32(float x) {
+    float a = fabsf(x);
+    float r = copysignf((a + 8388608.0f) - 8388608.0f, x);
+    return a < 8388608.0f ? r : x;
+}
+static inline double fk_round_even_f64(double x) {
+    double a = fabs(x);
+    double r = copysign((a + 4503599627370496.0) - 4503599627370496.0, x);
+    return a < 4503599627370496.0 ? r : x;
+}
+
 static inline uint64_t fk_upow_u64(uint64_t base, uint64_t exp) {
     uint64_t result = 1;
     while (exp) {
@@ -107,13 +120,16 @@ static inline uint64_t fk_upow_u64(uint64_t base, uint64_t exp) {
 }
 
 /* ---- generators ---------------------------------------------------------------------------------- */
-/* ATTR is FK_CLONES for bodies that vectorize, empty for those calling the C library. */
-#define FK_UNARY_VEC(OP, D, T, EXPR, ATTR)                                                       \
-    ATTR static void fk_uvec_##OP##_##D(const T *a, T *o, int64_t n, const fk_unary_ctx *c) {    \
+/* MV is the FK_MV_* build mode: STREAM for cheap ops, COMPUTE for polynomials, NONE for loops
+ * around C library calls. */
+#define FK_UNARY_VEC(OP, D, T, EXPR, MV)                                                         \
+    FK_INLINE void fk_ubody_##OP##_##D(const T *a, T *o, int64_t n, const fk_unary_ctx *c) {     \
         const fk_unary_ctx cc = *c;                                                              \
         (void)cc;                                                                                \
         for (int64_t i = 0; i < n; i++) { T x = a[i]; o[i] = EXPR(x, T, &cc); }                  \
-    }
+    }                                                                                            \
+    MV(fk_uvec_##OP##_##D, (const T *a, T *o, int64_t n, const fk_unary_ctx *c), (a, o, n, c),   \
+       fk_ubody_##OP##_##D)
 
 #define FK_UNARY_ROW_NATIVE(OP, D, T, EXPR)                                                      \
     static void fk_urow_##OP##_##D(char *const *p, const int64_t *s, int64_t n, const void *ctx) { \
@@ -219,7 +235,7 @@ static inline int fk_setup_powi(const fk_params *params, fk_unary_ctx *c, int dt
 /* simple float ops (same definition for F32 and F64) */
 #define FK_GEN_UF(OP, ATTR) FK_GEN_UFLOAT(OP, F, F, ATTR, ATTR, FK_PARAMS_NONE, fk_setup_none)
 #define FK_GEN_UINT1(OP, D, T, K, PARAMS, SETUP)                                                 \
-    FK_UNARY_VEC(OP, D, T, FK_U_##OP##_##K, FK_CLONES)                                           \
+    FK_UNARY_VEC(OP, D, T, FK_U_##OP##_##K, FK_MV_STREAM)                                           \
     FK_UNARY_ROW_NATIVE(OP, D, T, FK_U_##OP##_##K)                                               \
     FK_UNARY_KERNEL(OP, D, PARAMS, SETUP)
 #define FK_GEN_USINT(OP)                                                                         \
@@ -232,39 +248,37 @@ static inline int fk_setup_powi(const fk_params *params, fk_unary_ctx *c, int dt
     FK_GEN_UINT1(OP, I16, int16_t, INT, PARAMS, SETUP) FK_GEN_UINT1(OP, I32, int32_t, INT, PARAMS, SETUP) \
     FK_GEN_UINT1(OP, I64, int64_t, INT, PARAMS, SETUP) FK_GEN_UINT1(OP, U32, uint32_t, INT, PARAMS, SETUP)
 
-#define FK_NOCLONE
-
-FK_GEN_UF(NEG, FK_CLONES)
-FK_GEN_UF(ABS, FK_CLONES)
-FK_GEN_UF(SQR, FK_CLONES)
-FK_GEN_UF(SQRT, FK_CLONES)
-FK_GEN_UF(RSQRT, FK_CLONES)
-FK_GEN_UF(RECIP, FK_CLONES)
-FK_GEN_UFLOAT(EXP, F32, F64, FK_CLONES, FK_NOCLONE, FK_PARAMS_NONE, fk_setup_none)
-FK_GEN_UF(LOG, FK_NOCLONE)
-FK_GEN_UF(SIN, FK_NOCLONE)
-FK_GEN_UF(COS, FK_NOCLONE)
-FK_GEN_UFLOAT(TANH, F32, F64, FK_CLONES, FK_NOCLONE, FK_PARAMS_NONE, fk_setup_none)
-FK_GEN_UFLOAT(SIGMOID, F32, F64, FK_CLONES, FK_NOCLONE, FK_PARAMS_NONE, fk_setup_none)
-FK_GEN_UF(RELU, FK_CLONES)
-FK_GEN_UF(SILU, FK_NOCLONE)
-FK_GEN_UF(GELU, FK_NOCLONE)
-FK_GEN_UF(GELU_ERF, FK_NOCLONE)
-FK_GEN_UF(ERF, FK_NOCLONE)
-FK_GEN_UF(STEP, FK_CLONES)
-FK_GEN_UF(FLOOR, FK_CLONES)
-FK_GEN_UF(CEIL, FK_CLONES)
-FK_GEN_UF(ROUND, FK_CLONES)
-FK_GEN_UF(SIGN, FK_CLONES)
+FK_GEN_UF(NEG, FK_MV_STREAM)
+FK_GEN_UF(ABS, FK_MV_STREAM)
+FK_GEN_UF(SQR, FK_MV_STREAM)
+FK_GEN_UF(SQRT, FK_MV_STREAM)
+FK_GEN_UF(RSQRT, FK_MV_STREAM)
+FK_GEN_UF(RECIP, FK_MV_STREAM)
+FK_GEN_UFLOAT(EXP, F32, F64, FK_MV_COMPUTE, FK_MV_NONE, FK_PARAMS_NONE, fk_setup_none)
+FK_GEN_UF(LOG, FK_MV_NONE)
+FK_GEN_UF(SIN, FK_MV_NONE)
+FK_GEN_UF(COS, FK_MV_NONE)
+FK_GEN_UFLOAT(TANH, F32, F64, FK_MV_COMPUTE, FK_MV_NONE, FK_PARAMS_NONE, fk_setup_none)
+FK_GEN_UFLOAT(SIGMOID, F32, F64, FK_MV_COMPUTE, FK_MV_NONE, FK_PARAMS_NONE, fk_setup_none)
+FK_GEN_UF(RELU, FK_MV_STREAM)
+FK_GEN_UF(SILU, FK_MV_NONE)
+FK_GEN_UF(GELU, FK_MV_NONE)
+FK_GEN_UF(GELU_ERF, FK_MV_NONE)
+FK_GEN_UF(ERF, FK_MV_NONE)
+FK_GEN_UF(STEP, FK_MV_STREAM)
+FK_GEN_UF(FLOOR, FK_MV_STREAM)
+FK_GEN_UF(CEIL, FK_MV_STREAM)
+FK_GEN_UF(ROUND, FK_MV_STREAM)
+FK_GEN_UF(SIGN, FK_MV_STREAM)
 FK_GEN_USINT(NEG)
 FK_GEN_USINT(ABS)
 FK_GEN_USINT(SQR)
 FK_GEN_USINT(SIGN)
 FK_GEN_USINT(RELU)
-FK_GEN_UFLOAT(AFFINE, F32, F64, FK_CLONES, FK_CLONES, FK_PARAMS_AFFINE, fk_setup_affine)
-FK_GEN_UFLOAT(CLAMP, F32, F64, FK_CLONES, FK_CLONES, FK_PARAMS_CLAMP, fk_setup_clamp)
+FK_GEN_UFLOAT(AFFINE, F32, F64, FK_MV_STREAM, FK_MV_STREAM, FK_PARAMS_AFFINE, fk_setup_affine)
+FK_GEN_UFLOAT(CLAMP, F32, F64, FK_MV_STREAM, FK_MV_STREAM, FK_PARAMS_CLAMP, fk_setup_clamp)
 FK_GEN_UALLINT(CLAMP, FK_PARAMS_CLAMP, fk_setup_clamp)
-FK_GEN_UFLOAT(POWI, F, F, FK_NOCLONE, FK_NOCLONE, FK_PARAMS_POWI, fk_setup_powi)
+FK_GEN_UFLOAT(POWI, F, F, FK_MV_NONE, FK_MV_NONE, FK_PARAMS_POWI, fk_setup_powi)
 FK_GEN_UALLINT(POWI, FK_PARAMS_POWI, fk_setup_powi)
 
 /* ---- manifest ------------------------------------------------------------------------------------ */
