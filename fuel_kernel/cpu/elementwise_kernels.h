@@ -157,7 +157,7 @@ static inline void fk_store_f16_row(const float *src, char *dst, int64_t ds, int
 }
 
 /* BF16 is the top half of an F32: both directions are bit operations the compiler vectorizes. */
-static inline uint16_t fk_f32_to_bf16_branchless(float f) {
+FK_INLINE uint16_t fk_f32_to_bf16_branchless(float f) {
     uint32_t x = fk_f32_bits(f);
     uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
     uint32_t quiet = (x >> 16) | 0x40u;
@@ -190,26 +190,30 @@ static inline void fk_store_bool_row(const uint8_t *src, char *dst, int64_t ds, 
 }
 
 /* ---- fast F32 exp / sigmoid / tanh (branch-free, so loops over them vectorize) ----------------
+ * The polynomials use fmaf explicitly: one instruction in the v3/v4 builds, and the C library's
+ * exactly rounded fmaf in the baseline build, so every build returns the same bits.
  * exp: x = n*ln2 + r with a two-part ln2 (Cody-Waite), exp(r) by the Cephes expf polynomial on
  * |r| <= ln2/2, times 2^n applied as two exact power-of-two factors so subnormal results round
  * once and large ones overflow to inf exactly where expf does.  The maximum errors measured over
  * dense sweeps (tests/test_elementwise.py checks them) are stated in the unary manifest. */
-static inline float fk_pow2i_f32(int32_t k) { return fk_bits_f32((uint32_t)(k + 127) << 23); }
+FK_INLINE float fk_pow2i_f32(int32_t k) { return fk_bits_f32((uint32_t)(k + 127) << 23); }
 
-static inline float fk_fast_expf(float x) {
-    float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
+FK_INLINE float fk_fast_expf(float x) {
+    /* two plain selects (maxps/minps); a nested ternary makes GCC mask the whole polynomial */
+    float xc = x > -104.0f ? x : -104.0f;
+    xc = xc < 89.0f ? xc : 89.0f;
     /* adding and removing 1.5*2^23 rounds to nearest even (|v| < 2^22 here) and, unlike
      * roundevenf, vectorizes on every ISA */
     float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    float r = xc - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
+    float r = fmaf(n, -0.693359375f, xc);
+    r = fmaf(n, 2.12194440e-4f, r);
     float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    float y = p * (r * r) + r + 1.0f;
+    p = fmaf(p, r, 1.3981999507e-3f);
+    p = fmaf(p, r, 8.3334519073e-3f);
+    p = fmaf(p, r, 4.1665795894e-2f);
+    p = fmaf(p, r, 1.6666665459e-1f);
+    p = fmaf(p, r, 5.0000001201e-1f);
+    float y = fmaf(p, r * r, r) + 1.0f;
     int32_t ni = (int32_t)n, n1 = ni / 2, n2 = ni - n1;
     y = y * fk_pow2i_f32(n1) * fk_pow2i_f32(n2);
     return x != x ? x : y;
@@ -217,7 +221,7 @@ static inline float fk_fast_expf(float x) {
 
 /* sigmoid via t = exp(-|x|) <= 1: 1/(1+t) for x >= 0 and t/(1+t) below, so neither side
  * overflows and tiny results keep their relative accuracy down to the subnormals. */
-static inline float fk_fast_sigmoidf(float x) {
+FK_INLINE float fk_fast_sigmoidf(float x) {
     float t = fk_fast_expf(-fabsf(x));
     float d = 1.0f + t;
     return (x >= 0.0f ? 1.0f : t) / d;
@@ -231,15 +235,15 @@ static inline float fk_fast_sigmoidf(float x) {
 #define FK_TANH_P4 0.021715570557112533f
 #define FK_TANH_P5 -0.008215019783135864f
 #define FK_TANH_P6 0.0021780700253614237f
-static inline float fk_fast_tanhf(float x) {
+FK_INLINE float fk_fast_tanhf(float x) {
     float a = fabsf(x), z = x * x;
     float p = FK_TANH_P6;
-    p = p * z + FK_TANH_P5;
-    p = p * z + FK_TANH_P4;
-    p = p * z + FK_TANH_P3;
-    p = p * z + FK_TANH_P2;
-    p = p * z + FK_TANH_P1;
-    float small = x + x * (z * p);
+    p = fmaf(p, z, FK_TANH_P5);
+    p = fmaf(p, z, FK_TANH_P4);
+    p = fmaf(p, z, FK_TANH_P3);
+    p = fmaf(p, z, FK_TANH_P2);
+    p = fmaf(p, z, FK_TANH_P1);
+    float small = fmaf(x, z * p, x);
     float t = fk_fast_expf(-2.0f * a);
     float big = copysignf((1.0f - t) / (1.0f + t), x);
     return a < 0.625f ? small : big;

@@ -98,12 +98,12 @@ static inline double fk_gelu_erf_f64(double x) {
 
 #define FK_TG1(F, x) _Generic((x), float: F##f, default: F)
 
-static inline float fk_round_even_f32(float x) {
+FK_INLINE float fk_round_even_f32(float x) {
     float a = fabsf(x);
     float r = copysignf((a + 8388608.0f) - 8388608.0f, x);
     return a < 8388608.0f ? r : x;
 }
-static inline double fk_round_even_f64(double x) {
+FK_INLINE double fk_round_even_f64(double x) {
     double a = fabs(x);
     double r = copysign((a + 4503599627370496.0) - 4503599627370496.0, x);
     return a < 4503599627370496.0 ? r : x;
