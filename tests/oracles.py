@@ -289,40 +289,59 @@ def _where(inputs, params, out_dtype, out_shape):
     return to(np.where(cond.astype(bool), a, b), out_dtype)
 
 
-@register([fk.OpKind.AFFINE], kind="transcendental")
+@register([fk.OpKind.AFFINE])
 def _affine(inputs, params, out_dtype, out_shape):
+    """x*mul + add, each step rounded in the compute type (mul and add rounded to it first)."""
     need_params(params, "affine")
     (x,) = broadcast_inputs(inputs, out_shape)
     if not D(out_dtype).is_float:
-        raise Skip("integer AFFINE rounding not specified")
+        raise Skip("AFFINE is registered for floats only")
     f = params.fields()
+    ct = compute_dtype(out_dtype)
     with np.errstate(all="ignore"):
-        return to(up(x).astype(np.float64) * f["mul"] + f["add"], out_dtype)
+        return to(up(x).astype(ct) * ct.type(f["mul"]) + ct.type(f["add"]), out_dtype)
+
+
+def _saturated_bound(value, dtype, rounding):
+    info = np.iinfo(D(dtype).numpy) if D(dtype) != D.BOOL else None
+    lo, hi = (0, 1) if info is None else (int(info.min), int(info.max))
+    v = rounding(value)
+    return lo if v <= lo else hi if v >= hi else int(v)
 
 
 @register([fk.OpKind.CLAMP])
 def _clamp(inputs, params, out_dtype, out_shape):
+    """min(max(x, lo), hi), NaN kept; float bounds rounded to the compute type, integer bounds
+    ceil(min) / floor(max) saturated to the dtype's range."""
     need_params(params, "clamp")
     (x,) = broadcast_inputs(inputs, out_shape)
     f = params.fields()
     if not D(out_dtype).is_float:
-        raise Skip("integer CLAMP bound rounding not specified")
-    lo = np.asarray(f["min"]).astype(compute_dtype(out_dtype))
-    hi = np.asarray(f["max"]).astype(compute_dtype(out_dtype))
-    return to(np.minimum(np.maximum(up(x), lo), hi), out_dtype)
+        lo = _saturated_bound(f["min"], out_dtype, math.ceil)
+        hi = _saturated_bound(f["max"], out_dtype, math.floor)
+        return to(np.minimum(np.maximum(x.astype(object), lo), hi).astype(np.int64), out_dtype) \
+            if x.size else x.astype(D(out_dtype).numpy)
+    ct = compute_dtype(out_dtype)
+    return to(np.minimum(np.maximum(up(x), ct.type(f["min"])), ct.type(f["max"])), out_dtype)
 
 
 @register([fk.OpKind.POWI], kind="transcendental")
 def _powi(inputs, params, out_dtype, out_shape):
+    """Floats: pow in F64 rounded once (through F32 for F16/BF16); integers wrap, and a negative
+    exponent is a ParamsError."""
     need_params(params, "powi")
     (x,) = broadcast_inputs(inputs, out_shape)
-    if not D(out_dtype).is_float:
-        raise Skip("integer POWI not specified")
     e = params.fields()["exp"]
-    if abs(e) > 16:
-        raise Skip("repeated-multiplication error grows with |exp|")
+    if not D(out_dtype).is_float:
+        if e < 0:
+            raise ExpectError(fk.ParamsError)
+        with np.errstate(all="ignore"):
+            return np.power(x, np.asarray(e, dtype=x.dtype)).astype(D(out_dtype).numpy)
     with np.errstate(all="ignore"):
-        return to(np.power(up(x).astype(np.float64), float(e)), out_dtype)
+        r = np.power(up(x).astype(np.float64), float(e))
+        if D(out_dtype) in HALF:
+            r = r.astype(np.float32)
+        return to(r, out_dtype)
 
 
 # ---- reductions ----------------------------------------------------------------------------------
