@@ -5,7 +5,8 @@ calls one after the other (the baseline), and two persistent threads making one 
 same time.  The issue's target is a scaling of >= 1.7x on 2 cores, i.e. the two-thread contender
 at <= 0.59x the baseline's time.  Memory-bound copies (CAST f32->f64) scale less than compute-bound
 kernels because both threads share the memory bus, so compute-heavier kernels are measured beside
-them when registered (EXP, TANH once the elementwise family is merged).
+them when registered (EXP, TANH once the elementwise family is merged).  A NumPy control case
+shows what two threads can get on the machine at that moment (another process may hold a core).
 """
 import threading
 
@@ -74,3 +75,17 @@ def cases():
         case = _case(*spec)
         if case is not None:
             yield case
+    # the control: what two threads of a kernel that surely drops the GIL get on this machine now
+    # (on a shared machine another process may hold the second core)
+    x = np.random.default_rng(0).standard_normal(N).astype(np.float32)
+    outs = [np.empty(N, np.float32) for _ in range(2)]
+    jobs = [lambda i=i: np.exp(x, out=outs[i]) for i in range(2)]
+    for job in jobs:
+        job()
+    yield Case(
+        name="GIL scaling control: NumPy np.exp f32, 8M elements",
+        contenders={"one thread, 2 calls": lambda: (jobs[0](), jobs[1]()),
+                    "two threads, 1 call each": TwoThreads(jobs)},
+        baseline="one thread, 2 calls",
+        target="the machine's attainable scaling right now",
+    )
