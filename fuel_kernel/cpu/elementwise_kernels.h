@@ -302,6 +302,45 @@ FK_INLINE float fk_fast_tanhf(float x) {
         }                                                                                        \
     }
 
+/* BF16 conversions are bit operations, so contiguous (or scalar-broadcast) BF16 rows run as one
+ * fused loop -- widen, compute in F32, round -- that vectorizes in every build; other layouts
+ * take the chunked path.  (F16 widening needs F16C instructions, which only the chunked
+ * conversion helpers use.) */
+FK_INLINE float fk_bf16_load(uint16_t h) { return fk_bits_f32((uint32_t)h << 16); }
+#define FK_BF16_STORE_FLOAT(v) fk_f32_to_bf16_branchless(v)
+#define FK_BF16_STORE_BOOL(v) (v)
+#define FK_BINARY_ROW_BF16(OP, OBUF, STORE_ROW, OT, EXPR, STOREF)                                \
+    FK_INLINE void fk_vecbody_##OP##_BF16(const uint16_t *a, int64_t ia, const uint16_t *b,      \
+                                          int64_t ib, OT *o, int64_t n) {                        \
+        if (ia && ib) {                                                                          \
+            for (int64_t i = 0; i < n; i++) {                                                    \
+                float x = fk_bf16_load(a[i]), y = fk_bf16_load(b[i]);                            \
+                o[i] = STOREF(EXPR(x, y, float));                                                \
+            }                                                                                    \
+        } else if (ia) {                                                                         \
+            float y = fk_bf16_load(b[0]);                                                        \
+            for (int64_t i = 0; i < n; i++) { float x = fk_bf16_load(a[i]); o[i] = STOREF(EXPR(x, y, float)); } \
+        } else if (ib) {                                                                         \
+            float x = fk_bf16_load(a[0]);                                                        \
+            for (int64_t i = 0; i < n; i++) { float y = fk_bf16_load(b[i]); o[i] = STOREF(EXPR(x, y, float)); } \
+        } else {                                                                                 \
+            float x = fk_bf16_load(a[0]), y = fk_bf16_load(b[0]);                                \
+            OT v = STOREF(EXPR(x, y, float));                                                    \
+            for (int64_t i = 0; i < n; i++) o[i] = v;                                            \
+        }                                                                                        \
+    }                                                                                            \
+    FK_MV_STREAM(fk_vec_##OP##_BF16, (const uint16_t *a, int64_t ia, const uint16_t *b, int64_t ib, \
+                 OT *o, int64_t n), (a, ia, b, ib, o, n), fk_vecbody_##OP##_BF16)               \
+    FK_BINARY_ROW_HALF(OP, BF16_chunked, fk_load_bf16_row, fk_vec_##OP##_F32, OBUF, STORE_ROW)   \
+    static void fk_row_##OP##_BF16(char *const *p, const int64_t *s, int64_t n, const void *ctx) { \
+        if (s[2] == (int64_t)sizeof(OT) && (s[0] == 2 || s[0] == 0) && (s[1] == 2 || s[1] == 0)) { \
+            fk_vec_##OP##_BF16((const uint16_t *)p[0], s[0] != 0, (const uint16_t *)p[1], s[1] != 0, \
+                               (OT *)p[2], n);                                                   \
+            return;                                                                              \
+        }                                                                                        \
+        fk_row_##OP##_BF16_chunked(p, s, n, ctx);                                                \
+    }
+
 #define FK_BINARY_KERNEL(OP, D, OD, PRE, N)                                                      \
     static int fk_##OP##_##D(const fk_storage *inputs, int n_in, fk_storage *outputs, int n_out, \
                              const fk_layout *layouts, const fk_params *params) {                \
