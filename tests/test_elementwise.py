@@ -47,10 +47,9 @@ def params_for(op, dtype):
 
 
 def elementwise_bindings():
-    """fuel_kernel's own CPU bindings of the elementwise ops (other tests register extras, e.g. the
-    cimport example extension, which are theirs to test)."""
-    return [k for k in fk.bindings()
-            if k.op in ELEMENTWISE and k.source == "native" and k.backend == fk.Backend.CPU]
+    """The CPU backend's own elementwise bindings (other tests register extras elsewhere)."""
+    return [k for k in fk.bindings() if k.op in ELEMENTWISE and k.backend == fk.Backend.CPU
+            and k.source == "native"]
 
 
 # ---- oracles ---------------------------------------------------------------------------------------
