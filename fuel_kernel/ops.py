@@ -74,3 +74,47 @@ def infer_output_dtype(op, input_dtypes, params=None):
     if s.infer_dtype is None:
         raise ParamsError(f"{OpKind(op).short_name} needs an explicit output to know its dtype")
     return DType(s.infer_dtype([DType(d) for d in input_dtypes], params))
+
+
+# ---- compute ops (issue 4): reductions, matmul, softmax/norms, conv2d -------------------------
+# The conventions these encode are documented in the kernel headers under fuel_kernel/cpu/.
+
+def _reduced_dims(ndim, params):
+    """The set of reduced dims: params.reduce dims (negative from the end), empty or None = all."""
+    fields = params.fields() if params is not None else {}
+    dims = fields.get("dims", ())
+    if params is not None and params.kind not in ("reduce", "none"):
+        raise ParamsError(f"reductions take params.reduce(dims, keepdim), not {params.kind}")
+    if not dims:
+        return set(range(ndim)), bool(fields.get("keepdim", False))
+    out = set()
+    for d in dims:
+        n = d + ndim if d < 0 else d
+        if not 0 <= n < ndim:
+            raise ParamsError(f"reduce dim {d} is out of range for a {ndim}-d input")
+        out.add(n)
+    return out, bool(fields.get("keepdim", False))
+
+
+def reduce_shape(shapes, params=None):
+    shape = shapes[0]
+    dims, keepdim = _reduced_dims(len(shape), params)
+    return tuple(1 if d in dims else s for d, s in enumerate(shape) if keepdim or d not in dims)
+
+
+def _sum_dtype(dtypes, params=None):
+    return dtypes[0] if dtypes[0].is_float else DType.I64
+
+
+def _mean_dtype(dtypes, params=None):
+    return dtypes[0] if dtypes[0].is_float else DType.F64
+
+
+def _index_dtype(dtypes, params=None):
+    return DType.I64
+
+
+for _op, _dtype in ((OpKind.SUM, _sum_dtype), (OpKind.PROD, _sum_dtype), (OpKind.MAX, same_as_first),
+                    (OpKind.MIN, same_as_first), (OpKind.MEAN, _mean_dtype),
+                    (OpKind.ARGMAX, _index_dtype), (OpKind.ARGMIN, _index_dtype)):
+    _add(_op, 1, "reduce", reduce_shape, _dtype)

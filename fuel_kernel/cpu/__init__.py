@@ -8,6 +8,7 @@ import importlib
 
 KERNEL_MODULES = (
     "fuel_kernel.cpu._cast",
+    "fuel_kernel.cpu._reduce",
 )
 
 
