@@ -118,3 +118,25 @@ for _op, _dtype in ((OpKind.SUM, _sum_dtype), (OpKind.PROD, _sum_dtype), (OpKind
                     (OpKind.MIN, same_as_first), (OpKind.MEAN, _mean_dtype),
                     (OpKind.ARGMAX, _index_dtype), (OpKind.ARGMIN, _index_dtype)):
     _add(_op, 1, "reduce", reduce_shape, _dtype)
+
+
+def matmul_shape(shapes, params=None):
+    """[A, B] or [A, B, count] -> (*batch, m, n): batch and m, n from params.matmul, else from the
+    shapes (A (..., m, k) @ B (..., k, n), batch dims broadcast)."""
+    if len(shapes) not in (2, 3):
+        from .errors import OperandCountError
+        raise OperandCountError(f"matmul takes [A, B] or [A, B, count], got {len(shapes)} inputs")
+    a, b = shapes[0], shapes[1]
+    if len(a) < 2 or len(b) < 2:
+        raise ShapeError(f"matmul needs A and B with at least 2 dims, got {a} and {b}")
+    if params is not None and params.kind == "matmul":
+        f = params.fields()
+        return tuple(f["batch"]) + (f["m"], f["n"])
+    if params is not None and params.kind != "none":
+        raise ParamsError(f"matmul takes params.matmul(...), not {params.kind}")
+    if a[-1] != b[-2]:
+        raise ShapeError(f"matmul inner extents differ: {a} @ {b}")
+    return broadcast_shape([a[:-2], b[:-2]]) + (a[-2], b[-1])
+
+
+_add(OpKind.MATMUL, None, "matmul", matmul_shape, same_as_first)

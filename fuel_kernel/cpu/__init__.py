@@ -9,6 +9,8 @@ import importlib
 KERNEL_MODULES = (
     "fuel_kernel.cpu._cast",
     "fuel_kernel.cpu._reduce",
+    "fuel_kernel.cpu._matmul",
+    "fuel_kernel.cpu._matmul_blas",      # zero rows unless SciPy is importable
 )
 
 
