@@ -140,3 +140,13 @@ def matmul_shape(shapes, params=None):
 
 
 _add(OpKind.MATMUL, None, "matmul", matmul_shape, same_as_first)
+
+
+def same_shape_as_first(shapes, params=None):
+    return tuple(shapes[0])
+
+
+_add(OpKind.SOFTMAX_LAST_DIM, 1, "softmax_last_dim", same_shape_as_first, same_as_first)
+_add(OpKind.LOG_SOFTMAX_LAST_DIM, 1, "softmax_last_dim", same_shape_as_first, same_as_first)
+_add(OpKind.RMS_NORM, 2, "norm_last_dim", same_shape_as_first, same_as_first)
+_add(OpKind.LAYER_NORM, 3, "norm_last_dim", same_shape_as_first, same_as_first)

@@ -11,6 +11,7 @@ KERNEL_MODULES = (
     "fuel_kernel.cpu._reduce",
     "fuel_kernel.cpu._matmul",
     "fuel_kernel.cpu._matmul_blas",      # zero rows unless SciPy is importable
+    "fuel_kernel.cpu._norm",
 )
 
 
