@@ -150,3 +150,25 @@ _add(OpKind.SOFTMAX_LAST_DIM, 1, "softmax_last_dim", same_shape_as_first, same_a
 _add(OpKind.LOG_SOFTMAX_LAST_DIM, 1, "softmax_last_dim", same_shape_as_first, same_as_first)
 _add(OpKind.RMS_NORM, 2, "norm_last_dim", same_shape_as_first, same_as_first)
 _add(OpKind.LAYER_NORM, 3, "norm_last_dim", same_shape_as_first, same_as_first)
+
+
+def conv2d_shape(shapes, params=None):
+    """[x (N, C, H, W), w (O, C/groups, KH, KW)] or with a bias (O,) -> (N, O, OH, OW)."""
+    if len(shapes) not in (2, 3):
+        from .errors import OperandCountError
+        raise OperandCountError(f"conv2d takes [x, w] or [x, w, bias], got {len(shapes)} inputs")
+    x, w = shapes[0], shapes[1]
+    if len(x) != 4 or len(w) != 4:
+        raise ShapeError(f"conv2d takes NCHW x and (O, C/groups, KH, KW) w, got {x} and {w}")
+    f = params.fields() if params is not None and params.kind == "conv2d" else {
+        "stride": (1, 1), "padding": (0, 0), "dilation": (1, 1), "groups": 1}
+    out = [x[0], w[0]]
+    for i in range(2):
+        num = x[2 + i] + 2 * f["padding"][i] - f["dilation"][i] * (w[2 + i] - 1) - 1
+        if num < 0:
+            raise ShapeError(f"conv2d kernel {w[2:]} does not fit the padded input {x[2:]}")
+        out.append(num // f["stride"][i] + 1)
+    return tuple(out)
+
+
+_add(OpKind.CONV2D, None, "conv2d", conv2d_shape, same_as_first)

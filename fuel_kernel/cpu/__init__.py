@@ -12,6 +12,7 @@ KERNEL_MODULES = (
     "fuel_kernel.cpu._matmul",
     "fuel_kernel.cpu._matmul_blas",      # zero rows unless SciPy is importable
     "fuel_kernel.cpu._norm",
+    "fuel_kernel.cpu._conv",
 )
 
 
