@@ -65,6 +65,8 @@ typedef void (*fk_pack_b_fn)(const void *ctx, int64_t p0, int64_t j0, int64_t kc
         int64_t ncap = ((N < NC ? N : NC) + NR - 1) / NR * NR;                                    \
         tile = Bp + kcap * ncap;                                                                  \
         tile = (T *)(((uintptr_t)tile + 63) & ~(uintptr_t)63);                                    \
+        /* equal K blocks: a short remainder block would pay a full C-tile update for little work */ \
+        int64_t kstep = (K + (K + KC - 1) / KC - 1) / ((K + KC - 1) / KC > 0 ? (K + KC - 1) / KC : 1); \
         if (M <= 0 || N <= 0) return;                                                             \
         if (K == 0) {                                                                             \
             for (int64_t i = 0; i < M; i++) memset(C + i * ldc, 0, (size_t)N * sizeof(T));        \
@@ -72,8 +74,8 @@ typedef void (*fk_pack_b_fn)(const void *ctx, int64_t p0, int64_t j0, int64_t kc
         }                                                                                         \
         for (int64_t jc = 0; jc < N; jc += NC) {                                                  \
             int64_t nc = N - jc < NC ? N - jc : NC;                                               \
-            for (int64_t pc = 0; pc < K; pc += KC) {                                              \
-                int64_t kc = K - pc < KC ? K - pc : KC;                                           \
+            for (int64_t pc = 0; pc < K; pc += kstep) {                                           \
+                int64_t kc = K - pc < kstep ? K - pc : kstep;                                     \
                 pack_b(bctx, pc, jc, kc, nc, Bp);                                                 \
                 for (int64_t ic = 0; ic < M; ic += MC) {                                          \
                     int64_t mc = M - ic < MC ? M - ic : MC;                                       \
@@ -105,7 +107,7 @@ FK_DEFINE_GEMM(f64, double, 8, 8, 16, 256, 64, 512)
 typedef struct { const char *base; int64_t rs, cs; } fk_strided_matrix;   /* strides in elements */
 
 #define FK_DEFINE_PACK(SUF, T, NAME, CT)                                                          \
-    static void fk_pack_a_##SUF##_##NAME(const void *ctx, int64_t i0, int64_t p0, int64_t mc, int64_t kc, void *dstv) { \
+    FK_CLONES static void fk_pack_a_##SUF##_##NAME(const void *ctx, int64_t i0, int64_t p0, int64_t mc, int64_t kc, void *dstv) { \
         const fk_strided_matrix *m = (const fk_strided_matrix *)ctx;                              \
         const CT *src = (const CT *)m->base;                                                      \
         T *dst = (T *)dstv;                                                                       \
@@ -121,7 +123,7 @@ typedef struct { const char *base; int64_t rs, cs; } fk_strided_matrix;   /* str
                 for (int64_t p = 0; p < kc; p++) dst[p * MR + i] = (T)0;                          \
         }                                                                                         \
     }                                                                                             \
-    static void fk_pack_b_##SUF##_##NAME(const void *ctx, int64_t p0, int64_t j0, int64_t kc, int64_t nc, void *dstv) { \
+    FK_CLONES static void fk_pack_b_##SUF##_##NAME(const void *ctx, int64_t p0, int64_t j0, int64_t kc, int64_t nc, void *dstv) { \
         const fk_strided_matrix *m = (const fk_strided_matrix *)ctx;                              \
         const CT *src = (const CT *)m->base;                                                      \
         T *dst = (T *)dstv;                                                                       \
