@@ -28,7 +28,9 @@ CASES = [(op, dt) for op in OPS for dt in ALL_DTYPES]
 SHAPES = [((5, 7), (), False), ((5, 7), (1,), False), ((3, 4, 5), (0, 2), True),
           ((3, 4, 5), (-1,), False), ((3, 4, 5), (1, 0), False), ((6,), (0,), False),
           ((1, 13), (0,), True), ((2, 0, 3), (0,), False), ((0, 3), (1,), False), ((), (), False),
-          ((2, 3, 2, 3), (1, 3), False)]
+          ((2, 3, 2, 3), (1, 3), False),
+          # column-style (outer) reductions and long contiguous rows (vector-lane paths)
+          ((9, 11), (0,), False), ((4, 3, 10), (0, 1), True), ((3, 130), (1,), False)]
 
 
 def normalize(shape, dims):
@@ -235,3 +237,32 @@ def test_errors_leave_the_output_untouched(problem, rng):
     with pytest.raises(error):
         k(x, out=out, params=params)
     np.testing.assert_array_equal(out, before)
+
+
+@pytest.mark.parametrize("dtype", [fk.DType.F32, fk.DType.F64, fk.DType.BF16])
+def test_long_column_sums_meet_the_claim(dtype, rng):
+    """Reducing the slow axis walks rows once into per-column accumulators, merged pairwise."""
+    values = (rng.standard_normal((3001, 19)) * 10 + 1).astype(dtype.numpy)
+    for layout in ("contiguous", "negative"):
+        x = make_operand(values.shape, dtype, layout, rng, values=values)
+        for op in (fk.OpKind.SUM, fk.OpKind.MEAN):
+            k = fk.bindings().lookup(op, [dtype, dtype], fk.Backend.CPU)
+            got = run(k, x, (19,), dtype, fk.params.reduce((0,)))
+            for j in range(19):
+                col = values[:, j].astype(np.float64)
+                div = len(col) if op == fk.OpKind.MEAN else 1
+                bound = k.precision.max_rel * math.fsum(np.abs(col)) / div + k.precision.max_abs
+                assert abs(float(got[j]) - math.fsum(col) / div) <= bound
+
+
+@pytest.mark.parametrize("dtype", [fk.DType.F32, fk.DType.F64, fk.DType.I32, fk.DType.U8])
+def test_vector_lane_extrema_match_numpy(dtype, rng):
+    x = make_operand((37, 301), dtype, "contiguous", rng, special=False)
+    t = fk.bindings()
+    for op, fn in ((fk.OpKind.MAX, np.max), (fk.OpKind.MIN, np.min), (fk.OpKind.ARGMAX, np.argmax),
+                   (fk.OpKind.ARGMIN, np.argmin)):
+        odt = fk.DType.I64 if op in (fk.OpKind.ARGMAX, fk.OpKind.ARGMIN) else dtype
+        k = t.lookup(op, [dtype, odt], fk.Backend.CPU)
+        for axis in (0, 1):
+            got = run(k, x, (x.shape[1 - axis],), odt, fk.params.reduce((axis,)))
+            np.testing.assert_array_equal(got, fn(x, axis=axis))

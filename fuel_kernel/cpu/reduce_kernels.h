@@ -30,6 +30,12 @@ typedef struct {
 } fk_red_axes;
 
 typedef void (*fk_reduce_one_fn)(const char *base, const fk_red_axes *ax, char *out);
+/* L outputs at once, along a kept axis (input byte stride si, output byte stride so) whose stride
+ * is smaller than every reduced stride: the reduced slices are walked once, each updating all L
+ * accumulators with unit-stride loads, instead of one strided walk per output element. */
+typedef void (*fk_reduce_outer_fn)(const char *base, const fk_red_axes *ax, int64_t L, int64_t si,
+                                   char *out, int64_t so, double *scratch);
+#define FK_RED_TILE 2048                  /* columns per pass: whole rows of typical widths */
 
 /* Move `p` to the next row (all axes but the innermost) of the reduced space. */
 static inline void fk_red_next_row(const fk_red_axes *ax, int64_t *index, const char **p) {
@@ -45,7 +51,8 @@ static inline void fk_red_next_row(const fk_red_axes *ax, int64_t *index, const 
  * reordered by stride and flipped to positive strides so the inner loop walks memory forwards. */
 static int fk_reduce_run(const fk_storage *inputs, int n_in, fk_storage *outputs, int n_out,
                          const fk_layout *layouts, const fk_params *params, int in_dt, int out_dt,
-                         int needs_elements, int c_order, fk_reduce_one_fn one, const char *opname) {
+                         int needs_elements, int c_order, fk_reduce_one_fn one, fk_reduce_outer_fn outer,
+                         const char *opname) {
     int dtypes[2] = {in_dt, out_dt};
     const fk_layout *x, *out;
     uint8_t reduced[FK_MAX_DIMS] = {0};
@@ -164,6 +171,38 @@ static int fk_reduce_run(const fk_storage *inputs, int n_in, fk_storage *outputs
             }
         }
         ax.n = m + 1;
+    }
+    if (outer != NULL && nk > 0 && ax.count > 0) {
+        int ki = -1;
+        int64_t best = INT64_MAX, rmin = INT64_MAX;
+        for (d = 0; d < nk; d++) {
+            int64_t a = kin[d] < 0 ? -kin[d] : kin[d];
+            if (kshape[d] > 1 && a < best) { best = a; ki = d; }
+        }
+        for (d = 0; d < ax.n; d++) {
+            int64_t a = ax.stride[d] < 0 ? -ax.stride[d] : ax.stride[d];
+            if (ax.shape[d] > 1 && a < rmin) rmin = a;
+        }
+        if (ki >= 0 && kshape[ki] >= 8 && best < rmin) {
+            /* result, leaf and one partial sum per level of the pairwise merge (see fk_dsum_outer) */
+            int levels = 2;
+            while (levels < 62 && ((int64_t)16 << (levels - 2)) < ax.count) levels++;
+            double *scratch = (double *)fk_scratch_alloc((size_t)(2 + levels) * FK_RED_TILE * sizeof(double));
+            int64_t L = kshape[ki], si = kin[ki], so = kout[ki];
+            if (scratch == NULL) return FK_ERR_NO_MEMORY;
+            kshape[ki] = 1;                          /* the other kept axes form the outer loop */
+            for (int64_t e = 0; e < n_out_elems / L; e++) {
+                outer(in_base, &ax, L, si, out_base, so, scratch);
+                for (d = nk - 1; d >= 0; d--) {
+                    if (++index[d] < kshape[d]) { in_base += kin[d]; out_base += kout[d]; break; }
+                    index[d] = 0;
+                    in_base -= kin[d] * (kshape[d] - 1);
+                    out_base -= kout[d] * (kshape[d] - 1);
+                }
+            }
+            free(scratch);
+            return FK_OK;
+        }
     }
     for (int64_t e = 0; e < n_out_elems; e++) {
         one(in_base, &ax, out_base);
@@ -314,9 +353,95 @@ FK_DEFINE_DSUM(F64, double, 0)
         *(CT *)out = FK_STD_##NAME(acc);                                                          \
     }
 
+/* Contiguous rows of natively comparable dtypes: the extremum over 64 lanes (vectorized, several
+ * independent vector chains) and
+ * whether a NaN (or an infinity, conservatively) was seen; such rows fall back to the ordered
+ * walk, which implements the NaN rules exactly. */
+#define FK_DEFINE_LANES(NAME, CT, WHICH, CMP)                                                     \
+    FK_CLONES static CT fk_lanes_##WHICH##_##NAME(const CT *restrict x, int64_t n, int *has_nan) { \
+        CT m[64], z[64];   /* z sums v - v per lane: NaN (or inf - inf) marks a non-finite value */ \
+        int nan = 0;                                                                              \
+        int64_t i = 0;                                                                            \
+        for (int j = 0; j < 64; j++) { m[j] = x[0]; z[j] = 0; }                                   \
+        for (; i + 64 <= n; i += 64)                                                              \
+            for (int j = 0; j < 64; j++) {                                                        \
+                CT v = x[i + j];                                                                  \
+                m[j] = v CMP m[j] ? v : m[j];                                                     \
+                z[j] += v - v;                                                                    \
+            }                                                                                     \
+        for (; i < n; i++) { m[0] = x[i] CMP m[0] ? x[i] : m[0]; z[0] += x[i] - x[i]; }           \
+        for (int j = 1; j < 64; j++) m[0] = m[j] CMP m[0] ? m[j] : m[0];                          \
+        for (int j = 0; j < 64; j++) nan |= z[j] != z[j];                                         \
+        *has_nan = nan;                                                                           \
+        return m[0];                                                                              \
+    }
+#define FK_DEFINE_FAST_MINMAX(NAME, CT) FK_DEFINE_LANES(NAME, CT, max, >) FK_DEFINE_LANES(NAME, CT, min, <)
+FK_DEFINE_FAST_MINMAX(U8, uint8_t)
+FK_DEFINE_FAST_MINMAX(I8, int8_t)
+FK_DEFINE_FAST_MINMAX(I16, int16_t)
+FK_DEFINE_FAST_MINMAX(I32, int32_t)
+FK_DEFINE_FAST_MINMAX(I64, int64_t)
+FK_DEFINE_FAST_MINMAX(U32, uint32_t)
+FK_DEFINE_FAST_MINMAX(F32, float)
+FK_DEFINE_FAST_MINMAX(F64, double)
+/* One reduced row into L column extrema (unit stride), with the same non-finite marker. */
+#define FK_DEFINE_COLUMN_LANES(NAME, CT, WHICH, CMP)                                              \
+    FK_CLONES static void fk_columns_##WHICH##_##NAME(CT *restrict m, CT *restrict z, const CT *restrict x, int64_t n) { \
+        for (int64_t j = 0; j < n; j++) {                                                         \
+            CT v = x[j];                                                                          \
+            m[j] = v CMP m[j] ? v : m[j];                                                         \
+            z[j] += v - v;                                                                        \
+        }                                                                                         \
+    }
+#define FK_DEFINE_FAST_COLUMNS(NAME, CT) FK_DEFINE_COLUMN_LANES(NAME, CT, max, >) FK_DEFINE_COLUMN_LANES(NAME, CT, min, <)
+FK_DEFINE_FAST_COLUMNS(U8, uint8_t)
+FK_DEFINE_FAST_COLUMNS(I8, int8_t)
+FK_DEFINE_FAST_COLUMNS(I16, int16_t)
+FK_DEFINE_FAST_COLUMNS(I32, int32_t)
+FK_DEFINE_FAST_COLUMNS(I64, int64_t)
+FK_DEFINE_FAST_COLUMNS(U32, uint32_t)
+FK_DEFINE_FAST_COLUMNS(F32, float)
+FK_DEFINE_FAST_COLUMNS(F64, double)
+#define fk_columns_max_BOOL NULL
+#define fk_columns_min_BOOL NULL
+#define fk_columns_max_F16 NULL
+#define fk_columns_min_F16 NULL
+#define fk_columns_max_BF16 NULL
+#define fk_columns_min_BF16 NULL
+
+/* BOOL, F16 and BF16 compare through a conversion: they take the ordered walk only */
+#define fk_lanes_max_BOOL NULL
+#define fk_lanes_min_BOOL NULL
+#define fk_lanes_max_F16 NULL
+#define fk_lanes_min_F16 NULL
+#define fk_lanes_max_BF16 NULL
+#define fk_lanes_min_BF16 NULL
+
+/* The fast path for one output: returns 1 when it produced the result. */
+#define FK_FAST_EXTREMUM(NAME, CT, WHICH, ARG)                                                    \
+    do {                                                                                          \
+        CT (*lanes_)(const CT *, int64_t, int *) = fk_lanes_##WHICH##_##NAME;                     \
+        if (lanes_ != NULL && ax->n == 1 && ax->stride[0] == (int64_t)sizeof(CT) && ax->count > 0) { \
+            int nan_;                                                                             \
+            const CT *x_ = (const CT *)base;                                                      \
+            CT best_ = lanes_(x_, ax->count, &nan_);                                              \
+            if (!nan_) {                                                                          \
+                if (ARG) {                                                                        \
+                    int64_t at_ = 0;                                                              \
+                    while (x_[at_] != best_) at_++;                                               \
+                    *(int64_t *)out = at_;                                                        \
+                } else {                                                                          \
+                    *(CT *)out = best_;                                                           \
+                }                                                                                 \
+                return;                                                                           \
+            }                                                                                     \
+        }                                                                                         \
+    } while (0)
+
 /* MAX/MIN: the result is one of the inputs, stored back bit for bit; floats propagate NaN. */
 #define FK_DEFINE_MINMAX(NAME, CT, IS_FLOAT)                                                      \
     static void fk_max_one_##NAME(const char *base, const fk_red_axes *ax, char *out) {           \
+        FK_FAST_EXTREMUM(NAME, CT, max, 0);                                                  \
         CT best = *(const CT *)base;                                                              \
         int nan = 0;                                                                              \
         FK_RED_WALK(CT, NAME, {                                                                   \
@@ -328,6 +453,7 @@ FK_DEFINE_DSUM(F64, double, 0)
         *(CT *)out = best;                                                                        \
     }                                                                                             \
     static void fk_min_one_##NAME(const char *base, const fk_red_axes *ax, char *out) {           \
+        FK_FAST_EXTREMUM(NAME, CT, min, 0);                                                  \
         CT best = *(const CT *)base;                                                              \
         int nan = 0;                                                                              \
         FK_RED_WALK(CT, NAME, {                                                                   \
@@ -339,6 +465,7 @@ FK_DEFINE_DSUM(F64, double, 0)
         *(CT *)out = best;                                                                        \
     }                                                                                             \
     static void fk_argmax_one_##NAME(const char *base, const fk_red_axes *ax, char *out) {        \
+        FK_FAST_EXTREMUM(NAME, CT, max, 1);                                                  \
         CT best = *(const CT *)base;                                                              \
         int64_t at = 0;                                                                           \
         int nan = 0;                                                                              \
@@ -349,6 +476,7 @@ FK_DEFINE_DSUM(F64, double, 0)
         *(int64_t *)out = at;                                                                     \
     }                                                                                             \
     static void fk_argmin_one_##NAME(const char *base, const fk_red_axes *ax, char *out) {        \
+        FK_FAST_EXTREMUM(NAME, CT, min, 1);                                                  \
         CT best = *(const CT *)base;                                                              \
         int64_t at = 0;                                                                           \
         int nan = 0;                                                                              \
@@ -375,12 +503,219 @@ FK_FOR_FLOAT_DTYPES(FK_FLOAT_MEAN)
 FK_FOR_FLOAT_DTYPES(FK_DEFINE_FPROD)
 FK_FOR_FLOAT_DTYPES(FK_FLOAT_MINMAX)
 
+/* ---- outer (column-style) reductions: one walk of the reduced space updates L accumulators ---- */
+/* Visit every element of the reduced space; BODY sees `q` (its address) and `flat` (walk index). */
+#define FK_RED_WALK_ALL(BASE, BODY)                                                               \
+    do {                                                                                          \
+        int64_t idx_[FK_MAX_DIMS] = {0}, inner_ = ax->shape[ax->n - 1], s_ = ax->stride[ax->n - 1]; \
+        int64_t rows_ = inner_ ? ax->count / inner_ : 0, flat = 0;                               \
+        const char *row_ = (BASE);                                                                \
+        for (int64_t r_ = 0; r_ < rows_; r_++) {                                                  \
+            for (int64_t i_ = 0; i_ < inner_; i_++, flat++) {                                     \
+                const char *q = row_ + i_ * s_;                                                   \
+                (void)flat;                                                                       \
+                BODY                                                                              \
+            }                                                                                     \
+            fk_red_next_row(ax, idx_, &row_);                                                     \
+        }                                                                                         \
+    } while (0)
+
+/* F64 sums of L columns, pairwise over the reduced elements: leaves of 16 elements, merged with a
+ * binary counter (the same bound as fk_dsum_*).  res receives L doubles; scratch holds the leaf
+ * and one partial-sum row per merge level (the driver sizes it from the reduced count). */
+#define FK_DEFINE_DSUM_OUTER(NAME, CT)                                                            \
+    FK_CLONES static void fk_dsum_axpy_##NAME(double *restrict acc, const char *q, int64_t n, int64_t si) { \
+        if (si == (int64_t)sizeof(CT)) {                                                          \
+            const CT *x = (const CT *)q;                                                          \
+            for (int64_t j = 0; j < n; j++) acc[j] += (double)FK_LD_##NAME(x[j]);                 \
+        } else {                                                                                  \
+            for (int64_t j = 0; j < n; j++) acc[j] += (double)FK_LD_##NAME(*(const CT *)(q + j * si)); \
+        }                                                                                         \
+    }                                                                                             \
+    static void fk_dsum_outer_##NAME(const char *base, const fk_red_axes *ax, int64_t L, int64_t si, \
+                                     double *res, double *scratch) {                              \
+        double *leaf = scratch, *stack = scratch + FK_RED_TILE;                                   \
+        for (int64_t t0 = 0; t0 < L; t0 += FK_RED_TILE) {                                         \
+            int64_t tl = L - t0 < FK_RED_TILE ? L - t0 : FK_RED_TILE, k = 0;                      \
+            int top = 0, cnt = 0;                                                                 \
+            memset(leaf, 0, (size_t)tl * sizeof(double));                                         \
+            FK_RED_WALK_ALL(base + t0 * si, {                                                     \
+                fk_dsum_axpy_##NAME(leaf, q, tl, si);                                             \
+                if (++cnt == 16 || flat == ax->count - 1) {                                       \
+                    for (int64_t t = k + 1; !(t & 1); t >>= 1) {                                  \
+                        top--;                                                                    \
+                        for (int64_t j = 0; j < tl; j++) leaf[j] = stack[top * FK_RED_TILE + j] + leaf[j]; \
+                    }                                                                             \
+                    memcpy(stack + top * FK_RED_TILE, leaf, (size_t)tl * sizeof(double));         \
+                    top++;                                                                        \
+                    k++;                                                                          \
+                    cnt = 0;                                                                      \
+                    memset(leaf, 0, (size_t)tl * sizeof(double));                                 \
+                }                                                                                 \
+            });                                                                                   \
+            for (int64_t j = 0; j < tl; j++) {                                                    \
+                double total = 0.0;                                                               \
+                for (int l = top - 1; l >= 0; l--) total = stack[l * FK_RED_TILE + j] + total;    \
+                res[t0 + j] = total;                                                              \
+            }                                                                                     \
+        }                                                                                         \
+    }
+FK_DEFINE_DSUM_OUTER(BOOL, uint8_t)
+FK_DEFINE_DSUM_OUTER(U8, uint8_t)
+FK_DEFINE_DSUM_OUTER(I8, int8_t)
+FK_DEFINE_DSUM_OUTER(I16, int16_t)
+FK_DEFINE_DSUM_OUTER(I32, int32_t)
+FK_DEFINE_DSUM_OUTER(I64, int64_t)
+FK_DEFINE_DSUM_OUTER(U32, uint32_t)
+FK_DEFINE_DSUM_OUTER(F16, uint16_t)
+FK_DEFINE_DSUM_OUTER(BF16, uint16_t)
+FK_DEFINE_DSUM_OUTER(F32, float)
+FK_DEFINE_DSUM_OUTER(F64, double)
+
+/* Run a column-tiled reduction: ACC_T acc[tile] initialised by INIT(j), updated by UPDATE(j, raw)
+ * for every reduced element, stored by STORE(j, dst). */
+#define FK_RED_OUTER_TILED(CT, ACC_T, INIT, UPDATE, STORE)                                        \
+    do {                                                                                          \
+        ACC_T acc[FK_RED_TILE];                                                                   \
+        int64_t at[FK_RED_TILE];                                                                  \
+        uint8_t nan[FK_RED_TILE];                                                                 \
+        (void)at; (void)nan;                                                                      \
+        for (int64_t t0 = 0; t0 < L; t0 += FK_RED_TILE) {                                         \
+            int64_t tl = L - t0 < FK_RED_TILE ? L - t0 : FK_RED_TILE;                             \
+            const char *b0 = base + t0 * si;                                                      \
+            for (int64_t j = 0; j < tl; j++) { INIT }                                             \
+            FK_RED_WALK_ALL(b0, {                                                                 \
+                for (int64_t j = 0; j < tl; j++) {                                                \
+                    const CT raw = *(const CT *)(q + j * si);                                     \
+                    UPDATE                                                                        \
+                }                                                                                 \
+            });                                                                                   \
+            for (int64_t j = 0; j < tl; j++) {                                                    \
+                char *dst = out + (t0 + j) * so;                                                  \
+                STORE                                                                             \
+            }                                                                                     \
+        }                                                                                         \
+    } while (0)
+
+#define FK_DEFINE_FLOAT_OUTER(NAME, CT)                                                           \
+    static void fk_sum_outer_##NAME(const char *base, const fk_red_axes *ax, int64_t L, int64_t si, \
+                                    char *out, int64_t so, double *scratch) {                    \
+        double *res = scratch;                                                                    \
+        for (int64_t t0 = 0; t0 < L; t0 += FK_RED_TILE) {                                         \
+            int64_t tl = L - t0 < FK_RED_TILE ? L - t0 : FK_RED_TILE;                             \
+            fk_dsum_outer_##NAME(base + t0 * si, ax, tl, si, res, scratch + FK_RED_TILE);         \
+            for (int64_t j = 0; j < tl; j++) *(CT *)(out + (t0 + j) * so) = FK_STD_##NAME(res[j]); \
+        }                                                                                         \
+    }                                                                                             \
+    static void fk_prod_outer_##NAME(const char *base, const fk_red_axes *ax, int64_t L, int64_t si, \
+                                     char *out, int64_t so, double *scratch) {                   \
+        (void)scratch;                                                                            \
+        FK_RED_OUTER_TILED(CT, double, acc[j] = 1.0;, acc[j] *= (double)FK_LD_##NAME(raw);,       \
+                           *(CT *)dst = FK_STD_##NAME(acc[j]););                                  \
+    }
+
+#define FK_DEFINE_MEAN_OUTER(NAME, CT, OUT_NAME, OUT_CT)                                          \
+    static void fk_mean_outer_##NAME(const char *base, const fk_red_axes *ax, int64_t L, int64_t si, \
+                                     char *out, int64_t so, double *scratch) {                   \
+        double *res = scratch;                                                                    \
+        for (int64_t t0 = 0; t0 < L; t0 += FK_RED_TILE) {                                         \
+            int64_t tl = L - t0 < FK_RED_TILE ? L - t0 : FK_RED_TILE;                             \
+            fk_dsum_outer_##NAME(base + t0 * si, ax, tl, si, res, scratch + FK_RED_TILE);         \
+            for (int64_t j = 0; j < tl; j++)                                                      \
+                *(OUT_CT *)(out + (t0 + j) * so) = FK_STD_##OUT_NAME(res[j] / (double)ax->count); \
+        }                                                                                         \
+    }
+
+#define FK_DEFINE_INT_OUTER(NAME, CT)                                                             \
+    static void fk_sum_outer_##NAME(const char *base, const fk_red_axes *ax, int64_t L, int64_t si, \
+                                    char *out, int64_t so, double *scratch) {                    \
+        (void)scratch;                                                                            \
+        FK_RED_OUTER_TILED(CT, uint64_t, acc[j] = 0;, acc[j] += (uint64_t)(int64_t)raw;,          \
+                           *(int64_t *)dst = (int64_t)acc[j];);                                   \
+    }                                                                                             \
+    static void fk_prod_outer_##NAME(const char *base, const fk_red_axes *ax, int64_t L, int64_t si, \
+                                     char *out, int64_t so, double *scratch) {                   \
+        (void)scratch;                                                                            \
+        FK_RED_OUTER_TILED(CT, uint64_t, acc[j] = 1;, acc[j] *= (uint64_t)(int64_t)raw;,          \
+                           *(int64_t *)dst = (int64_t)acc[j];);                                   \
+    }
+
+/* MAX/MIN/ARG*: the same NaN rules as the per-element functions above. */
+#define FK_DEFINE_MINMAX_OUTER(NAME, CT, IS_FLOAT)                                                \
+    static void fk_max_outer_##NAME(const char *base, const fk_red_axes *ax, int64_t L, int64_t si, \
+                                    char *out, int64_t so, double *scratch) {                    \
+        void (*columns_)(CT *, CT *, const CT *, int64_t) = fk_columns_max_##NAME;            \
+        if (columns_ != NULL && si == (int64_t)sizeof(CT) && L <= FK_RED_TILE) {                  \
+            CT *m_ = (CT *)scratch, *z_ = m_ + FK_RED_TILE;                                       \
+            int nonfinite_ = 0;                                                                   \
+            memcpy(m_, base, (size_t)L * sizeof(CT));                                             \
+            memset(z_, 0, (size_t)L * sizeof(CT));                                                \
+            FK_RED_WALK_ALL(base, columns_(m_, z_, (const CT *)q, L););                           \
+            for (int64_t j = 0; j < L; j++) nonfinite_ |= z_[j] != z_[j];                         \
+            if (!nonfinite_) {                                                                    \
+                for (int64_t j = 0; j < L; j++) *(CT *)(out + j * so) = m_[j];                    \
+                return;                                                                           \
+            }                                                                                     \
+        }                                                                                         \
+        FK_RED_OUTER_TILED(CT, CT, acc[j] = *(const CT *)(b0 + j * si); nan[j] = 0;,              \
+            if (IS_FLOAT && FK_LD_##NAME(raw) != FK_LD_##NAME(raw)) { if (!nan[j]) acc[j] = raw; nan[j] = 1; } \
+            else if (!nan[j] && FK_LD_##NAME(raw) > FK_LD_##NAME(acc[j])) acc[j] = raw;,          \
+            *(CT *)dst = acc[j];);                                                                \
+    }                                                                                             \
+    static void fk_min_outer_##NAME(const char *base, const fk_red_axes *ax, int64_t L, int64_t si, \
+                                    char *out, int64_t so, double *scratch) {                    \
+        void (*columns_)(CT *, CT *, const CT *, int64_t) = fk_columns_min_##NAME;            \
+        if (columns_ != NULL && si == (int64_t)sizeof(CT) && L <= FK_RED_TILE) {                  \
+            CT *m_ = (CT *)scratch, *z_ = m_ + FK_RED_TILE;                                       \
+            int nonfinite_ = 0;                                                                   \
+            memcpy(m_, base, (size_t)L * sizeof(CT));                                             \
+            memset(z_, 0, (size_t)L * sizeof(CT));                                                \
+            FK_RED_WALK_ALL(base, columns_(m_, z_, (const CT *)q, L););                           \
+            for (int64_t j = 0; j < L; j++) nonfinite_ |= z_[j] != z_[j];                         \
+            if (!nonfinite_) {                                                                    \
+                for (int64_t j = 0; j < L; j++) *(CT *)(out + j * so) = m_[j];                    \
+                return;                                                                           \
+            }                                                                                     \
+        }                                                                                         \
+        FK_RED_OUTER_TILED(CT, CT, acc[j] = *(const CT *)(b0 + j * si); nan[j] = 0;,              \
+            if (IS_FLOAT && FK_LD_##NAME(raw) != FK_LD_##NAME(raw)) { if (!nan[j]) acc[j] = raw; nan[j] = 1; } \
+            else if (!nan[j] && FK_LD_##NAME(raw) < FK_LD_##NAME(acc[j])) acc[j] = raw;,          \
+            *(CT *)dst = acc[j];);                                                                \
+    }                                                                                             \
+    static void fk_argmax_outer_##NAME(const char *base, const fk_red_axes *ax, int64_t L, int64_t si, \
+                                       char *out, int64_t so, double *scratch) {                 \
+        (void)scratch;                                                                            \
+        FK_RED_OUTER_TILED(CT, CT, acc[j] = *(const CT *)(b0 + j * si); nan[j] = 0; at[j] = 0;,   \
+            if (IS_FLOAT && !nan[j] && FK_LD_##NAME(raw) != FK_LD_##NAME(raw)) { nan[j] = 1; at[j] = flat; } \
+            else if (!nan[j] && FK_LD_##NAME(raw) > FK_LD_##NAME(acc[j])) { acc[j] = raw; at[j] = flat; }, \
+            *(int64_t *)dst = at[j];);                                                            \
+    }                                                                                             \
+    static void fk_argmin_outer_##NAME(const char *base, const fk_red_axes *ax, int64_t L, int64_t si, \
+                                       char *out, int64_t so, double *scratch) {                 \
+        (void)scratch;                                                                            \
+        FK_RED_OUTER_TILED(CT, CT, acc[j] = *(const CT *)(b0 + j * si); nan[j] = 0; at[j] = 0;,   \
+            if (IS_FLOAT && !nan[j] && FK_LD_##NAME(raw) != FK_LD_##NAME(raw)) { nan[j] = 1; at[j] = flat; } \
+            else if (!nan[j] && FK_LD_##NAME(raw) < FK_LD_##NAME(acc[j])) { acc[j] = raw; at[j] = flat; }, \
+            *(int64_t *)dst = at[j];);                                                            \
+    }
+
+#define FK_INT_MEAN_OUTER(NAME, CT) FK_DEFINE_MEAN_OUTER(NAME, CT, F64, double)
+#define FK_FLOAT_MEAN_OUTER(NAME, CT) FK_DEFINE_MEAN_OUTER(NAME, CT, NAME, CT)
+#define FK_INT_MINMAX_OUTER(NAME, CT) FK_DEFINE_MINMAX_OUTER(NAME, CT, 0)
+#define FK_FLOAT_MINMAX_OUTER(NAME, CT) FK_DEFINE_MINMAX_OUTER(NAME, CT, 1)
+FK_FOR_INT_DTYPES(FK_INT_MEAN_OUTER)
+FK_FOR_INT_DTYPES(FK_DEFINE_INT_OUTER)
+FK_FOR_INT_DTYPES(FK_INT_MINMAX_OUTER)
+FK_FOR_FLOAT_DTYPES(FK_DEFINE_FLOAT_OUTER)
+FK_FOR_FLOAT_DTYPES(FK_FLOAT_MEAN_OUTER)
+FK_FOR_FLOAT_DTYPES(FK_FLOAT_MINMAX_OUTER)
+
 /* ---- kernels: one fk_kernel_fn per (op, dtype) ------------------------------------------------ */
 #define FK_REDUCE_KERNEL(OP, OPNAME, NAME, OUT, NEEDS, C_ORDER)                                   \
     static int fk_##OP##_##NAME(const fk_storage *inputs, int n_in, fk_storage *outputs, int n_out, \
                                 const fk_layout *layouts, const fk_params *params) {            \
         return fk_reduce_run(inputs, n_in, outputs, n_out, layouts, params, FK_##NAME, FK_##OUT,  \
-                             NEEDS, C_ORDER, fk_##OP##_one_##NAME, OPNAME);                       \
+                             NEEDS, C_ORDER, fk_##OP##_one_##NAME, fk_##OP##_outer_##NAME, OPNAME); \
     }
 
 #define FK_INT_KERNELS(NAME, CT)                                                                  \
