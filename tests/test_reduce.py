@@ -188,7 +188,8 @@ def test_nan_rules_match_numpy():
     got = run(t.lookup(fk.OpKind.ARGMIN, [F, I], 0), x, (3,), I, p)
     np.testing.assert_array_equal(got, np.argmin(x, axis=1))
     got = run(t.lookup(fk.OpKind.SUM, [F, F], 0), x, (3,), F, p)
-    np.testing.assert_array_equal(got, np.sum(x, axis=1))
+    with np.errstate(invalid="ignore"):                       # inf + -inf in the last row
+        np.testing.assert_array_equal(got, np.sum(x, axis=1))
 
 
 def test_dispatch_allocates_with_the_schema(rng):

@@ -110,8 +110,14 @@ static int fk_conv_prepare(const fk_storage *inputs, int n_in, fk_storage *outpu
  * iw = ow*sw + off.  Returns the valid sub-range [*lo, *hi) relative to ow0. */
 static inline void fk_conv_valid(const fk_conv_plan *p, int64_t off, int64_t ow0, int64_t run,
                                  int64_t *lo, int64_t *hi) {
-    int64_t first = off >= 0 ? 0 : (-off + p->sw - 1) / p->sw;          /* smallest valid ow */
-    int64_t last = p->W - 1 - off >= 0 ? (p->W - 1 - off) / p->sw : -1;  /* largest valid ow */
+    int64_t first, last;                                                 /* valid ow range */
+    if (p->sw == 1) {                    /* the common case, without the divisions */
+        first = off >= 0 ? 0 : -off;
+        last = p->W - 1 - off;
+    } else {
+        first = off >= 0 ? 0 : (-off + p->sw - 1) / p->sw;
+        last = p->W - 1 - off >= 0 ? (p->W - 1 - off) / p->sw : -1;
+    }
     int64_t a = first - ow0, b = last - ow0 + 1;
     a = a < 0 ? 0 : (a > run ? run : a);
     b = b < a ? a : (b > run ? run : b);
@@ -128,18 +134,25 @@ typedef struct { const fk_conv_plan *p; const char *x_img; } fk_conv_cols;   /* 
         const fk_conv_plan *p = cc->p;                                                            \
         const int NR = FK_GEMM_NR_##SUF;                                                          \
         T *dst = (T *)dstv;                                                                       \
+        /* decompose each depth index q = (c, kh, kw) once, not once per strip */                 \
+        int64_t chan[FK_GEMM_KC_##SUF], row_off[FK_GEMM_KC_##SUF], col_off[FK_GEMM_KC_##SUF];     \
+        for (int64_t pp = 0; pp < kc; pp++) {                                                     \
+            int64_t q = p0 + pp, r = q % (p->KH * p->KW);                                         \
+            chan[pp] = (q / (p->KH * p->KW)) * p->xs[1];                                          \
+            row_off[pp] = (r / p->KW) * p->dh - p->ph;                                            \
+            col_off[pp] = (r % p->KW) * p->dw - p->pw;                                            \
+        }                                                                                         \
         for (int64_t s = 0; s < nc; s += NR, dst += kc * NR) {                                    \
             int64_t cols = nc - s < NR ? nc - s : NR, start = j0 + s;                             \
             int64_t oh0 = start / p->OW, ow0 = start % p->OW;                                     \
             for (int64_t pp = 0; pp < kc; pp++) {                                                 \
-                int64_t q = p0 + pp, c = q / (p->KH * p->KW), r = q % (p->KH * p->KW);            \
-                int64_t kh = r / p->KW, kw = r % p->KW, off = kw * p->dw - p->pw;                 \
-                const CT *xc = (const CT *)cc->x_img + c * p->xs[1];                              \
+                int64_t off = col_off[pp];                                                        \
+                const CT *xc = (const CT *)cc->x_img + chan[pp];                                  \
                 T *d = dst + pp * NR;                                                             \
                 int64_t oh = oh0, ow = ow0, j = 0;                                                \
                 while (j < cols) {                                                                \
                     int64_t run = cols - j < p->OW - ow ? cols - j : p->OW - ow;                  \
-                    int64_t ih = oh * p->sh - p->ph + kh * p->dh, lo = 0, hi = 0;                 \
+                    int64_t ih = oh * p->sh + row_off[pp], lo = 0, hi = 0;                        \
                     if (ih >= 0 && ih < p->H) fk_conv_valid(p, off, ow, run, &lo, &hi);           \
                     for (int64_t t = 0; t < lo; t++) d[j + t] = (T)0;                             \
                     if (hi > lo) {                                                                \
