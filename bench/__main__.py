@@ -2,12 +2,18 @@
 
 Prints one table: case, contender, best time per call, ratio to the case's baseline.
 """
-import argparse
-import importlib
-import json
 import os
-import pkgutil
-import sys
+
+# Every benchmark compares single-threaded work: pin the peers' thread pools before NumPy, SciPy
+# or PyTorch load their BLAS (torch.set_num_threads(1) is called by the cases that use it).
+for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_variable, "1")
+
+import argparse  # noqa: E402  (after the thread pinning above)
+import importlib  # noqa: E402
+import json  # noqa: E402
+import pkgutil  # noqa: E402
+import sys  # noqa: E402
 
 from bench.harness import format_seconds, time_case
 
@@ -27,28 +33,42 @@ def main(argv=None):
     args = parser.parse_args(argv)
     repeats, min_seconds = (2, 0.01) if args.quick else (7, 0.1)
     results = []
+    failed_modules = []
     print(f"{'case':58} {'contender':28} {'time':>10} {'ratio':>8}")
     for module in benchmark_modules():
-        for case in module.cases():
-            if args.only and args.only not in case.name:
-                continue
-            best = time_case(case, repeats=repeats, min_seconds=min_seconds)
-            base = best[case.baseline]
-            for name, seconds in best.items():
-                print(f"{case.name[:58]:58} {name[:28]:28} {format_seconds(seconds):>10} {seconds / base:>7.3f}x")
-                results.append({"case": case.name, "contender": name, "seconds": seconds,
-                                "ratio_to_baseline": seconds / base, "baseline": case.baseline,
-                                "target": case.target})
-            for name, reason in case.skipped.items():
-                print(f"{case.name[:58]:58} {name[:28]:28} {'skipped':>10}  {reason}")
-                results.append({"case": case.name, "contender": name, "skipped": reason})
-            if case.target:
-                print(f"{'':58} target: {case.target}")
-            sys.stdout.flush()
+        try:
+            for case in module.cases():
+                if args.only and args.only not in case.name:
+                    continue
+                results.extend(run_case(case, repeats, min_seconds))
+        except Exception as exc:     # one broken module must not hide the others' figures
+            failed_modules.append(module.__name__)
+            print(f"{module.__name__}: failed: {type(exc).__name__}: {exc}")
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(results, handle, indent=2)
-    return 0
+    return 1 if failed_modules else 0
+
+
+def run_case(case, repeats, min_seconds):
+    """Time one case, print its rows, return them as dicts."""
+    rows = []
+    best = time_case(case, repeats=repeats, min_seconds=min_seconds)
+    base = best[case.baseline]
+    for name, seconds in best.items():
+        print(f"{case.name[:58]:58} {name[:28]:28} {format_seconds(seconds):>10} {seconds / base:>7.3f}x")
+        rows.append({"case": case.name, "contender": name, "seconds": seconds,
+                     "ratio_to_baseline": seconds / base, "baseline": case.baseline,
+                     "target": case.target, "notes": case.notes})
+    for name, reason in case.skipped.items():
+        print(f"{case.name[:58]:58} {name[:28]:28} {'skipped':>10}  {reason}")
+        rows.append({"case": case.name, "contender": name, "skipped": reason})
+    if case.target:
+        print(f"{'':58} target: {case.target}")
+    if case.notes:
+        print(f"{'':58} {case.notes}")
+    sys.stdout.flush()
+    return rows
 
 
 if __name__ == "__main__":

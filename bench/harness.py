@@ -1,7 +1,9 @@
 """The benchmark harness: cases with contenders, timed in one run, reported as ratios.
 
 A benchmark module under bench/ (bench_*.py) defines cases() yielding Case objects.  Each case
-names a baseline contender (usually NumPy) and any number of others; a peer whose package is not
+names a baseline contender (usually NumPy) and any number of others.  A contender is a callable,
+or a statement string run by timeit against the case's namespace (no wrapper call, which matters
+for sub-microsecond calls); a peer whose package is not
 installed is listed in `skipped` with the reason instead.  The runner (python -m bench) times every
 contender in the same process, interleaving repeats so machine noise hits all of them alike, and
 prints one table of best times and ratios to the baseline (ratio < 1 = faster than the baseline).
@@ -10,18 +12,23 @@ import gc
 import importlib
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional
+import timeit
+from typing import Callable, Dict, Optional, Union
 
 
 @dataclass
 class Case:
     name: str
-    contenders: Dict[str, Callable[[], object]]
+    contenders: Dict[str, Union[str, Callable[[], object]]]
     baseline: str
     target: str = ""                     # what the issue asks for, e.g. "fuel_kernel <= 1.05x numpy"
     skipped: Dict[str, str] = field(default_factory=dict)
     setup: Optional[Callable[[], None]] = None
-    single_thread: bool = True
+    namespace: Dict[str, object] = field(default_factory=dict)   # globals for string contenders
+    notes: str = ""                      # facts measured without timing (e.g. peak memory)
+    # A contender that runs a counted loop of n operations per call lists n here; its time is then
+    # reported per operation, so a C loop and a single Python call compare in the same unit.
+    items: Dict[str, int] = field(default_factory=dict)
 
 
 def optional_import(name):
@@ -32,38 +39,46 @@ def optional_import(name):
         return None, f"{name} not installed ({type(exc).__name__})"
 
 
-def _calibrate(fn, min_seconds):
-    number = 1
-    while True:
+def _runner(contender, namespace):
+    """A function(number) -> seconds for `number` back-to-back runs of the contender."""
+    if isinstance(contender, str):
+        return timeit.Timer(contender, globals=namespace).timeit
+
+    def run(number):
         start = time.perf_counter()
         for _ in range(number):
-            fn()
-        elapsed = time.perf_counter() - start
+            contender()
+        return time.perf_counter() - start
+    return run
+
+
+def _calibrate(run, min_seconds):
+    number = 1
+    while True:
+        elapsed = run(number)
         if elapsed >= min_seconds or number >= 1 << 24:
             return number
         number = max(number * 2, int(number * min_seconds / max(elapsed, 1e-9) * 1.2))
 
 
 def time_case(case: Case, repeats=7, min_seconds=0.05):
-    """Best seconds per call for every contender, repeats interleaved across contenders."""
+    """Best seconds per call (per item, for contenders listed in case.items) for every contender,
+    repeats interleaved across contenders."""
     if case.setup:
         case.setup()
-    numbers = {name: _calibrate(fn, min_seconds) for name, fn in case.contenders.items()}
-    best = {name: float("inf") for name in case.contenders}
+    runners = {name: _runner(c, case.namespace) for name, c in case.contenders.items()}
+    numbers = {name: _calibrate(run, min_seconds) for name, run in runners.items()}
+    best = {name: float("inf") for name in runners}
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
         for _ in range(repeats):
-            for name, fn in case.contenders.items():
-                number = numbers[name]
-                start = time.perf_counter()
-                for _ in range(number):
-                    fn()
-                best[name] = min(best[name], (time.perf_counter() - start) / number)
+            for name, run in runners.items():
+                best[name] = min(best[name], run(numbers[name]) / numbers[name])
     finally:
         if gc_was_enabled:
             gc.enable()
-    return best
+    return {name: seconds / case.items.get(name, 1) for name, seconds in best.items()}
 
 
 def format_seconds(seconds):

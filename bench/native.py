@@ -18,8 +18,15 @@ def load(pyx_name):
     import fuel_kernel
 
     source = os.path.join(HERE, pyx_name + ".pyx")
-    with open(source, "rb") as handle:
-        digest = hashlib.sha1(handle.read() + fuel_kernel.__file__.encode()).hexdigest()[:12]
+    # the build depends on the .pyx and on the fuel_kernel it compiles against (its header and
+    # cimport API): a change to either rebuilds
+    digest = hashlib.sha1(fuel_kernel.__file__.encode())
+    package = os.path.dirname(os.path.abspath(fuel_kernel.__file__))
+    for path in (source, os.path.join(fuel_kernel.get_include(), "fuel_kernel", "abi.h"),
+                 os.path.join(package, "abi.pxd")):
+        with open(path, "rb") as handle:
+            digest.update(handle.read())
+    digest = digest.hexdigest()[:12]
     module_name = f"{pyx_name}_{digest}"
     out_dir = os.path.join(BUILD, module_name)
     found = [f for f in os.listdir(out_dir) if f.startswith(module_name) and f.endswith(".so")] \

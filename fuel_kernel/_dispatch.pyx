@@ -207,8 +207,7 @@ cdef tuple key_dtypes(const fk_key *key):
 
 
 cdef str describe_key(const fk_key *key):
-    op = key_op(key)
-    name = op.short_name if key.kind == FK_KEY_STATIC else op.name
+    name = OpKind(key.id).short_name if key.kind == FK_KEY_STATIC else f"fused#{key.id}"
     dts = ", ".join(DType(key.dtypes[i]).short_name for i in range(key.ndtypes))
     return f"{name}({dts}) on {backend_name(key.backend)}"
 
@@ -349,24 +348,21 @@ cdef const fk_params *params_pointer(object params, fk_params *none) except NULL
 cdef object run_entry(const fk_snapshot *snapshot, const fk_entry *entry, const fk_key *key,
                       object inputs, object outputs, object params, bint check_dtypes):
     """Marshal operands, validate them against the key, call the kernel and raise on failure.
-    Returns the output operand (or tuple of outputs)."""
+    Returns the tuple of outputs (allocated when `outputs` is None)."""
     cdef fk_storage in_storage[FK_MAX_OPERANDS]
     cdef fk_storage out_storage[FK_MAX_OPERANDS]
     cdef fk_layout layouts[FK_MAX_OPERANDS]
     cdef fk_params none_params
     cdef const fk_params *cparams
     cdef int n_in = key.ndtypes - N_OUTPUTS, n_out, i, status
-    cdef bint single_output = False
     if len(inputs) != n_in:
         raise OperandCountError(f"{describe_key(key)} takes {n_in} input{'s' if n_in != 1 else ''}, "
                                 f"got {len(inputs)}")
     cparams = params_pointer(params, &none_params)
     if outputs is None:
         outputs = (allocate_output(key, tuple(inputs), params),)
-        single_output = True
     elif type(outputs) is not tuple and type(outputs) is not list:
         outputs = (outputs,)
-        single_output = True
     n_out = len(outputs)
     if n_out != N_OUTPUTS:
         raise OperandCountError(f"{describe_key(key)} writes {N_OUTPUTS} output, got {n_out}")
@@ -383,7 +379,7 @@ cdef object run_entry(const fk_snapshot *snapshot, const fk_entry *entry, const 
         status = fk_call(entry, in_storage, n_in, out_storage, n_out, layouts, cparams)
     if status != FK_OK:
         raise_status(status)
-    return outputs[0] if single_output else outputs
+    return outputs
 
 
 # ---- op parameters ----------------------------------------------------------------------------
@@ -702,6 +698,11 @@ cdef fk_kernel_fn kernel_from_capsule(object kernel) except NULL:
     return <fk_kernel_fn>PyCapsule_GetPointer(kernel, FK_KERNEL_CAPSULE_NAME)
 
 
+def kernel_address(kernel):
+    """The address of the KernelRef in a 'fuel_kernel.kernel' capsule (compare with Kernel.kernel_address)."""
+    return <uintptr_t>kernel_from_capsule(kernel)
+
+
 cdef fk_cost_fn cost_from_capsule(object cost) except? NULL:
     if cost is None:
         return NULL
@@ -735,10 +736,11 @@ cdef class Kernel:
         return k
 
     def __call__(self, *inputs, out=None, params=None):
-        return run_entry(self.snapshot, self.entry, &self.key, inputs, out, params, True)
+        """Run on `inputs`, writing `out` (allocated when omitted); returns the output."""
+        return run_entry(self.snapshot, self.entry, &self.key, inputs, out, params, True)[0]
 
     def run(self, inputs, outputs, params=None):
-        """The explicit form: k.run([a, b], [c], params).  Returns the outputs."""
+        """The explicit form: k.run([a, b], [c], params).  Returns the tuple of outputs."""
         return run_entry(self.snapshot, self.entry, &self.key, tuple(inputs),
                          tuple(outputs) if outputs is not None else None, params, True)
 
@@ -807,6 +809,11 @@ cdef class Kernel:
                 stride *= shape[d]
         c = self.entry.cost(layouts, self.key.ndtypes, &dts, cparams)
         return CostEstimate(c.flops, c.bytes_moved, c.overhead_ns)
+
+    @property
+    def kernel_address(self):
+        """The kernel function's address: equal for two handles of the same KernelRef."""
+        return <uintptr_t>self.entry.kernel
 
     def capsule(self):
         """The kernel function as a 'fuel_kernel.kernel' PyCapsule, e.g. to register it elsewhere."""
@@ -931,6 +938,19 @@ cdef class BindingTable:
     def key_count(self):
         return fk_snapshot_key_count(self.snapshot)
 
+    def pick(self, op, dtypes, backend, operands, params=None, *, measure=False, max_ulp=None):
+        """The Kernel the route picker would choose at this key for these operands (inputs then
+        outputs, as arrays or shapes): the same choice Graph.compile makes for a node."""
+        from fuel_kernel import route
+        alternatives = self.alternatives(op, dtypes, backend)
+        if not alternatives:
+            self.lookup(op, dtypes, backend)          # raises NoKernelError with the nearest keys
+        shapes = [tuple(o) if isinstance(o, tuple) else np.shape(o) for o in operands]
+        broadcast = any(shape != shapes[-1] for shape in shapes[:-1]) or any(
+            isinstance(o, np.ndarray) and 0 in o.strides and o.size > 1 for o in operands[:-1])
+        return route.pick(alternatives, shapes, params, broadcast_inputs=broadcast, measure=measure,
+                          max_ulp=max_ulp, describe=describe_key_dict_from(op, dtypes, backend)).kernel
+
     def __len__(self):
         return fk_snapshot_entry_count(self.snapshot)
 
@@ -1004,6 +1024,26 @@ cdef str describe_key_dict(dict key_fields):
         dts.v[i] = d
     key = fk_key_make(key_fields["kind"], key_fields["id"], &dts, key_fields["backend"])
     return describe_key(&key)
+
+
+cdef str describe_key_dict_from(object op, object dtypes, object backend):
+    cdef fk_key key
+    parse_key(op, dtypes, backend, &key)
+    return describe_key(&key)
+
+
+def call_kernel_capsule(capsule, dtypes, inputs, outputs, params=None):
+    """Run a kernel capsule that is not (yet) registered, with the same operand validation as a
+    Kernel call.  Graph.register_runtime_fused uses it to check a fused kernel before publishing."""
+    cdef fk_entry entry
+    cdef fk_key key
+    cdef fk_dtypes codes
+    memset(&entry, 0, sizeof(fk_entry))
+    entry.kernel = kernel_from_capsule(capsule)
+    entry.cost = fk_unknown_cost
+    parse_dtypes(dtypes, &codes)
+    key = fk_key_make(FK_KEY_RUNTIME_FUSED, 0, &codes, FK_BACKEND_CPU)
+    return run_entry(NULL, &entry, &key, tuple(inputs), tuple(outputs), params, True)
 
 
 def bindings():
@@ -1114,6 +1154,8 @@ cdef class Transaction:
         return self
 
     def __exit__(self, exc_type, exc, tb):
+        if self.txn == NULL:             # committed or aborted explicitly inside the block
+            return False
         if exc_type is not None:
             self.abort()
             return False
@@ -1174,8 +1216,9 @@ cdef int operand_dtype(object obj) except -2:
 
 
 def dispatch(op, inputs, outputs=None, params=None, backend=0):
-    """Run op on inputs (writing outputs, or allocating them) with the kernel the table holds for
-    the operands' dtypes.  Output dtype, when outputs is None, follows the op's schema."""
+    """Run op on inputs, writing `outputs` (or allocating them), with the first usable kernel the
+    table holds for the operands' dtypes; returns the output.  Without outputs, the output's
+    dtype and shape follow the op's schema (fuel_kernel.ops)."""
     global dispatch_snapshot, dispatch_generation
     cdef fk_dtypes dts
     cdef fk_key key
@@ -1219,7 +1262,7 @@ def dispatch(op, inputs, outputs=None, params=None, backend=0):
         entry = fk_lookup_with_caps(snapshot, &key, 0)
         if entry == NULL:
             raise NoKernelError(miss_message(snapshot, &key))
-        return run_entry(snapshot, entry, &key, inputs, outputs, params, False)
+        return run_entry(snapshot, entry, &key, inputs, outputs, params, False)[0]
     finally:
         fk_release(snapshot)
 

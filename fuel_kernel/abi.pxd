@@ -3,8 +3,9 @@
 #
 # Other extensions `from fuel_kernel.abi cimport *`, add fuel_kernel.get_include() to their include
 # dirs, call fk_import_api() once at module import, and from then on register, look up and call
-# kernels without the GIL.  Names here are frozen (tests/test_abi.py); this file has no cimports
-# and no cdef classes, so it never drags Python objects into a nogil caller.
+# kernels without the GIL (docs/extending.md; examples/extension is a complete backend).  Names
+# here are frozen and checked member by member against abi.h (tests/test_abi.py); this file
+# cimports only libc and has no cdef classes, so it never drags Python objects into a nogil caller.
 
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
@@ -165,6 +166,7 @@ cdef extern from "fuel_kernel/abi.h" nogil:
         double scale
         double softcap
         uint8_t causal
+        uint8_t reserved[7]
         int64_t window_left
         int64_t window_right
 
@@ -172,6 +174,7 @@ cdef extern from "fuel_kernel/abi.h" nogil:
         double scale
         double softcap
         int32_t block_size
+        int32_t reserved
         int64_t window_left
 
     ctypedef union fk_params_union:
@@ -219,6 +222,7 @@ cdef extern from "fuel_kernel/abi.h" nogil:
     ctypedef struct fk_precision:
         uint8_t set
         uint8_t bit_stable
+        uint8_t reserved[2]
         uint32_t max_ulp
         double max_rel
         double max_abs
@@ -227,6 +231,7 @@ cdef extern from "fuel_kernel/abi.h" nogil:
     ctypedef struct fk_entry:
         fk_kernel_fn kernel
         uint32_t caps
+        uint32_t reserved
         fk_precision precision
         fk_cost_fn cost
         char source[16]
@@ -241,6 +246,7 @@ cdef extern from "fuel_kernel/abi.h" nogil:
         uint16_t backend
         uint8_t ndtypes
         uint8_t dtypes[8]
+        uint8_t pad[7]
 
     fk_key fk_key_make(int kind, uint32_t id, const fk_dtypes *dtypes, int backend)
 
@@ -263,8 +269,9 @@ cdef extern from "fuel_kernel/abi.h" nogil:
     const char *FK_API_CAPSULE_NAME
     const char *FK_KERNEL_CAPSULE_NAME
 
-    # the C API (macros over the table that fk_import_api() fills)
-    int fk_import_api() except -1 with gil
+    # The C API: macros over the function table that fk_import_api() fills.  All of them are safe
+    # to call without the GIL; none of them raises a Python exception (failures return a status
+    # or NULL / -1 and leave a message in the thread-local error).
     void fk_set_error(int status, const char *fmt, ...)
     int fk_error_status()
     const char *fk_error_message()
@@ -287,3 +294,9 @@ cdef extern from "fuel_kernel/abi.h" nogil:
     int fk_claim_backend(const char *name)
     fk_cost fk_unknown_cost(const fk_layout *layouts, int n_layouts, const fk_dtypes *dtypes,
                             const fk_params *params)
+
+
+# fk_import_api needs the GIL (it imports fuel_kernel._dispatch) and raises ImportError when the
+# installed fuel_kernel has another ABI version than the header this module was compiled against.
+cdef extern from "fuel_kernel/abi.h":
+    int fk_import_api() except -1

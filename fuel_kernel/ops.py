@@ -20,6 +20,7 @@ class OpSchema:
     params: str                      # the params family the op takes ("none", "reduce", ...)
     infer_shape: Callable            # (input shapes, params) -> output shape
     infer_dtype: Callable            # (input dtypes, params) -> output dtype
+    make_params: Optional[Callable] = None   # (input shapes) -> OpParams when the caller gives none
 
 
 def broadcast_shape(shapes, params=None):
@@ -44,13 +45,86 @@ def boolean(dtypes, params=None):
 SCHEMAS = {}
 
 
-def _add(op, n_inputs, params, infer_shape, infer_dtype):
-    SCHEMAS[op] = OpSchema(op, n_inputs, params, infer_shape, infer_dtype)
+def _add(op, n_inputs, params, infer_shape, infer_dtype, make_params=None):
+    SCHEMAS[op] = OpSchema(op, n_inputs, params, infer_shape, infer_dtype, make_params)
 
 
 # CAST's output dtype is the caller's choice, so dispatch() needs an explicit output for it.
 _add(OpKind.CAST, 1, "none", broadcast_shape, None)
 _add(OpKind.CONTIGUIZE, 1, "none", broadcast_shape, same_as_first)
+
+
+# ---- data movement, indexing and attention (CPU kernels in fuel_kernel/cpu/_movement, _index,
+# _attention; operand conventions at the top of their *_kernels.h) ----------------------------
+def _fields(params, family):
+    if params is None or params.kind != family:
+        raise ParamsError(f"this op needs fuel_kernel.params.{family}(...)")
+    return params.fields()
+
+
+def _axis(axis, ndim):
+    if not -ndim <= axis < ndim:
+        raise ShapeError(f"axis {axis} is out of range for {ndim} dims")
+    return axis % ndim
+
+
+def _same_as_first_shape(shapes, params=None):
+    return shapes[0]
+
+
+def _slice_shape(shapes, params):
+    f = _fields(params, "slice")
+    (x,) = shapes
+    if len(f["start"]) != len(x):
+        raise ShapeError(f"slice lists {len(f['start'])} dims but the input has {len(x)}")
+    return tuple(len(range(*slice(a, b, s).indices(n))) for n, a, b, s in zip(x, f["start"], f["stop"], f["step"]))
+
+
+def _concat_shape(shapes, params):
+    axis = _axis(_fields(params, "concat")["axis"], len(shapes[0]))
+    for s in shapes[1:]:
+        if len(s) != len(shapes[0]) or any(a != b for d, (a, b) in enumerate(zip(s, shapes[0])) if d != axis):
+            raise ShapeError(f"concat inputs {shapes} differ off axis {axis}")
+    out = list(shapes[0])
+    out[axis] = sum(s[axis] for s in shapes)
+    return tuple(out)
+
+
+def _index_select_shape(shapes, params):
+    x, idx = shapes
+    axis = _axis(_fields(params, "index_select")["axis"], len(x))
+    if len(idx) != 1:
+        raise ShapeError(f"index_select indices must be 1-d, not {idx}")
+    return x[:axis] + idx + x[axis + 1:]
+
+
+def _pad_shape(shapes, params):
+    f = _fields(params, "pad")
+    (x,) = shapes
+    first = len(x) - len(f["before"])
+    if first < 0:
+        raise ShapeError(f"pad lists {len(f['before'])} dims for an input of {len(x)}")
+    return tuple(n + (f["before"][d - first] + f["after"][d - first] if d >= first else 0) for d, n in enumerate(x))
+
+
+def _attention_shape(shapes, params=None):
+    return shapes[0][:-1] + shapes[2][-1:]
+
+
+_add(OpKind.SLICE, 1, "slice", _slice_shape, same_as_first)
+_add(OpKind.CONCAT, None, "concat", _concat_shape, same_as_first)
+_add(OpKind.INDEX_SELECT, 2, "index_select", _index_select_shape, same_as_first)
+_add(OpKind.GATHER, 2, "gather", lambda shapes, params=None: shapes[1], same_as_first)
+_add(OpKind.SCATTER_ADD, 3, "scatter", _same_as_first_shape, same_as_first)
+_add(OpKind.INDEX_ADD, 3, "scatter", _same_as_first_shape, same_as_first)
+for _op, _family in ((OpKind.FLIP, "flip"), (OpKind.ROLL, "roll"), (OpKind.CUMSUM, "cumsum"),
+                     (OpKind.TRIU, "triangular"), (OpKind.TRIL, "triangular")):
+    _add(_op, 1, _family, _same_as_first_shape, same_as_first)
+_add(OpKind.PAD, 1, "pad", _pad_shape, same_as_first)
+_add(OpKind.MASKED_FILL, 2, "masked_fill", broadcast_shape, same_as_first)
+_add(OpKind.ROPE, 3, "rope", _same_as_first_shape, same_as_first)
+_add(OpKind.FLASH_ATTN, 3, "flash_attn", _attention_shape, same_as_first)
+_add(OpKind.PAGED_ATTN, 6, "paged_attn", _attention_shape, same_as_first)
 
 
 def schema(op):

@@ -24,10 +24,14 @@ static inline int64_t fk_layout_numel(const fk_layout *layout) {
     return n;
 }
 
-/* Check rank, non-negative shape and that every addressed element lies inside the storage. */
+/* log2 of the item size: bounds checks shift instead of dividing (this runs on every call) */
+static const int fk_dtype_shift[FK_DTYPE_COUNT] = {0, 0, 0, 1, 2, 3, 2, 1, 1, 2, 3};
+
+/* Check rank, non-negative shape and that every addressed element lies inside the storage.
+ * Overflow-checked: a crafted layout from a C caller cannot wrap the extent into range. */
 static inline int fk_layout_check(const fk_layout *layout, const fk_storage *storage, const char *what,
                                   int index) {
-    int64_t lo = layout->offset, hi = layout->offset, itemsize, capacity;
+    int64_t lo = layout->offset, hi = layout->offset, span, capacity;
     if (layout->ndim < 0 || layout->ndim > FK_MAX_DIMS) {
         fk_set_error(FK_ERR_SHAPE, "%s %d has %d dims; at most %d are supported", what, index,
                      (int)layout->ndim, FK_MAX_DIMS);
@@ -43,12 +47,16 @@ static inline int fk_layout_check(const fk_layout *layout, const fk_storage *sto
                          (long long)layout->shape[d], d);
             return FK_ERR_SHAPE;
         }
-        if (layout->shape[d] == 0) return FK_OK;               /* empty: addresses nothing */
-        if (layout->strides[d] > 0) hi += layout->strides[d] * (layout->shape[d] - 1);
-        else lo += layout->strides[d] * (layout->shape[d] - 1);
     }
-    itemsize = fk_dtype_itemsize[storage->dtype];
-    capacity = (int64_t)(storage->nbytes / (size_t)itemsize);
+    for (int d = 0; d < layout->ndim; d++) {
+        if (layout->shape[d] == 0) return FK_OK;               /* empty: addresses nothing */
+        if (__builtin_mul_overflow(layout->strides[d], layout->shape[d] - 1, &span) ||
+            (span > 0 ? __builtin_add_overflow(hi, span, &hi) : __builtin_add_overflow(lo, span, &lo))) {
+            fk_set_error(FK_ERR_SHAPE, "%s %d: extent overflows on axis %d", what, index, d);
+            return FK_ERR_SHAPE;
+        }
+    }
+    capacity = (int64_t)(storage->nbytes >> fk_dtype_shift[storage->dtype]);
     if (lo < 0 || hi >= capacity) {
         fk_set_error(FK_ERR_SHAPE, "%s %d addresses elements [%lld, %lld] outside its storage of %lld elements",
                      what, index, (long long)lo, (long long)hi, (long long)capacity);
@@ -91,6 +99,35 @@ static inline int fk_loop_plan(fk_loop *loop, const fk_storage *inputs, int n_in
         fk_set_error(FK_ERR_READ_ONLY, "output 0 is read-only");
         return FK_ERR_READ_ONLY;
     }
+    loop->nops = nops;
+    loop->numel = fk_layout_numel(out);
+    for (k = 0; k < n_in; k++)
+        loop->base[k] = (char *)inputs[k].data + layouts[k].offset * fk_dtype_itemsize[inputs[k].dtype];
+    loop->base[n_in] = (char *)output->data + out->offset * fk_dtype_itemsize[output->dtype];
+
+    /* fast path: every operand C-contiguous with the output's shape -> one flat row */
+    {
+        int flat = 1;
+        for (k = 0; k <= n_in && flat; k++) {
+            const fk_layout *l = &layouts[k];
+            int64_t expected = 1;
+            if (l->ndim != ndim) { flat = 0; break; }
+            for (d = ndim - 1; d >= 0; d--) {
+                if (l->shape[d] != out->shape[d] || (l->shape[d] != 1 && l->strides[d] != expected)) { flat = 0; break; }
+                expected *= l->shape[d];
+            }
+        }
+        if (flat) {
+            loop->ndim = 1;
+            loop->shape[0] = loop->numel;
+            loop->inner = loop->numel;
+            loop->rows = loop->numel ? 1 : 0;
+            for (k = 0; k < n_in; k++) loop->strides[k][0] = fk_dtype_itemsize[inputs[k].dtype];
+            loop->strides[n_in][0] = fk_dtype_itemsize[output->dtype];
+            return FK_OK;
+        }
+    }
+
     /* broadcast each input onto the output shape (right-aligned) */
     for (k = 0; k < n_in; k++) {
         const fk_layout *in = &layouts[k];
@@ -112,12 +149,6 @@ static inline int fk_loop_plan(fk_loop *loop, const fk_storage *inputs, int n_in
         }
     }
     for (d = 0; d < ndim; d++) strides[n_in][d] = out->strides[d];
-
-    loop->nops = nops;
-    loop->numel = fk_layout_numel(out);
-    for (k = 0; k < n_in; k++)
-        loop->base[k] = (char *)inputs[k].data + layouts[k].offset * fk_dtype_itemsize[inputs[k].dtype];
-    loop->base[n_in] = (char *)output->data + out->offset * fk_dtype_itemsize[output->dtype];
 
     /* axis order: output |stride| descending (stable), so the output is written in memory order */
     {

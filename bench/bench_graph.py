@@ -1,0 +1,120 @@
+"""Plans: per-node overhead of a long elementwise chain, and a small MLP forward, against peers."""
+import numpy as np
+
+import fuel_kernel as fk
+from bench.harness import Case, optional_import
+from fuel_kernel.graph import Graph
+
+CHAIN = 1000
+WIDTH = 64
+CYCLE = ("add", "mul", "maximum", "sub")
+
+
+def _chain_plan():
+    g = Graph()
+    x = g.input((WIDTH,), fk.DType.F32)
+    y = g.input((WIDTH,), fk.DType.F32)
+    v = x
+    for i in range(CHAIN):
+        v = getattr(g, CYCLE[i % 4])(v, y)
+    return g.compile(v)
+
+
+def _onnx_chain(ort, onnx):
+    from onnx import TensorProto, helper
+    names = {"add": "Add", "mul": "Mul", "maximum": "Max", "sub": "Sub"}
+    nodes, previous = [], "x"
+    for i in range(CHAIN):
+        out = f"v{i}" if i < CHAIN - 1 else "out"
+        nodes.append(helper.make_node(names[CYCLE[i % 4]], [previous, "y"], [out]))
+        previous = out
+    tensor = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [WIDTH])
+    model = helper.make_model(helper.make_graph(nodes, "chain", [tensor("x"), tensor("y")], [tensor("out")]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def _numpy_chain(x, y, buffers):
+    ufuncs = (np.add, np.multiply, np.maximum, np.subtract)
+    v = x
+    for i in range(CHAIN):
+        out = buffers[i % 2]
+        ufuncs[i % 4](v, y, out=out)
+        v = out
+    return v
+
+
+def _mlp_plan(weights, biases, batch):
+    g = Graph()
+    v = g.input((batch, weights[0].shape[0]), fk.DType.F32)
+    for i, (w, b) in enumerate(zip(weights, biases)):
+        v = g.add(g.matmul(v, g.constant(w)), g.constant(b))
+        if i < len(weights) - 1:
+            v = g.relu(v)
+    return g.compile(v)
+
+
+def cases():
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0.5, 1.0, WIDTH).astype(np.float32)
+    y = rng.uniform(0.9, 1.1, WIDTH).astype(np.float32)
+    plan = _chain_plan()
+    contenders = {"fuel_kernel Plan.run": lambda: plan.run([x, y]),
+                  "numpy eager, out=": lambda: _numpy_chain(x, y, [np.empty(WIDTH, np.float32)] * 2)}
+    skipped = {}
+    ort, why = optional_import("onnxruntime")
+    onnx, why_onnx = optional_import("onnx")
+    if ort is not None and onnx is not None:
+        session = _onnx_chain(ort, onnx)
+        feeds = {"x": x, "y": y}
+        contenders["onnxruntime (1 thread)"] = lambda: session.run(None, feeds)
+    else:
+        skipped["onnxruntime"] = why or why_onnx
+    yield Case(name=f"chain of {CHAIN} elementwise nodes, {WIDTH} f32 (time per run)",
+               contenders=contenders, baseline="numpy eager, out=", skipped=skipped,
+               target="per node <= 1/8 numpy eager and <= 1/6 onnxruntime",
+               notes=f"plan arena: peak {plan.peak_bytes} B, minimal live set {plan.min_live_bytes} B")
+
+    batch, width = 32, 512
+    weights = [(rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32) for _ in range(3)]
+    biases = [rng.standard_normal(width).astype(np.float32) * 0.1 for _ in range(3)]
+    inp = rng.standard_normal((batch, width)).astype(np.float32)
+    mlp = _mlp_plan(weights, biases, batch)
+
+    def numpy_mlp():
+        v = inp
+        for i, (w, b) in enumerate(zip(weights, biases)):
+            v = v @ w + b
+            if i < 2:
+                v = np.maximum(v, 0)
+        return v
+
+    contenders = {"fuel_kernel Plan.run": lambda: mlp.run([inp]), "numpy": numpy_mlp}
+    skipped = {}
+    torch, why = optional_import("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
+        tw = [torch.from_numpy(w) for w in weights]
+        tb = [torch.from_numpy(b) for b in biases]
+        ti = torch.from_numpy(inp)
+
+        def torch_mlp():
+            with torch.no_grad():
+                v = ti
+                for i, (w, b) in enumerate(zip(tw, tb)):
+                    v = torch.addmm(b, v, w)
+                    if i < 2:
+                        v = torch.relu(v)
+                return v
+        contenders["torch eager (1 thread)"] = torch_mlp
+        baseline = "torch eager (1 thread)"
+    else:
+        skipped["torch"] = why
+        baseline = "numpy"
+    yield Case(name=f"3-layer MLP forward, batch {batch}, width {width}, ReLU", contenders=contenders,
+               baseline=baseline, skipped=skipped, target="<= 1.0x torch eager",
+               notes=f"plan arena: peak {mlp.peak_bytes} B, minimal live set {mlp.min_live_bytes} B")

@@ -1,0 +1,192 @@
+"""The route picker: choose among the alternatives registered at one key, by estimated time.
+
+For each candidate Kernel the picker turns its CostEstimate for the actual operand shapes into a
+time with the machine's constants (peak flop/s and memory bandwidth, measured once and cached on
+disk): max(flops / peak_flops, bytes / bandwidth) + overhead.  Candidates are filtered by caps
+(requires_broadcast only when an input is broadcast; strided_input when the caller cannot
+materialize operands) and by an optional precision floor.  Ties break on the kernel's stable
+identity (source, revision), never on registration order.  A measured mode times the candidates
+on the real shapes instead and caches the choice on disk.  Graph.compile and BindingTable.pick
+both call pick().
+"""
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence
+
+import numpy as np
+
+from .errors import NoKernelError
+from .types import DType, KernelCaps
+
+CACHE_DIR = os.environ.get("FUEL_KERNEL_CACHE_DIR",
+                           os.path.join(os.path.expanduser("~"), ".cache", "fuel_kernel"))
+_machine_lock = threading.Lock()
+_machine = None
+
+
+@dataclass(frozen=True)
+class MachineConstants:
+    peak_flops: float        # flop/s of one core on a large f32 matmul
+    bandwidth: float         # bytes/s of one core on a large copy
+
+
+def machine_constants():
+    """Measured once per machine (about 0.1 s) and cached in CACHE_DIR/machine.json."""
+    global _machine
+    with _machine_lock:
+        if _machine is not None:
+            return _machine
+        path = os.path.join(CACHE_DIR, "machine.json")
+        try:
+            with open(path) as handle:
+                data = json.load(handle)
+            _machine = MachineConstants(float(data["peak_flops"]), float(data["bandwidth"]))
+            return _machine
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        _machine = _measure_machine()
+        try:
+            os.makedirs(CACHE_DIR, exist_ok=True)
+            with open(path, "w") as handle:
+                json.dump({"peak_flops": _machine.peak_flops, "bandwidth": _machine.bandwidth}, handle)
+        except OSError:
+            pass                      # a read-only home only costs a re-measurement next time
+        return _machine
+
+
+def _best_time(fn, repeats=5):
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def _measure_machine():
+    n = 256
+    a = np.ones((n, n), dtype=np.float32)
+    flops = 2.0 * n ** 3 / _best_time(lambda: a @ a)
+    src = np.ones(1 << 22, dtype=np.float32)
+    dst = np.empty_like(src)
+    bandwidth = 2.0 * src.nbytes / _best_time(lambda: np.copyto(dst, src))
+    return MachineConstants(flops, bandwidth)
+
+
+@dataclass
+class Verdict:
+    """One candidate's line in Plan.explain(): its estimate and why it won or lost."""
+    source: str
+    identity: tuple
+    estimate_ns: Optional[float]
+    verdict: str                  # "chosen", "slower", "filtered: ...", "measured ..."
+    flops: float = 0.0
+    bytes_moved: float = 0.0
+
+
+@dataclass
+class Choice:
+    kernel: object
+    verdicts: List[Verdict] = field(default_factory=list)
+
+
+def estimate_ns(cost, machine):
+    compute = cost.flops / machine.peak_flops
+    memory = cost.bytes_moved / machine.bandwidth
+    return max(compute, memory) * 1e9 + cost.overhead_ns
+
+
+def _shape_of(operand):
+    return tuple(operand) if isinstance(operand, tuple) else tuple(np.shape(operand))
+
+
+def pick(alternatives: Sequence, operands: Sequence, params=None, *, broadcast_inputs=False,
+         require_strided_input=False, max_ulp=None, measure=False, describe=None):
+    """Choose one of `alternatives` (Kernel handles of one key) for these operands.
+
+    `operands` are inputs then outputs: arrays or shapes.  Raises NoKernelError when the filters
+    leave nothing."""
+    machine = machine_constants()
+    verdicts, viable = [], []
+    for k in alternatives:
+        reason = None
+        if KernelCaps.REQUIRES_BROADCAST in k.caps and not broadcast_inputs:
+            reason = "filtered: requires broadcast inputs"
+        elif require_strided_input and KernelCaps.STRIDED_INPUT not in k.caps:
+            reason = "filtered: lacks strided_input"
+        elif max_ulp is not None and (k.precision is None or k.precision.max_ulp > max_ulp):
+            reason = f"filtered: precision above {max_ulp} ulp"
+        if reason:
+            verdicts.append(Verdict(k.source, k.identity, None, reason))
+            continue
+        cost = k.cost(*[_shape_of(o) for o in operands], params=params)
+        verdict = Verdict(k.source, k.identity, estimate_ns(cost, machine), "", cost.flops, cost.bytes_moved)
+        verdicts.append(verdict)
+        viable.append((verdict, k))
+    if not viable:
+        raise NoKernelError(f"no alternative survives the filters for {describe or 'this key'}: "
+                            + "; ".join(f"{v.source}: {v.verdict}" for v in verdicts))
+    if measure and len(viable) > 1:
+        viable = _measured_order(viable, operands, params)
+    else:
+        viable.sort(key=lambda vk: (vk[0].estimate_ns, vk[0].identity))
+    winner_verdict, winner = viable[0]
+    winner_verdict.verdict = "chosen" + winner_verdict.verdict
+    for v, _ in viable[1:]:
+        v.verdict = "slower" + v.verdict
+    return Choice(winner, verdicts)
+
+
+def _measured_order(viable, operands, params):
+    """Order candidates by their measured time on these shapes; the result is cached on disk."""
+    shapes = [_shape_of(o) for o in operands]
+    k0 = viable[0][1]
+    key = json.dumps([repr(k0.op), [d.short_name for d in k0.dtypes], k0.backend, shapes,
+                      sorted(str(v.identity) for v, _ in viable), repr(params)])
+    cache = _load_measure_cache()
+    timings = cache.get(key)
+    if timings is None:
+        rng = np.random.default_rng(0)
+        arrays = []
+        for shape, dtype in zip(shapes, k0.dtypes):
+            dtype = DType(dtype)
+            if dtype.is_float:
+                arrays.append(rng.standard_normal(shape).astype(dtype.numpy))
+            else:
+                arrays.append(np.zeros(shape, dtype=dtype.numpy))
+        inputs, outputs = arrays[:-1], arrays[-1:]
+        timings = {}
+        for v, k in viable:
+            k.run(inputs, outputs, params)                    # warm up
+            timings[str(v.identity)] = _best_time(lambda: k.run(inputs, outputs, params), repeats=3) * 1e9
+        cache[key] = timings
+        _store_measure_cache(cache)
+    for v, _ in viable:
+        v.verdict = f" (measured {timings[str(v.identity)]:.0f} ns)"
+    return sorted(viable, key=lambda vk: (timings[str(vk[0].identity)], vk[0].identity))
+
+
+def _measure_cache_path():
+    return os.path.join(CACHE_DIR, "measured_routes.json")
+
+
+def _load_measure_cache():
+    try:
+        with open(_measure_cache_path()) as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return {}
+
+
+def _store_measure_cache(cache):
+    try:
+        os.makedirs(CACHE_DIR, exist_ok=True)
+        tmp = _measure_cache_path() + f".{os.getpid()}"
+        with open(tmp, "w") as handle:
+            json.dump(cache, handle)
+        os.replace(tmp, _measure_cache_path())
+    except OSError:
+        pass

@@ -1,0 +1,300 @@
+"""CPU attention kernels (fuel_kernel/cpu/_attention) against plain NumPy implementations with the
+same masking rules: ROPE (both layouts), FLASH_ATTN (causal, windows, softcap, grouped-query heads),
+PAGED_ATTN (block table, context lengths, ALiBi).  Tolerances are the kernels' precision claims."""
+import numpy as np
+import pytest
+
+import fuel_kernel as fk
+from fuel_kernel import params as P
+from tests.support import FLOAT_DTYPES, LAYOUTS, make_operand, np_dtype
+
+D = fk.DType
+OP = fk.OpKind
+CPU = fk.Backend.CPU
+
+# abs error bound as a fraction of max|v|: the precision claim registered with each binding
+ATTN_TOL = {d: fk.bindings().lookup(OP.FLASH_ATTN, [d] * 4, CPU).precision.max_abs for d in FLOAT_DTYPES}
+# rope: error bound as a fraction of |a c| + |b s|
+ROPE_TOL = {D.F16: 2.0 ** -10, D.BF16: 2.0 ** -7, D.F32: 2.0 ** -22, D.F64: 2.0 ** -51}
+
+
+def kernel(op, dtypes):
+    return fk.bindings().lookup(op, list(dtypes), CPU)
+
+
+def test_paged_claims_match_flash_claims():
+    for d in FLOAT_DTYPES:
+        paged = kernel(OP.PAGED_ATTN, [d, d, d, D.I32, D.I32, D.F32, d]).precision
+        assert paged.max_abs == ATTN_TOL[d] > 0
+
+
+def f64(a):
+    return np.asarray(a).astype(np.float64)
+
+
+# ---- ROPE ---------------------------------------------------------------------------------------------
+def rope_reference(x, cos, sin, interleaved):
+    x, cos, sin = f64(x), f64(cos), f64(sin)
+    if interleaved:
+        a, b = x[..., 0::2], x[..., 1::2]
+    else:
+        half = x.shape[-1] // 2
+        a, b = x[..., :half], x[..., half:]
+    ra, rb = a * cos - b * sin, a * sin + b * cos
+    bound = np.abs(a * cos) + np.abs(b * sin)
+    out = np.empty_like(x)
+    scale = np.empty_like(x)
+    if interleaved:
+        out[..., 0::2], out[..., 1::2] = ra, rb
+        scale[..., 0::2], scale[..., 1::2] = bound, np.abs(a * sin) + np.abs(b * cos)
+    else:
+        out[..., :half], out[..., half:] = ra, rb
+        scale[..., :half], scale[..., half:] = bound, np.abs(a * sin) + np.abs(b * cos)
+    return out, scale
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_rope(dtype, layout, interleaved, rng):
+    x = make_operand((2, 3, 5, 6), dtype, layout, rng, special=False)
+    angles = rng.uniform(-3, 3, (5, 3))
+    cos = make_operand((5, 3), dtype, layout, rng, values=np.cos(angles))
+    sin = make_operand((5, 3), dtype, layout, rng, values=np.sin(angles))
+    params = P.rope(interleaved) if interleaved else None
+    out = kernel(OP.ROPE, [dtype] * 4)(x, cos, sin, params=params)
+    expected, scale = rope_reference(x, cos, sin, interleaved)
+    assert (np.abs(f64(out) - expected) <= ROPE_TOL[dtype] * scale + 1e-300).all()
+
+
+def test_rope_in_place_and_errors(rng):
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    cos, sin = np.cos(x[:, :4]), np.sin(x[:, :4])
+    expected, _ = rope_reference(x, cos, sin, False)
+    k = kernel(OP.ROPE, [D.F32] * 4)
+    k(x, cos, sin, out=x)
+    np.testing.assert_allclose(x, expected, rtol=1e-5, atol=1e-6)
+    with pytest.raises(fk.ShapeError):
+        k(np.zeros((4, 7), np.float32), cos, sin)
+    with pytest.raises(fk.ShapeError):
+        k(np.zeros((4, 8), np.float32), cos[:3], sin[:3], out=np.zeros((4, 8), np.float32))
+    with pytest.raises(fk.DTypeError):
+        k(np.zeros((4, 8)), cos, sin)
+
+
+# ---- FLASH_ATTN -----------------------------------------------------------------------------------------
+def attention_reference(q, k, v, scale, causal=False, window_left=-1, window_right=-1, softcap=0.0):
+    """Plain attention in float64 with the kernel's masking rules (bottom-right aligned)."""
+    q, k, v = f64(q), f64(k), f64(v)
+    sq, sk = q.shape[2], k.shape[2]
+    group = q.shape[1] // k.shape[1]
+    k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+    s = np.einsum("bhid,bhjd->bhij", q, k) * scale
+    if softcap > 0:
+        s = softcap * np.tanh(s / softcap)
+    pos = np.arange(sq)[:, None] + sk - sq
+    j = np.arange(sk)[None, :]
+    visible = np.ones((sq, sk), bool)
+    if causal:
+        visible &= j <= pos
+    if window_left >= 0:
+        visible &= j >= pos - window_left
+    if window_right >= 0:
+        visible &= j <= pos + window_right
+    s = np.where(visible, s, -np.inf)
+    m = s.max(-1, keepdims=True)
+    p = np.exp(s - np.where(np.isfinite(m), m, 0))
+    l = p.sum(-1, keepdims=True)
+    return np.einsum("bhij,bhjd->bhid", p, v) / np.where(l > 0, l, 1)
+
+
+FLASH_CASES = [
+    # (B, Hq, Hkv, Sq, Sk, D, Dv, causal, window_left, window_right, softcap)
+    (1, 2, 2, 7, 7, 8, 8, False, -1, -1, 0.0),
+    (2, 4, 2, 70, 130, 24, 40, True, -1, -1, 0.0),
+    (1, 3, 1, 129, 129, 64, 64, True, 30, -1, 5.0),
+    (1, 2, 2, 100, 64, 17, 33, False, 10, 3, 0.0),
+    (1, 6, 3, 65, 200, 16, 16, False, -1, 5, 2.0),
+    (1, 1, 1, 9, 3, 4, 4, True, -1, -1, 0.0),      # rows before the first key see nothing -> 0
+]
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("case", FLASH_CASES)
+def test_flash_attn(dtype, case, rng):
+    b, hq, hkv, sq, sk, d, dv, causal, wl, wr, softcap = case
+    q = make_operand((b, hq, sq, d), dtype, "contiguous", rng, special=False)
+    k = make_operand((b, hkv, sk, d), dtype, "contiguous", rng, special=False)
+    v = make_operand((b, hkv, sk, dv), dtype, "contiguous", rng, special=False)
+    scale = d ** -0.5 / 4                     # inputs are N(0, 16): keep the scores moderate
+    p = P.flash_attn(scale, causal=causal, softcap=softcap, window_left=wl, window_right=wr)
+    out = kernel(OP.FLASH_ATTN, [dtype] * 4)(q, k, v, params=p)
+    expected = attention_reference(q, k, v, scale, causal, wl, wr, softcap)
+    assert out.shape == (b, hq, sq, dv)
+    err = np.abs(f64(out) - expected).max()
+    assert err <= ATTN_TOL[dtype] * np.abs(f64(v)).max(), err
+
+
+@pytest.mark.parametrize("dtype", [D.F32, D.F64, D.BF16])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_flash_attn_layouts(dtype, layout, rng):
+    q = make_operand((2, 4, 33, 12), dtype, layout, rng, special=False)
+    k = make_operand((2, 2, 70, 12), dtype, layout, rng, special=False)
+    v = make_operand((2, 2, 70, 20), dtype, layout, rng, special=False)
+    out = make_operand((2, 4, 33, 20), dtype, "transposed" if layout == "transposed" else "strided", rng)
+    p = P.flash_attn(0.1, causal=True, window_left=40)
+    kernel(OP.FLASH_ATTN, [dtype] * 4)(q, k, v, out=out, params=p)
+    expected = attention_reference(q, k, v, 0.1, True, 40)
+    assert np.abs(f64(out) - expected).max() <= ATTN_TOL[dtype] * np.abs(f64(v)).max()
+
+
+def test_flash_attn_fully_masked_rows_are_zero(rng):
+    q = rng.standard_normal((1, 1, 6, 4)).astype(np.float32)
+    k = rng.standard_normal((1, 1, 2, 4)).astype(np.float32)
+    v = rng.standard_normal((1, 1, 2, 4)).astype(np.float32)
+    out = fk.dispatch(OP.FLASH_ATTN, [q, k, v], params=P.flash_attn(0.5, causal=True))
+    assert (out[0, 0, :4] == 0).all() and np.isfinite(out).all()
+
+
+def test_flash_attn_errors(rng):
+    k4 = kernel(OP.FLASH_ATTN, [D.F32] * 4)
+    q = np.zeros((1, 3, 4, 8), np.float32)
+    kv = np.zeros((1, 2, 4, 8), np.float32)
+    with pytest.raises(fk.ShapeError):               # 3 query heads, 2 kv heads
+        k4(q, kv, kv, out=np.zeros((1, 3, 4, 8), np.float32), params=P.flash_attn(1.0))
+    with pytest.raises(fk.ShapeError):
+        k4(q[:, :2], kv, kv[..., :3, :], out=np.zeros((1, 2, 4, 8), np.float32), params=P.flash_attn(1.0))
+    with pytest.raises(fk.ParamsError):
+        k4(q[:, :2], kv, kv, out=np.zeros((1, 2, 4, 8), np.float32))
+    with pytest.raises(fk.DTypeError):
+        k4(q.astype(np.float64), kv, kv, params=P.flash_attn(1.0))
+    out = np.zeros((1, 2, 4, 8), np.float32)
+    with pytest.raises(fk.AliasError):
+        k4(out, kv, kv, out=out, params=P.flash_attn(1.0))
+    with pytest.raises(fk.ShapeError):
+        k4(q[:, :2], kv, kv, out=np.zeros((1, 2, 4, 7), np.float32), params=P.flash_attn(1.0))
+    read_only = np.full((1, 2, 4, 8), 3.0, np.float32)
+    read_only.flags.writeable = False
+    with pytest.raises(fk.ReadOnlyError):
+        k4(q[:, :2], kv, kv, out=read_only, params=P.flash_attn(1.0))
+    with pytest.raises(fk.OperandCountError):
+        k4(q[:, :2], kv, out=np.zeros((1, 2, 4, 8), np.float32), params=P.flash_attn(1.0))
+
+
+# ---- PAGED_ATTN ----------------------------------------------------------------------------------------
+def paged_reference(q, k_cache, v_cache, block_table, context_lens, alibi, scale, block_size, softcap, window_left):
+    n_seqs, hq, d = q.shape
+    hkv, dv = k_cache.shape[2], v_cache.shape[3]
+    out = np.zeros((n_seqs, hq, dv))
+    for n in range(n_seqs):
+        ctx = int(context_lens[n])
+        if ctx == 0:
+            continue
+        t = np.arange(ctx)
+        blocks = block_table[n, t // block_size]
+        k = f64(k_cache[blocks, t % block_size])            # [ctx, hkv, d]
+        v = f64(v_cache[blocks, t % block_size])
+        for h in range(hq):
+            hk = h // (hq // hkv)
+            s = k[:, hk] @ f64(q[n, h]) * scale
+            if softcap > 0:
+                s = softcap * np.tanh(s / softcap)
+            if len(alibi):
+                s = s + float(alibi[h]) * (t - (ctx - 1))
+            if window_left >= 0:
+                s = np.where(t >= ctx - 1 - window_left, s, -np.inf)
+            p = np.exp(s - s.max())
+            out[n, h] = (p @ v[:, hk]) / p.sum()
+    return out
+
+
+def paged_operands(dtype, rng, layout="contiguous", n_seqs=3, hq=4, hkv=2, d=16, dv=8, block_size=5, n_blocks=11,
+                   max_blocks=4, context_lens=(7, 0, 17)):
+    q = make_operand((n_seqs, hq, d), dtype, layout, rng, special=False)
+    k_cache = make_operand((n_blocks, block_size, hkv, d), dtype, layout, rng, special=False)
+    v_cache = make_operand((n_blocks, block_size, hkv, dv), dtype, layout, rng, special=False)
+    table = np.stack([rng.permutation(n_blocks)[:max_blocks] for _ in range(n_seqs)]).astype(np.int32)
+    block_table = make_operand(table.shape, D.I32, layout, rng, values=table)
+    lens = make_operand((n_seqs,), D.I32, "contiguous", rng, values=np.array(context_lens, np.int32))
+    return q, k_cache, v_cache, block_table, lens
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("alibi", [False, True])
+@pytest.mark.parametrize("softcap,window_left", [(0.0, -1), (3.0, 6)])
+def test_paged_attn(dtype, alibi, softcap, window_left, rng):
+    q, k_cache, v_cache, block_table, lens = paged_operands(dtype, rng)
+    slopes = (2.0 ** -np.arange(1, 5)).astype(np.float32) if alibi else np.zeros(0, np.float32)
+    p = P.paged_attn(0.05, block_size=5, softcap=softcap, window_left=window_left)
+    out = kernel(OP.PAGED_ATTN, [dtype, dtype, dtype, D.I32, D.I32, D.F32, dtype])(
+        q, k_cache, v_cache, block_table, lens, slopes, params=p)
+    expected = paged_reference(q, k_cache, v_cache, block_table, lens, slopes, 0.05, 5, softcap, window_left)
+    assert out.shape == expected.shape
+    assert np.abs(f64(out) - expected).max() <= ATTN_TOL[dtype] * np.abs(f64(v_cache)).max()
+    assert (f64(out[1]) == 0).all()                  # context length 0
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_paged_attn_layouts(layout, rng):
+    q, k_cache, v_cache, block_table, lens = paged_operands(D.F32, rng, layout)
+    slopes = make_operand((4,), D.F32, layout, rng, values=np.array([0.5, 0.25, 0.1, 0.0]))
+    out = make_operand((3, 4, 8), D.F32, "strided", rng)
+    p = P.paged_attn(0.05, block_size=5)
+    fk.dispatch(OP.PAGED_ATTN, [q, k_cache, v_cache, block_table, lens, slopes], [out], params=p)
+    expected = paged_reference(q, k_cache, v_cache, block_table, lens, slopes, 0.05, 5, 0.0, -1)
+    assert np.abs(f64(out) - expected).max() <= ATTN_TOL[D.F32] * np.abs(f64(v_cache)).max()
+
+
+def test_paged_attn_bad_block_index_raises_and_writes_nothing(rng):
+    q, k_cache, v_cache, block_table, lens = paged_operands(D.F32, rng)
+    block_table = np.array(block_table)
+    block_table[2, 3] = 11                             # token 15 of sequence 2 (context 17) needs block 3
+    out = np.full((3, 4, 8), 7.0, np.float32)
+    k = kernel(OP.PAGED_ATTN, [D.F32, D.F32, D.F32, D.I32, D.I32, D.F32, D.F32])
+    with pytest.raises(IndexError, match=r"block index 11 at position \(2, 3\)"):
+        k(q, k_cache, v_cache, block_table, lens, np.zeros(0, np.float32), out=out, params=P.paged_attn(1.0, 5))
+    assert (out == 7.0).all()
+    block_table[2, 3] = 0
+    block_table[1, :] = -5                             # sequence 1 has context 0: its row is never read
+    k(q, k_cache, v_cache, block_table, lens, np.zeros(0, np.float32), out=out, params=P.paged_attn(1.0, 5))
+    with pytest.raises(IndexError, match=r"context length 21 at position \(0,\)"):
+        k(q, k_cache, v_cache, block_table, np.array([21, 0, 1], np.int32), np.zeros(0, np.float32),
+          out=out, params=P.paged_attn(1.0, 5))
+
+
+def test_paged_attn_shape_and_params_errors(rng):
+    q, k_cache, v_cache, block_table, lens = paged_operands(D.F32, rng)
+    k = kernel(OP.PAGED_ATTN, [D.F32, D.F32, D.F32, D.I32, D.I32, D.F32, D.F32])
+    out = np.zeros((3, 4, 8), np.float32)
+    with pytest.raises(fk.ParamsError):                # block size disagrees with the caches
+        k(q, k_cache, v_cache, block_table, lens, np.zeros(0, np.float32), out=out, params=P.paged_attn(1.0, 4))
+    with pytest.raises(fk.ShapeError):                 # alibi slopes of the wrong length
+        k(q, k_cache, v_cache, block_table, lens, np.zeros(3, np.float32), out=out, params=P.paged_attn(1.0, 5))
+    with pytest.raises(fk.DTypeError):
+        k(q, k_cache, v_cache, block_table.astype(np.int64), lens, np.zeros(0, np.float32), out=out,
+          params=P.paged_attn(1.0, 5))
+    with pytest.raises(fk.OperandCountError):
+        k(q, k_cache, v_cache, block_table, lens, out=out, params=P.paged_attn(1.0, 5))
+
+
+# the (op, dtypes) keys the tests above exercise; tests/test_issue5_coverage.py checks the table
+COVERED = (
+    {(op, (d,) * 4) for op in (OP.ROPE, OP.FLASH_ATTN) for d in FLOAT_DTYPES}
+    | {(OP.PAGED_ATTN, (d, d, d, D.I32, D.I32, D.F32, d)) for d in FLOAT_DTYPES}
+)
+
+
+def test_flash_attn_never_materializes_the_score_matrix(rng):
+    """A banded 16k x 16k attention: the [Sq, Sk] f32 score matrix alone would be 1 GiB; the
+    blocked kernel's peak memory stays in the tens of MiB (ru_maxrss is the process's peak)."""
+    import resource
+    n, d, window = 16384, 8, 32
+    q, k, v = (rng.standard_normal((1, 1, n, d)).astype(np.float32) for _ in range(3))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    out = fk.dispatch(OP.FLASH_ATTN, [q, k, v], params=P.flash_attn(0.3, causal=True, window_left=window))
+    grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert grown_kib < 128 * 1024, grown_kib
+    for i in (0, 5, 100, 9999, n - 1):
+        lo = max(0, i - window)
+        expected = attention_reference(q[:, :, i:i + 1], k[:, :, lo:i + 1], v[:, :, lo:i + 1], 0.3, causal=True)
+        assert np.abs(f64(out[:, :, i:i + 1]) - expected).max() <= ATTN_TOL[D.F32] * np.abs(v).max()

@@ -1,0 +1,175 @@
+"""Graph builder, route picker, contiguize gate, memory planner, Plan.run and runtime fused ops."""
+import threading
+
+import numpy as np
+import pytest
+
+import fuel_kernel as fk
+from fuel_kernel import graph as fg
+
+F32, F64, F16 = fk.DType.F32, fk.DType.F64, fk.DType.F16
+
+
+def test_missing_kernel_fails_where_the_node_is_built():
+    backend = fk.claim_backend("test-graph-empty")
+    g = fg.Graph(target_backend=backend)
+    x = g.input((3,), F32)
+    with pytest.raises(fk.NoKernelError, match="cast\\(f32, f16\\) on test-graph-empty"):
+        g.cast(x, F16)
+    g_cpu = fg.Graph()
+    y = g_cpu.input((3,), F32)
+    with pytest.raises(fk.NoKernelError):
+        g_cpu.cast(y, F16, backend=backend)          # per-node backend override
+
+
+def test_views_are_metadata_only_and_compute_correctly(rng):
+    g = fg.Graph()
+    x = g.input((4, 6), F32)
+    t = g.transpose(x)                               # no node
+    s = x[1:4, ::-2]
+    b = g.broadcast_to(g.reshape(x[0], (1, 6)), (3, 6))
+    assert len(g.nodes) == 0
+    outs = [g.cast(t, F64), g.cast(s, F64), g.cast(b, F64), g.cast(g.reshape(t, (24,)), F64)]
+    plan = g.compile(outs)
+    a = rng.standard_normal((4, 6)).astype(np.float32)
+    r = plan.run([a])
+    np.testing.assert_array_equal(r[0], a.T.astype(np.float64))
+    np.testing.assert_array_equal(r[1], a[1:4, ::-2].astype(np.float64))
+    np.testing.assert_array_equal(r[2], np.broadcast_to(a[0], (3, 6)).astype(np.float64))
+    np.testing.assert_array_equal(r[3], a.T.reshape(24).astype(np.float64))
+
+
+def test_outputs_that_are_views_or_inputs_are_fresh_arrays(rng):
+    g = fg.Graph()
+    x = g.input((2, 3), F32)
+    plan = g.compile([x, x.T])
+    a = rng.standard_normal((2, 3)).astype(np.float32)
+    same, transposed = plan.run([a])
+    assert same is not a and not np.shares_memory(same, a)
+    np.testing.assert_array_equal(same, a)
+    np.testing.assert_array_equal(transposed, a.T)
+
+
+def test_plan_validates_inputs_and_never_writes_them(rng):
+    g = fg.Graph()
+    x = g.input((3, 4), F32)
+    plan = g.compile(g.cast(g.cast(x, F64), F32))
+    a = rng.standard_normal((3, 4)).astype(np.float32)
+    keep = a.copy()
+    np.testing.assert_array_equal(plan.run([a]), a)
+    np.testing.assert_array_equal(a, keep)
+    with pytest.raises(fk.DTypeError):
+        plan.run([a.astype(np.float64)])
+    with pytest.raises(fk.ShapeError):
+        plan.run([a[:2]])
+    with pytest.raises(fk.OperandCountError):
+        plan.run([a, a])
+    with pytest.raises(fk.OperandTypeError):
+        plan.run([object()])
+
+
+def test_memory_planner_reuses_the_arena(rng):
+    g = fg.Graph()
+    x = g.input((1000,), F32)
+    v = x
+    for i in range(20):
+        v = g.cast(v, F64 if i % 2 == 0 else F32)
+    plan = g.compile(v)
+    total = sum(b.nbytes for b in g.buffers if b.kind == "node")
+    assert plan.peak_bytes < total / 4
+    assert plan.peak_bytes <= 1.1 * plan.min_live_bytes
+    a = rng.standard_normal(1000).astype(np.float32)
+    np.testing.assert_array_equal(plan.run([a]), a)
+
+
+def test_two_threads_run_one_plan(rng):
+    g = fg.Graph()
+    x = g.input((256,), F32)
+    plan = g.compile(g.cast(g.cast(g.transpose(x), F64), F32))
+    errors = []
+
+    def worker(seed):
+        local = np.random.default_rng(seed)
+        for _ in range(300):
+            a = local.standard_normal(256).astype(np.float32)
+            if not np.array_equal(plan.run([a]), a):
+                errors.append(seed)
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+def test_explain_lists_candidates_and_the_winner():
+    g = fg.Graph()
+    x = g.input((8,), F32)
+    text = g.compile(g.cast(x, F64)).explain()
+    assert "cast(f32, f64) -> native" in text and "chosen" in text and "arena:" in text
+
+
+def test_pick_matches_the_planner_and_breaks_ties_by_identity():
+    t = fk.bindings()
+    k = t.pick(fk.OpKind.CAST, [F32, F64], fk.Backend.CPU, [(10,), (10,)])
+    assert k is t.lookup(fk.OpKind.CAST, [F32, F64], fk.Backend.CPU)
+    fused = fk.new_runtime_fused_id()
+    key = fk.BindingKey.runtime_fused(fused)
+    cap = t.lookup(fk.OpKind.CAST, [F32, F64], fk.Backend.CPU).capsule()
+    cap2 = t.lookup(fk.OpKind.CAST, [F16, F64], fk.Backend.CPU).capsule()
+    with fk.edit_bindings() as tx:             # registered in the opposite order of identity
+        tx.register(key, [F32, F64], fk.Backend.CPU, cap, source="zeta", revision=1)
+        tx.register(key, [F32, F64], fk.Backend.CPU, cap2, source="alpha", revision=2)
+    chosen = fk.bindings().pick(key, [F32, F64], fk.Backend.CPU, [(4,), (4,)])
+    assert chosen.source == "alpha"            # equal estimates: the stable identity decides
+
+
+def _double_cast(g, x):
+    return g.cast(g.cast(x, F64), x.dtype)
+
+
+def test_runtime_fused_op_is_verified_shared_and_picked(rng):
+    t = fk.bindings()
+    copy_kernel = t.lookup(fk.OpKind.CONTIGUIZE, [F32, F32], fk.Backend.CPU).capsule()
+    fused_id = fg.register_runtime_fused("double-cast", _double_cast, copy_kernel, [F32, F32],
+                                         caps=fk.KernelCaps.NONE)
+    again = fg.register_runtime_fused("same-structure", lambda g, y: g.cast(g.cast(y, F64), F16),
+                                      t.lookup(fk.OpKind.CONTIGUIZE, [F16, F16], fk.Backend.CPU).capsule(),
+                                      [F16, F16], caps=fk.KernelCaps.NONE)
+    assert again == fused_id                   # structurally identical decompositions share an id
+    assert isinstance(fk.bindings().unique_runtime_fused(fused_id), fk.Ambiguous)
+
+    g = fg.Graph()
+    x = g.input((3, 5), F32)
+    out = _double_cast(g, g.transpose(x))
+    plan = g.compile(out)
+    text = plan.explain()
+    assert "fusion double-cast" in text and "-> fused" in text
+    assert "contiguize for input 0" in text    # the fused kernel lacks strided_input: gate inserted
+    assert plan.n_steps == 2
+    a = rng.standard_normal((3, 5)).astype(np.float32)
+    np.testing.assert_array_equal(plan.run([a]), a.T)
+
+
+def test_fused_kernel_that_disagrees_is_refused():
+    t = fk.bindings()
+    wrong = t.lookup(fk.OpKind.CAST, [F32, F32], fk.Backend.CPU).capsule()
+    before = t.generation
+    with pytest.raises(fk.RegistrationError, match="disagrees"):
+        fg.register_runtime_fused("wrong", lambda g, x: g.cast(g.cast(x, F16), F32), wrong, [F32, F32])
+    assert fk.bindings().generation == before
+
+
+def test_intermediate_with_two_consumers_is_not_fused(rng):
+    t = fk.bindings()
+    fg.register_runtime_fused("double-cast", _double_cast,
+                              t.lookup(fk.OpKind.CONTIGUIZE, [F32, F32], fk.Backend.CPU).capsule(), [F32, F32])
+    g = fg.Graph()
+    x = g.input((4,), F32)
+    mid = g.cast(x, F64)
+    plan = g.compile([g.cast(mid, F32), mid])
+    assert "-> fused" not in plan.explain()
+    a = rng.standard_normal(4).astype(np.float32)
+    r = plan.run([a])
+    np.testing.assert_array_equal(r[0], a)
