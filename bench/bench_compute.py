@@ -1,12 +1,11 @@
 """Compute kernels (issue 4) against NumPy and PyTorch, single-threaded: MATMUL, SUM, SOFTMAX, CONV2D.
 
-Every peer runs on one thread: torch.set_num_threads(1), and NumPy's BLAS is limited with
-threadpoolctl when it is installed.  Without threadpoolctl, run the benchmarks as
-`OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 python -m bench --only fk:` so NumPy's matmul is
-single-threaded too; the case names say which of the two happened.
+Every peer runs on one thread: torch.set_num_threads(1), and NumPy's/SciPy's BLAS through the
+OPENBLAS_NUM_THREADS=1 pin that `python -m bench` sets before they load (or threadpoolctl when
+installed); each case name says which limit is in force, so an unpinned run is visible.
 
-"route-picked" is the alternative a cost-based route picker takes, with the plain time model
-flops / 50 GFLOP/s + bytes / 10 GB/s + overhead (the same model the tests use).
+"route-picked" is the alternative fuel_kernel's route picker (BindingTable.pick, the choice
+Graph.compile makes) takes for the case's shapes.
 """
 import os
 
@@ -34,12 +33,8 @@ def _single_thread_peers():
 
 
 def route_picked(op, dtypes, operands, params=None):
-    """The alternative with the lowest modelled time for these operands."""
-    def seconds(kernel):
-        c = kernel.cost(*operands, params=params)
-        return c.flops / 50e9 + c.bytes_moved / 10e9 + c.overhead_ns * 1e-9
-    kernels = fk.bindings().alternatives(op, dtypes, fk.Backend.CPU)
-    return min(kernels, key=lambda k: (seconds(k), k.identity))
+    """The alternative fuel_kernel's route picker (BindingTable.pick) chooses for these operands."""
+    return fk.bindings().pick(op, dtypes, fk.Backend.CPU, operands, params)
 
 
 def cases():

@@ -96,9 +96,12 @@ def test_dispatch_allocates_from_params(rng):
 
 
 def test_cost_picks_direct_for_tiny_and_im2col_for_large():
+    """The route picker's time model (fuel_kernel.route.estimate_ns) on fixed machine constants."""
+    from fuel_kernel.route import MachineConstants, estimate_ns
+    machine = MachineConstants(peak_flops=1e11, bandwidth=2e10)
+
     def seconds(kernel, *shapes, params):
-        c = kernel.cost(*shapes, params=params)
-        return c.flops / 50e9 + c.bytes_moved / 10e9 + c.overhead_ns * 1e-9
+        return estimate_ns(kernel.cost(*shapes, params=params), machine)
 
     kernels = {k.source: k for k in fk.bindings().alternatives(fk.OpKind.CONV2D, [fk.DType.F32] * 3, 0)}
     p = fk.params.conv2d(padding=1)

@@ -127,22 +127,27 @@ def test_dispatch_allocates_from_params(rng):
 
 
 def test_cost_lets_a_picker_choose_by_shape():
-    """Under a plain time model (flops at one rate, bytes at one bandwidth, plus overhead) the BLAS
-    sibling wins large square products (same speed per flop, no packing copies) and the native
-    kernel wins one-row products (its few-rows path streams B; ?gemm computes 4-row tiles)."""
+    """With the route picker's time model (fuel_kernel.route.estimate_ns) on fixed machine
+    constants, the BLAS sibling wins large square products (same speed per flop, lower call
+    overhead) and the native kernel wins one-row products (its few-rows path streams B once;
+    ?gemm packs B and computes 4-row tiles)."""
+    from fuel_kernel.route import MachineConstants, estimate_ns
     kernels = all_kernels(fk.DType.F32, None)
     if len(kernels) < 2:
         pytest.skip("SciPy BLAS sibling not registered")
+    machine = MachineConstants(peak_flops=1e11, bandwidth=2e10)
 
-    def seconds(kernel, shape_a, shape_b, shape_c):
-        c = kernel.cost(shape_a, shape_b, shape_c)
-        return c.flops / 50e9 + c.bytes_moved / 10e9 + c.overhead_ns * 1e-9
+    def seconds(kernel, *shapes):
+        return estimate_ns(kernel.cost(*shapes), machine)
 
     by_source = {k.source: k for k in kernels}
     big = ((512, 512), (512, 512), (512, 512))
     one_row = ((1, 4096), (4096, 4096), (1, 4096))
     assert seconds(by_source["blas"], *big) < seconds(by_source["native"], *big)
     assert seconds(by_source["native"], *one_row) < seconds(by_source["blas"], *one_row)
+    big_params = fk.params.matmul(512, 512, 512)
+    assert fk.bindings().pick(fk.OpKind.MATMUL, [fk.DType.F32] * 3, fk.Backend.CPU, big,
+                              big_params).source in ("blas", "native")
 
 
 def error_case(problem, rng):

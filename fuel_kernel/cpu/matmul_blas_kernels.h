@@ -122,8 +122,9 @@ FK_MATMUL_BLAS_KERNEL(F64, , -1) FK_MATMUL_BLAS_KERNEL(F64, _count_I32, FK_I32) 
 /* Cost: the reference per flop (inefficiency 1.0) with a small fixed cost per call and per batch
  * (measured ~0.3 us per ?gemm call).  ?gemm computes whole register tiles too: in the transposed
  * call our rows are its N dimension (tiles of 4) and our n its M (tiles of 16 for s, 8 for d,
- * OpenBLAS's Haswell kernels), so a one-row product costs about 4 rows.  Operands BLAS cannot
- * take in place are copied first. */
+ * OpenBLAS's Haswell kernels), so a one-row product costs about 4 rows.  It packs both operands
+ * (written and read once more, as the native engine does), and operands it cannot take in place
+ * are copied first. */
 static fk_cost fk_matmul_blas_cost(const fk_layout *layouts, int n_layouts, const fk_dtypes *dtypes,
                                    const fk_params *params) {
     fk_cost cost = fk_matmul_cost_scaled(layouts, n_layouts, dtypes, params, 1.0, 300.0, 300.0);
@@ -135,6 +136,8 @@ static fk_cost fk_matmul_blas_cost(const fk_layout *layouts, int n_layouts, cons
         if (params && params->kind == FK_PARAMS_MATMUL && params->u.matmul.m_compute.kind == FK_MATMUL_M_ROWS)
             rows = (double)params->u.matmul.m_compute.value;
         if (rows > 0 && n > 0) cost.flops *= (ceil(rows / 4.0) * 4.0 / rows) * (ceil(n / tile) * tile / n);
+        cost.bytes_moved += 2.0 * ((double)fk_layout_numel(&layouts[0]) + (double)fk_layout_numel(&layouts[1])) *
+                            fk_dtype_itemsize[dtypes->v[0]];
     }
     for (int k = 0; k < 2 && n_layouts >= 3; k++) {
         const fk_layout *L = &layouts[k];
