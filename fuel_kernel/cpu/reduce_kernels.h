@@ -13,6 +13,13 @@
  *   empty      SUM -> 0, PROD -> 1, MEAN -> NaN; MAX/MIN/ARG* over zero elements -> FK_ERR_SHAPE.
  * The input is walked through its strides (stride 0, negative, transposed); the output is
  * written through its strides.  Everything is validated before the first write.
+ *
+ * Algorithm: the driver (fk_reduce_run) splits the input axes into kept and reduced ones, orders
+ * and merges the reduced axes so the innermost is the densest, then either (a) reduces the whole
+ * reduced space once per output element ("one" functions: F64 pairwise sums over contiguous
+ * leaves, vector-lane extrema), or (b) when a kept axis is denser than every reduced axis (a
+ * column-style reduction), walks the reduced space once for up to 2048 outputs along that axis
+ * ("outer" functions), so every load is unit-stride.
  */
 #ifndef FUEL_KERNEL_CPU_REDUCE_KERNELS_H
 #define FUEL_KERNEL_CPU_REDUCE_KERNELS_H
