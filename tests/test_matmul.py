@@ -214,3 +214,20 @@ def test_errors_leave_the_output_untouched(problem, rng):
         np.testing.assert_array_equal(out, before)
     with pytest.raises(fk.ParamsError):
         fk.params.matmul(4, 5, 3, m_compute=fk.MatmulM.rows(5))
+
+
+def test_without_scipy_only_the_native_kernels_register():
+    """SciPy is optional: with it unimportable the BLAS module contributes zero rows."""
+    import os
+    import subprocess
+    import sys
+    code = ("import sys; sys.modules['scipy'] = None\n"
+            "import numpy as np, fuel_kernel as fk\n"
+            "alts = fk.bindings().alternatives(fk.OpKind.MATMUL, [fk.DType.F32] * 3, fk.Backend.CPU)\n"
+            "assert [k.source for k in alts] == ['native'], alts\n"
+            "a = np.ones((3, 4), np.float32)\n"
+            "assert (alts[0](a, a.T, out=np.empty((3, 3), np.float32)) == 4).all()\n"
+            "print('ok')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
