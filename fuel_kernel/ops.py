@@ -53,6 +53,29 @@ def _add(op, n_inputs, params, infer_shape, infer_dtype, make_params=None):
 _add(OpKind.CAST, 1, "none", broadcast_shape, None)
 _add(OpKind.CONTIGUIZE, 1, "none", broadcast_shape, same_as_first)
 
+# Elementwise ops (issue 3): inputs broadcast together (NumPy rules).
+for _op in (OpKind.NEG, OpKind.ABS, OpKind.SQR, OpKind.SQRT, OpKind.RSQRT, OpKind.RECIP, OpKind.EXP,
+            OpKind.LOG, OpKind.SIN, OpKind.COS, OpKind.TANH, OpKind.SIGMOID, OpKind.RELU,
+            OpKind.SILU, OpKind.GELU, OpKind.GELU_ERF, OpKind.ERF, OpKind.STEP, OpKind.FLOOR,
+            OpKind.CEIL, OpKind.ROUND, OpKind.SIGN):
+    _add(_op, 1, "none", broadcast_shape, same_as_first)
+for _op in (OpKind.ADD, OpKind.SUB, OpKind.MUL, OpKind.DIV, OpKind.MAXIMUM, OpKind.MINIMUM,
+            OpKind.POW, OpKind.REM):
+    _add(_op, 2, "none", broadcast_shape, same_as_first)
+for _op in (OpKind.EQ, OpKind.NE, OpKind.LT, OpKind.LE, OpKind.GT, OpKind.GE):
+    _add(_op, 2, "none", broadcast_shape, boolean)
+
+
+def _where_dtype(dtypes, params=None):
+    """WHERE(cond BOOL, a, b) has the dtype of a."""
+    return dtypes[1]
+
+
+_add(OpKind.WHERE, 3, "none", broadcast_shape, _where_dtype)
+_add(OpKind.AFFINE, 1, "affine", broadcast_shape, same_as_first)
+_add(OpKind.CLAMP, 1, "clamp", broadcast_shape, same_as_first)
+_add(OpKind.POWI, 1, "powi", broadcast_shape, same_as_first)
+
 
 # ---- data movement, indexing and attention (CPU kernels in fuel_kernel/cpu/_movement, _index,
 # _attention; operand conventions at the top of their *_kernels.h) ----------------------------

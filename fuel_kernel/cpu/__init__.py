@@ -8,6 +8,9 @@ import importlib
 
 KERNEL_MODULES = (
     "fuel_kernel.cpu._cast",
+    "fuel_kernel.cpu._binary",
+    "fuel_kernel.cpu._compare",
+    "fuel_kernel.cpu._unary",
     "fuel_kernel.cpu._movement",
     "fuel_kernel.cpu._index",
     "fuel_kernel.cpu._attention",

@@ -264,4 +264,138 @@ static inline int fk_run_unary_rows(const fk_storage *inputs, int n_in, fk_stora
     return FK_OK;
 }
 
+/* ---- n-operand row walker with cache blocking ------------------------------------------------
+ * A row function sees every operand of a planned loop: ptrs[k] and strides[k] (bytes) for n
+ * elements; ctx is whatever constant data the kernel passes (op params, converted once). */
+typedef void (*fk_row_fn)(char *const *ptrs, const int64_t *strides, int64_t n, const void *ctx);
+
+#define FK_TILE_COLS 64
+#define FK_TILE_BYTES 32768            /* one staged tile: 128 rows of F32, 64 of F64, 512 of U8 */
+#define FK_TILE_BUFFERS 2              /* transposed inputs staged per tile (more are walked as is) */
+
+/* Prefetch the cache lines of n elements starting at p, `stride` bytes apart (a dense run). */
+static inline void fk_prefetch_run(const char *p, int64_t stride, int64_t n) {
+    int64_t bytes = stride * (n - 1);
+    const char *lo = bytes < 0 ? p + bytes : p;
+    int64_t span = bytes < 0 ? -bytes : bytes;
+    for (int64_t off = 0; off <= span; off += 64) __builtin_prefetch(lo + off);
+}
+
+/* Copy a rows x cols tile of an operand whose rows step by `so` bytes and columns by `si` bytes
+ * into a dense row-major buffer, reading down the rows (the operand's dense direction). */
+static inline void fk_tile_gather(char *buf, const char *src, int64_t so, int64_t si, int64_t rows,
+                                  int64_t cols, int itemsize, const char *next) {
+    for (int64_t c = 0; c < cols; c++) {
+        const char *col = src + c * si;
+        /* the same column of the next tile: its lines are far apart, so ask for them early */
+        if (next) fk_prefetch_run(next + c * si, so, rows);
+        char *dst = buf + c * itemsize;
+        switch (itemsize) {
+        case 1:
+            for (int64_t r = 0; r < rows; r++) dst[r * FK_TILE_COLS] = col[r * so];
+            break;
+        case 2:
+            for (int64_t r = 0; r < rows; r++)
+                ((uint16_t *)dst)[r * FK_TILE_COLS] = *(const uint16_t *)(col + r * so);
+            break;
+        case 4:
+            for (int64_t r = 0; r < rows; r++)
+                ((uint32_t *)dst)[r * FK_TILE_COLS] = *(const uint32_t *)(col + r * so);
+            break;
+        default:
+            for (int64_t r = 0; r < rows; r++)
+                ((uint64_t *)dst)[r * FK_TILE_COLS] = *(const uint64_t *)(col + r * so);
+            break;
+        }
+    }
+}
+
+/* Walk every row of a planned loop.  itemsizes[k] is operand k's element size in bytes.
+ *
+ * When an input moves by more than a cache line along the innermost axis while its next axis is
+ * denser (a transposed view), rows are visited in tiles of the last two axes (FK_TILE_COLS wide,
+ * FK_TILE_BYTES / (FK_TILE_COLS * itemsize) tall), and up to FK_TILE_BUFFERS such inputs are
+ * first gathered into dense stack tiles, reading down their dense axis.  Reading them row by row
+ * instead touches one cache line (and, for power-of-two extents, one cache set) per element,
+ * which is what makes the naive walk slow.  The next tile's lines of every operand are prefetched
+ * while the current one runs.  Tile shape (rows x columns of F32) measured on ADD f32 2048x2048
+ * with a transposed operand (NumPy: 25 ms): 128x64 5.5 ms, 64x128 6.0 ms, 256x32 7.7 ms,
+ * 64x64 7.2 ms, 32x64 9.8 ms; without the row prefetches 128x64 ran 6.8 ms. */
+static inline void fk_loop_run(const fk_loop *loop, fk_row_fn row, const void *ctx, const int *itemsizes) {
+    int nops = loop->nops, nd = loop->ndim, k, tiled = 0;
+    int64_t inner_strides[FK_MAX_OPERANDS], index[FK_MAX_DIMS] = {0};
+    char *ptrs[FK_MAX_OPERANDS];
+    if (loop->rows == 0) return;
+    for (k = 0; k < nops; k++) {
+        inner_strides[k] = loop->strides[k][nd - 1];
+        ptrs[k] = loop->base[k];
+    }
+    int staged[FK_MAX_OPERANDS] = {0};
+    int64_t tile_rows = FK_TILE_BYTES / (FK_TILE_COLS * 8);
+    if (nd >= 2 && loop->inner > FK_TILE_COLS / 2 && loop->shape[nd - 2] > 1) {
+        int n_staged = 0;
+        for (k = 0; k < nops - 1; k++) {
+            int64_t si = inner_strides[k] < 0 ? -inner_strides[k] : inner_strides[k];
+            int64_t so = loop->strides[k][nd - 2] < 0 ? -loop->strides[k][nd - 2] : loop->strides[k][nd - 2];
+            if (si > 64 && so < si) {
+                tiled = 1;
+                if (n_staged < FK_TILE_BUFFERS) staged[k] = ++n_staged;
+            }
+        }
+        {
+            int widest = 1;
+            for (k = 0; k < nops - 1; k++)
+                if (staged[k] && itemsizes[k] > widest) widest = itemsizes[k];
+            tile_rows = FK_TILE_BYTES / (FK_TILE_COLS * widest);
+        }
+    }
+    if (!tiled) {
+        for (int64_t r = 0; r < loop->rows; r++) {
+            row(ptrs, inner_strides, loop->inner, ctx);
+            fk_loop_next(loop, index, ptrs);
+        }
+        return;
+    }
+    {
+        /* the outer walk steps over the axes before the last two: a copy of the plan that treats
+         * axis nd-2 as its row makes fk_loop_next do exactly that */
+        _Alignas(64) char tiles[FK_TILE_BUFFERS][FK_TILE_BYTES];
+        char *cur[FK_MAX_OPERANDS];
+        int64_t row_strides[FK_MAX_OPERANDS];
+        fk_loop outer = *loop;
+        int64_t R = loop->shape[nd - 2], C = loop->inner, planes = loop->rows / R;
+        outer.ndim = nd - 1;
+        for (k = 0; k < nops; k++) row_strides[k] = staged[k] ? itemsizes[k] : inner_strides[k];
+        for (int64_t p = 0; p < planes; p++) {
+            for (int64_t r0 = 0; r0 < R; r0 += tile_rows) {
+                int64_t rr = r0 + tile_rows < R ? tile_rows : R - r0;
+                for (int64_t c0 = 0; c0 < C; c0 += FK_TILE_COLS) {
+                    int64_t m = c0 + FK_TILE_COLS < C ? FK_TILE_COLS : C - c0;
+                    for (k = 0; k < nops; k++)
+                        if (staged[k]) {
+                            const char *tile = ptrs[k] + r0 * loop->strides[k][nd - 2] + c0 * inner_strides[k];
+                            fk_tile_gather(tiles[staged[k] - 1], tile, loop->strides[k][nd - 2],
+                                           inner_strides[k], rr, m, itemsizes[k],
+                                           c0 + 2 * FK_TILE_COLS <= C ? tile + FK_TILE_COLS * inner_strides[k] : NULL);
+                        }
+                    for (int64_t r = 0; r < rr; r++) {
+                        for (k = 0; k < nops; k++) {
+                            if (staged[k]) {
+                                cur[k] = tiles[staged[k] - 1] + r * FK_TILE_COLS * itemsizes[k];
+                                continue;
+                            }
+                            cur[k] = ptrs[k] + (r0 + r) * loop->strides[k][nd - 2] + c0 * inner_strides[k];
+                            /* rows of the other operands are short runs far apart as well */
+                            if (c0 + 2 * FK_TILE_COLS <= C && (inner_strides[k] == itemsizes[k] || inner_strides[k] == -itemsizes[k]))
+                                fk_prefetch_run(cur[k] + FK_TILE_COLS * inner_strides[k], inner_strides[k], FK_TILE_COLS);
+                        }
+                        row(cur, row_strides, m, ctx);
+                    }
+                }
+            }
+            fk_loop_next(&outer, index, ptrs);
+        }
+    }
+}
+
 #endif /* FUEL_KERNEL_STRIDED_H */

@@ -1,0 +1,115 @@
+"""Elementwise kernels (issue 3): the five targets, fuel_kernel against NumPy (+ml_dtypes) and PyTorch.
+
+Every fuel_kernel contender is a pre-resolved Kernel writing into a preallocated output, as the
+NumPy contenders use out=.  PyTorch, when importable, runs single-threaded.
+"""
+import numpy as np
+
+import fuel_kernel as fk
+from bench.harness import Case, optional_import
+
+N = 4 * 1024 * 1024
+
+
+def _torch():
+    torch, reason = optional_import("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
+    return torch, reason
+
+
+def cases():
+    table = fk.bindings()
+    rng = np.random.default_rng(0)
+    D = fk.DType
+
+    add32 = table.lookup(fk.OpKind.ADD, [D.F32] * 3)
+    a = rng.standard_normal(N).astype(np.float32)
+    b = rng.standard_normal(N).astype(np.float32)
+    c = np.empty_like(a)
+    yield Case(
+        name="ADD f32, 4M elements",
+        contenders={"numpy np.add(out=)": lambda: np.add(a, b, out=c),
+                    "fuel_kernel Kernel": lambda: add32(a, b, out=c)},
+        baseline="numpy np.add(out=)",
+        target="fuel_kernel <= 1.05x numpy",
+    )
+
+    m = rng.standard_normal((2048, 2048)).astype(np.float32)
+    mt = rng.standard_normal((2048, 2048)).astype(np.float32).T
+    mo = np.empty_like(m)
+    yield Case(
+        name="ADD f32 2048x2048, right operand transposed",
+        contenders={"numpy np.add(out=)": lambda: np.add(m, mt, out=mo),
+                    "fuel_kernel Kernel": lambda: add32(m, mt, out=mo)},
+        baseline="numpy np.add(out=)",
+        target="fuel_kernel >= 5x faster than numpy (ratio <= 0.2)",
+    )
+
+    torch, reason = _torch()
+    for dtype, label in ((D.BF16, "BF16"), (D.F16, "F16")):
+        kernel = table.lookup(fk.OpKind.ADD, [dtype] * 3)
+        x = a.astype(dtype.numpy)
+        y = b.astype(dtype.numpy)
+        z = np.empty_like(x)
+        contenders = {"numpy np.add(out=)" + (" +ml_dtypes" if dtype == D.BF16 else ""): lambda: np.add(x, y, out=z),
+                      "fuel_kernel Kernel": lambda kernel=kernel, x=x, y=y, z=z: kernel(x, y, out=z)}
+        skipped = {}
+        if torch is not None:
+            tdt = torch.bfloat16 if dtype == D.BF16 else torch.float16
+            tx = torch.from_numpy(a).to(tdt)
+            ty = torch.from_numpy(b).to(tdt)
+            tz = torch.empty_like(tx)
+            contenders["torch.add(out=), 1 thread"] = lambda tx=tx, ty=ty, tz=tz: torch.add(tx, ty, out=tz)
+        else:
+            skipped["torch"] = reason
+        yield Case(
+            name=f"ADD {label}, 4M elements",
+            contenders=contenders,
+            baseline=next(iter(contenders)),
+            target="fuel_kernel >= 5x faster than numpy (ratio <= 0.2); within 1.2x of torch",
+            skipped=skipped,
+        )
+
+    x = (rng.standard_normal(N) * 4).astype(np.float32)
+    out = np.empty_like(x)
+    tmp = np.empty_like(x)
+
+    def np_sigmoid():
+        np.negative(x, out=tmp)
+        np.exp(tmp, out=tmp)
+        np.add(tmp, 1.0, out=tmp)
+        np.reciprocal(tmp, out=out)
+
+    for op, numpy_fn in ((fk.OpKind.EXP, lambda: np.exp(x, out=out)),
+                         (fk.OpKind.TANH, lambda: np.tanh(x, out=out)),
+                         (fk.OpKind.SIGMOID, np_sigmoid)):
+        kernel = table.lookup(op, [D.F32] * 2)
+        contenders = {"numpy" + (" 1/(1+exp(-x)), out=" if op == fk.OpKind.SIGMOID else f" np.{op.short_name}(out=)"): numpy_fn,
+                      "fuel_kernel Kernel": lambda kernel=kernel: kernel(x, out=out)}
+        skipped = {}
+        if torch is not None:
+            tx = torch.from_numpy(x)
+            tout = torch.empty_like(tx)
+            tfn = getattr(torch, op.short_name)
+            contenders[f"torch.{op.short_name}(out=), 1 thread"] = lambda tfn=tfn, tx=tx, tout=tout: tfn(tx, out=tout)
+        else:
+            skipped["torch"] = reason
+        yield Case(
+            name=f"{op.name} f32, 4M elements",
+            contenders=contenders,
+            baseline=next(iter(contenders)),
+            target="fuel_kernel <= 1.0x numpy",
+            skipped=skipped,
+        )
+
+    a8 = np.arange(8, dtype=np.float32)
+    b8 = np.ones(8, dtype=np.float32)
+    c8 = np.empty(8, dtype=np.float32)
+    yield Case(
+        name="ADD f32, 8 elements, pre-resolved Kernel call",
+        contenders={"numpy np.add(a, b, out=c)": lambda: np.add(a8, b8, out=c8),
+                    "fuel_kernel Kernel": lambda: add32(a8, b8, out=c8)},
+        baseline="numpy np.add(a, b, out=c)",
+        target="fuel_kernel >= 4x faster than numpy (ratio <= 0.25)",
+    )

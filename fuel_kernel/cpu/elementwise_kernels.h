@@ -1,0 +1,347 @@
+/* Shared machinery of the CPU elementwise kernels (_binary, _compare, _unary): run-time ISA
+ * selection, vectorized F16/BF16 row conversions, the validation prologue, pre-write scans, fast
+ * F32 exp/tanh/sigmoid, cost functions and precision-claim macros.
+ *
+ * Execution model.  A kernel validates its operands (count, backend, dtype, params kind), plans the
+ * loop with fk_loop_plan (bounds, broadcast, axis collapsing), runs any data-dependent check that
+ * could fail (integer division by zero, negative integer exponents) and only then walks the rows
+ * with fk_loop_run, so a failing call never writes to its output.  A row function takes the
+ * vectorized `fk_vec_*` path when every operand is contiguous or a broadcast scalar, and a plain
+ * strided loop otherwise.  F16 and BF16 rows are converted in chunks of FK_CHUNK elements into F32
+ * stack buffers, computed with the F32 vector function and rounded once on the way back.
+ *
+ * Included once per kernel module (one translation unit each; see abi.h on the API pointer).
+ */
+#ifndef FUEL_KERNEL_CPU_ELEMENTWISE_KERNELS_H
+#define FUEL_KERNEL_CPU_ELEMENTWISE_KERNELS_H
+
+/* Contracting a*b+c into an FMA would make results depend on which clone runs (the default clone
+ * has no FMA); kernels promise the same bits on every machine, so contraction is off. */
+#pragma GCC optimize("fp-contract=off")
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include <immintrin.h>
+
+#include "fuel_kernel/abi.h"
+#include "fuel_kernel/half.h"
+#include "fuel_kernel/strided.h"
+
+/* Run-time ISA selection.  Hot contiguous loops are compiled three times from one always-inline
+ * body, for x86-64-v4 (AVX-512F/BW/DQ/VL), x86-64-v3 (AVX2, FMA, F16C) and the baseline (SSE2),
+ * and a small dispatcher picks one per call from the CPU's features, so a portable build uses
+ * AVX-512 where it exists.  MODE chooses the vector width of the v4 build: FK_MV_STREAM keeps
+ * 256-bit vectors (memory-bound loops: measured ~13% faster than 512-bit on this AMD Zen 4 host,
+ * where 64-byte stores to NumPy's 16-byte-aligned buffers split cache lines), FK_MV_COMPUTE lets
+ * the compiler use 512-bit vectors (polynomial approximations), FK_MV_NONE builds one version
+ * (loops around C library calls, which do not vectorize). */
+static inline int fk_cpu_level(void) {
+    if (__builtin_cpu_supports("x86-64-v4")) return 4;
+    if (__builtin_cpu_supports("x86-64-v3")) return 3;
+    return 1;
+}
+#define FK_MV_VERSIONS(V4, NAME, PARAMS, ARGS, BODY)                                             \
+    __attribute__((target(V4))) static void NAME##_v4 PARAMS { BODY ARGS; }                     \
+    __attribute__((target("arch=x86-64-v3"))) static void NAME##_v3 PARAMS { BODY ARGS; }       \
+    static void NAME##_v1 PARAMS { BODY ARGS; }                                                  \
+    static void NAME PARAMS {                                                                    \
+        int level = fk_cpu_level();                                                              \
+        if (level >= 4) NAME##_v4 ARGS;                                                          \
+        else if (level == 3) NAME##_v3 ARGS;                                                     \
+        else NAME##_v1 ARGS;                                                                     \
+    }
+#define FK_MV_STREAM(NAME, PARAMS, ARGS, BODY) \
+    FK_MV_VERSIONS("arch=x86-64-v4,prefer-vector-width=256", NAME, PARAMS, ARGS, BODY)
+#define FK_MV_COMPUTE(NAME, PARAMS, ARGS, BODY) \
+    FK_MV_VERSIONS("arch=x86-64-v4,prefer-vector-width=512", NAME, PARAMS, ARGS, BODY)
+#define FK_MV_NONE(NAME, PARAMS, ARGS, BODY) static void NAME PARAMS { BODY ARGS; }
+#define FK_INLINE static inline __attribute__((always_inline))
+
+#define FK_CHUNK 256            /* elements per F16/BF16 conversion chunk (stack buffers) */
+
+/* ---- validation prologue ---------------------------------------------------------------------- */
+static inline int fk_check_params_kind(const fk_params *params, int kind, const char *op) {
+    int got = params ? params->kind : FK_PARAMS_NONE;
+    if (got != kind) {
+        fk_set_error(FK_ERR_PARAMS, "%s takes params of kind %d, got kind %d", op, kind, got);
+        return FK_ERR_PARAMS;
+    }
+    return FK_OK;
+}
+
+/* Check counts/backends/dtypes and params kind, then plan: everything but data-dependent checks. */
+static inline int fk_elementwise_prepare(fk_loop *loop, const fk_storage *inputs, int n_in,
+                                         fk_storage *outputs, int n_out, const fk_layout *layouts,
+                                         const fk_params *params, int want_in, const int *dtypes,
+                                         int params_kind, const char *op) {
+    int status = fk_check_operands(inputs, n_in, outputs, n_out, want_in, 1, dtypes, FK_BACKEND_CPU);
+    if (status) return status;
+    status = fk_check_params_kind(params, params_kind, op);
+    if (status) return status;
+    return fk_loop_plan(loop, inputs, want_in, outputs, layouts);
+}
+
+/* Pre-write scans over one input operand of a planned loop: is any element zero / negative? */
+#define FK_DEFINE_SCAN(NAME, T, TEST)                                                            \
+    static int fk_scan_##NAME(const fk_loop *loop, int k) {                                      \
+        int64_t index[FK_MAX_DIMS] = {0};                                                        \
+        char *ptrs[FK_MAX_OPERANDS];                                                             \
+        int64_t s = fk_loop_inner_stride(loop, k);                                               \
+        for (int j = 0; j < loop->nops; j++) ptrs[j] = loop->base[j];                            \
+        for (int64_t r = 0; r < loop->rows; r++) {                                               \
+            const char *q = ptrs[k];                                                             \
+            int hit = 0;                                                                         \
+            for (int64_t i = 0; i < loop->inner; i++) {                                          \
+                T v = *(const T *)(q + i * s);                                                   \
+                hit |= (TEST);                                                                   \
+            }                                                                                    \
+            if (hit) return 1;                                                                   \
+            fk_loop_next(loop, index, ptrs);                                                     \
+        }                                                                                        \
+        return 0;                                                                                \
+    }
+
+/* ---- F16 / BF16 row conversions (strides in bytes) ------------------------------------------- */
+__attribute__((target("avx512f,f16c")))
+static void fk_f16_to_f32_avx512(const uint16_t *src, float *dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i))));
+    for (; i < n; i++) dst[i] = fk_f16_to_f32(src[i]);
+}
+__attribute__((target("avx2,f16c")))
+static void fk_f16_to_f32_f16c(const uint16_t *src, float *dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+    for (; i < n; i++) dst[i] = fk_f16_to_f32(src[i]);
+}
+__attribute__((target("avx512f,f16c")))
+static void fk_f32_to_f16_avx512(const float *src, uint16_t *dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(dst + i),
+                            _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    for (; i < n; i++) dst[i] = fk_f32_to_f16(src[i]);
+}
+__attribute__((target("avx2,f16c")))
+static void fk_f32_to_f16_f16c(const float *src, uint16_t *dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    for (; i < n; i++) dst[i] = fk_f32_to_f16(src[i]);
+}
+
+static inline void fk_load_f16_row(const char *src, int64_t ss, float *dst, int64_t n) {
+    if (ss == 2) {
+        if (__builtin_cpu_supports("avx512f")) { fk_f16_to_f32_avx512((const uint16_t *)src, dst, n); return; }
+        if (__builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2")) {
+            fk_f16_to_f32_f16c((const uint16_t *)src, dst, n);
+            return;
+        }
+    }
+    for (int64_t i = 0; i < n; i++) dst[i] = fk_f16_to_f32(*(const uint16_t *)(src + i * ss));
+}
+
+static inline void fk_store_f16_row(const float *src, char *dst, int64_t ds, int64_t n) {
+    if (ds == 2) {
+        if (__builtin_cpu_supports("avx512f")) { fk_f32_to_f16_avx512(src, (uint16_t *)dst, n); return; }
+        if (__builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2")) {
+            fk_f32_to_f16_f16c(src, (uint16_t *)dst, n);
+            return;
+        }
+    }
+    for (int64_t i = 0; i < n; i++) *(uint16_t *)(dst + i * ds) = fk_f32_to_f16(src[i]);
+}
+
+/* BF16 is the top half of an F32: both directions are bit operations the compiler vectorizes. */
+FK_INLINE uint16_t fk_f32_to_bf16_branchless(float f) {
+    uint32_t x = fk_f32_bits(f);
+    uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+    uint32_t quiet = (x >> 16) | 0x40u;
+    return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
+}
+
+FK_INLINE void fk_bf16_to_f32_body(const uint16_t *src, float *dst, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = fk_bf16_to_f32(src[i]);
+}
+FK_INLINE void fk_f32_to_bf16_body(const float *src, uint16_t *dst, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = fk_f32_to_bf16_branchless(src[i]);
+}
+FK_MV_STREAM(fk_bf16_to_f32_contig, (const uint16_t *src, float *dst, int64_t n), (src, dst, n), fk_bf16_to_f32_body)
+FK_MV_STREAM(fk_f32_to_bf16_contig, (const float *src, uint16_t *dst, int64_t n), (src, dst, n), fk_f32_to_bf16_body)
+
+static inline void fk_load_bf16_row(const char *src, int64_t ss, float *dst, int64_t n) {
+    if (ss == 2) { fk_bf16_to_f32_contig((const uint16_t *)src, dst, n); return; }
+    for (int64_t i = 0; i < n; i++) dst[i] = fk_bf16_to_f32(*(const uint16_t *)(src + i * ss));
+}
+
+static inline void fk_store_bf16_row(const float *src, char *dst, int64_t ds, int64_t n) {
+    if (ds == 2) { fk_f32_to_bf16_contig(src, (uint16_t *)dst, n); return; }
+    for (int64_t i = 0; i < n; i++) *(uint16_t *)(dst + i * ds) = fk_f32_to_bf16(src[i]);
+}
+
+/* BOOL results of half-precision compares are computed into a byte buffer, then copied out. */
+static inline void fk_store_bool_row(const uint8_t *src, char *dst, int64_t ds, int64_t n) {
+    if (ds == 1) { memcpy(dst, src, (size_t)n); return; }
+    for (int64_t i = 0; i < n; i++) *(uint8_t *)(dst + i * ds) = src[i];
+}
+
+/* ---- fast F32 exp / sigmoid / tanh (branch-free, so loops over them vectorize) ----------------
+ * The polynomials use fmaf explicitly: one instruction in the v3/v4 builds, and the C library's
+ * exactly rounded fmaf in the baseline build, so every build returns the same bits.
+ * exp: x = n*ln2 + r with a two-part ln2 (Cody-Waite), exp(r) by the Cephes expf polynomial on
+ * |r| <= ln2/2, times 2^n applied as two exact power-of-two factors so subnormal results round
+ * once and large ones overflow to inf exactly where expf does.  The maximum errors measured over
+ * dense sweeps (tests/test_elementwise.py checks them) are stated in the unary manifest. */
+FK_INLINE float fk_pow2i_f32(int32_t k) { return fk_bits_f32((uint32_t)(k + 127) << 23); }
+
+FK_INLINE float fk_fast_expf(float x) {
+    /* two plain selects (maxps/minps); a nested ternary makes GCC mask the whole polynomial */
+    float xc = x > -104.0f ? x : -104.0f;
+    xc = xc < 89.0f ? xc : 89.0f;
+    /* adding and removing 1.5*2^23 rounds to nearest even (|v| < 2^22 here) and, unlike
+     * roundevenf, vectorizes on every ISA */
+    float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = fmaf(n, -0.693359375f, xc);
+    r = fmaf(n, 2.12194440e-4f, r);
+    float p = 1.9875691500e-4f;
+    p = fmaf(p, r, 1.3981999507e-3f);
+    p = fmaf(p, r, 8.3334519073e-3f);
+    p = fmaf(p, r, 4.1665795894e-2f);
+    p = fmaf(p, r, 1.6666665459e-1f);
+    p = fmaf(p, r, 5.0000001201e-1f);
+    float y = fmaf(p, r * r, r) + 1.0f;
+    int32_t ni = (int32_t)n, n1 = ni / 2, n2 = ni - n1;
+    y = y * fk_pow2i_f32(n1) * fk_pow2i_f32(n2);
+    return x != x ? x : y;
+}
+
+/* sigmoid via t = exp(-|x|) <= 1: 1/(1+t) for x >= 0 and t/(1+t) below, so neither side
+ * overflows and tiny results keep their relative accuracy down to the subnormals. */
+FK_INLINE float fk_fast_sigmoidf(float x) {
+    float t = fk_fast_expf(-fabsf(x));
+    float d = 1.0f + t;
+    return (x >= 0.0f ? 1.0f : t) / d;
+}
+
+/* tanh: an odd polynomial (least-squares fit of tanh(x)/x in x^2, relative error < 2e-9) below
+ * |x| = 0.625, and (1-t)/(1+t) with t = exp(-2|x|) <= 0.29 above it (no cancellation there). */
+#define FK_TANH_P1 -0.33333331286153706f
+#define FK_TANH_P2 0.1333322608548762f
+#define FK_TANH_P3 -0.053949399680973f
+#define FK_TANH_P4 0.021715570557112533f
+#define FK_TANH_P5 -0.008215019783135864f
+#define FK_TANH_P6 0.0021780700253614237f
+FK_INLINE float fk_fast_tanhf(float x) {
+    float a = fabsf(x), z = x * x;
+    float p = FK_TANH_P6;
+    p = fmaf(p, z, FK_TANH_P5);
+    p = fmaf(p, z, FK_TANH_P4);
+    p = fmaf(p, z, FK_TANH_P3);
+    p = fmaf(p, z, FK_TANH_P2);
+    p = fmaf(p, z, FK_TANH_P1);
+    float small = fmaf(x, z * p, x);
+    float t = fk_fast_expf(-2.0f * a);
+    float big = copysignf((1.0f - t) / (1.0f + t), x);
+    return a < 0.625f ? small : big;
+}
+
+#define FK_PRE_NONE(OP, N)
+
+/* ---- two-input generators (binary arithmetic and comparisons) ---------------------------------------------------------------------------------- */
+/* The vectorized body: ia/ib say whether a/b advance (1) or are broadcast scalars (0). */
+#define FK_BINARY_VEC(OP, D, T, OT, EXPR)                                                        \
+    FK_INLINE void fk_vecbody_##OP##_##D(const T *a, int64_t ia, const T *b, int64_t ib, OT *o,  \
+                                         int64_t n) {                                            \
+        if (ia && ib) {                                                                          \
+            for (int64_t i = 0; i < n; i++) { T x = a[i], y = b[i]; o[i] = EXPR(x, y, T); }      \
+        } else if (ia) {                                                                         \
+            T y = b[0];                                                                          \
+            for (int64_t i = 0; i < n; i++) { T x = a[i]; o[i] = EXPR(x, y, T); }                \
+        } else if (ib) {                                                                         \
+            T x = a[0];                                                                          \
+            for (int64_t i = 0; i < n; i++) { T y = b[i]; o[i] = EXPR(x, y, T); }                \
+        } else {                                                                                 \
+            T x = a[0], y = b[0];                                                                \
+            OT v = EXPR(x, y, T);                                                                \
+            for (int64_t i = 0; i < n; i++) o[i] = v;                                            \
+        }                                                                                        \
+    }                                                                                            \
+    FK_MV_STREAM(fk_vec_##OP##_##D, (const T *a, int64_t ia, const T *b, int64_t ib, OT *o, int64_t n), \
+                 (a, ia, b, ib, o, n), fk_vecbody_##OP##_##D)
+
+#define FK_BINARY_ROW_NATIVE(OP, D, T, OT, EXPR)                                                 \
+    static void fk_row_##OP##_##D(char *const *p, const int64_t *s, int64_t n, const void *ctx) { \
+        const int64_t es = (int64_t)sizeof(T);                                                   \
+        (void)ctx;                                                                               \
+        if (s[2] == (int64_t)sizeof(OT) && (s[0] == es || s[0] == 0) && (s[1] == es || s[1] == 0)) { \
+            fk_vec_##OP##_##D((const T *)p[0], s[0] != 0, (const T *)p[1], s[1] != 0, (OT *)p[2], n); \
+            return;                                                                              \
+        }                                                                                        \
+        for (int64_t i = 0; i < n; i++) {                                                        \
+            T x = *(const T *)(p[0] + i * s[0]), y = *(const T *)(p[1] + i * s[1]);              \
+            *(OT *)(p[2] + i * s[2]) = EXPR(x, y, T);                                            \
+        }                                                                                        \
+    }
+
+/* F16/BF16: chunks converted to F32, computed by the F32 vector body, rounded once on store. */
+#define FK_BINARY_ROW_HALF(OP, D, LOAD, VEC, OBUF, STORE)                                        \
+    static void fk_row_##OP##_##D(char *const *p, const int64_t *s, int64_t n, const void *ctx) { \
+        float xa[FK_CHUNK], xb[FK_CHUNK];                                                        \
+        OBUF xo[FK_CHUNK];                                                                       \
+        (void)ctx;                                                                               \
+        for (int64_t i0 = 0; i0 < n; i0 += FK_CHUNK) {                                           \
+            int64_t m = n - i0 < FK_CHUNK ? n - i0 : FK_CHUNK;                                   \
+            LOAD(p[0] + i0 * s[0], s[0], xa, s[0] ? m : 1);                                      \
+            LOAD(p[1] + i0 * s[1], s[1], xb, s[1] ? m : 1);                                      \
+            VEC(xa, s[0] != 0, xb, s[1] != 0, xo, m);                                            \
+            STORE(xo, p[2] + i0 * s[2], s[2], m);                                                \
+        }                                                                                        \
+    }
+
+#define FK_BINARY_KERNEL(OP, D, OD, PRE, N)                                                      \
+    static int fk_##OP##_##D(const fk_storage *inputs, int n_in, fk_storage *outputs, int n_out, \
+                             const fk_layout *layouts, const fk_params *params) {                \
+        const int dtypes[3] = {FK_##D, FK_##D, FK_##OD};                                         \
+        fk_loop loop;                                                                            \
+        int status = fk_elementwise_prepare(&loop, inputs, n_in, outputs, n_out, layouts, params, \
+                                            2, dtypes, FK_PARAMS_NONE, #OP);                     \
+        if (status) return status;                                                               \
+        PRE(OP, N)                                                                               \
+        const int sizes[3] = {fk_dtype_itemsize[FK_##D], fk_dtype_itemsize[FK_##D], fk_dtype_itemsize[FK_##OD]}; \
+        fk_loop_run(&loop, fk_row_##OP##_##D, NULL, sizes);                                             \
+        return FK_OK;                                                                            \
+    }
+
+/* ---- cost functions ----------------------------------------------------------------------------- */
+static inline fk_cost fk_elementwise_cost_scaled(const fk_layout *layouts, int n_layouts,
+                                                 const fk_dtypes *dtypes, double flops_per_element) {
+    fk_cost cost = {0.0, 0.0, 40.0};
+    double n = n_layouts >= 1 ? (double)fk_layout_numel(&layouts[n_layouts - 1]) : 0.0;
+    for (int i = 0; i < n_layouts && i < dtypes->n; i++)
+        cost.bytes_moved += (double)fk_layout_numel(&layouts[i]) * fk_dtype_itemsize[dtypes->v[i]];
+    cost.flops = n * flops_per_element;
+    return cost;
+}
+/* one flop per element: arithmetic, compares, selects */
+static fk_cost fk_cost_simple(const fk_layout *layouts, int n_layouts, const fk_dtypes *dtypes,
+                              const fk_params *params) {
+    (void)params;
+    return fk_elementwise_cost_scaled(layouts, n_layouts, dtypes, 1.0);
+}
+/* a polynomial-based transcendental: ~20 flops per element */
+static fk_cost fk_cost_transcendental(const fk_layout *layouts, int n_layouts, const fk_dtypes *dtypes,
+                                      const fk_params *params) {
+    (void)params;
+    return fk_elementwise_cost_scaled(layouts, n_layouts, dtypes, 20.0);
+}
+
+/* ---- manifest helpers ------------------------------------------------------------------------ */
+#define FK_ELEMENTWISE_CAPS (FK_CAP_STRIDED_INPUT | FK_CAP_STRIDED_OUTPUT | FK_CAP_INPLACE)
+#define FK_CLAIM(ULP, NOTES) {1, 1, {0, 0}, (ULP), 0.0, 0.0, NOTES}
+#define FK_CLAIM_EXACT FK_CLAIM(0, "exact: correctly rounded / bit-exact")
+
+#endif /* FUEL_KERNEL_CPU_ELEMENTWISE_KERNELS_H */

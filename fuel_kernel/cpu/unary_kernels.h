@@ -1,0 +1,354 @@
+/* CPU unary elementwise kernels and the params ops AFFINE, CLAMP, POWI, with their manifest.
+ * Key: [T, T].
+ *
+ * Float dtypes (F16, BF16, F32, F64) get every unary op; signed integers get NEG, ABS, SQR, SIGN,
+ * RELU (wrapping: NEG/ABS of MIN is MIN, SQR wraps, as NumPy).  F16/BF16 compute in F32 and round
+ * once.  Definitions where NumPy has no ufunc or is ambiguous:
+ *   RSQRT = 1/sqrt(x), RECIP = 1/x, SQR = x*x, RELU = max(x, 0) with NaN kept,
+ *   SIGMOID = 1/(1+exp(-x)), SILU = x*sigmoid(x), GELU = 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3)))
+ *   (evaluated as x*sigmoid(2*sqrt(2/pi)(x+0.044715x^3)), which is the same function without the
+ *   cancellation), GELU_ERF = 0.5x(1+erf(x/sqrt 2)) (evaluated as 0.5x*erfc(-x/sqrt 2));
+ *   SILU(-inf) = GELU(-inf) = GELU_ERF(-inf) = -0 (the limits; the formulas give NaN there);
+ *   STEP = np.heaviside(x, 0) (0 for x <= 0, 1 for x > 0, NaN kept); SIGN = np.sign (NaN kept,
+ *   +-0 kept); ROUND = half to even (np.round); FLOOR, CEIL exact.
+ * Accuracy: F32 EXP, TANH, SIGMOID use branch-free polynomial approximations (vectorized; stated
+ * ULP bounds measured by the tests); other F32 transcendentals are evaluated in F64 and rounded
+ * once; F64 uses the C library.
+ *
+ * Params ops:
+ *   AFFINE(mul, add)  floats only: x*mul + add, each operation rounded in the compute type
+ *                     (F32 with mul and add rounded to F32, F64 in F64; never fused).
+ *   CLAMP(min, max)   every numeric dtype: min(max(x, lo), hi), NaN kept.  Floats use the bounds
+ *                     rounded to the compute type; integers use ceil(min) and floor(max)
+ *                     saturated to the dtype's range.
+ *   POWI(exp)         every numeric dtype: x**exp.  Floats: C pow in F64, rounded once (to F32
+ *                     first for F16/BF16).  Integers wrap around; a negative exp is a ParamsError
+ *                     (as NumPy refuses integers to negative integer powers).
+ */
+#ifndef FUEL_KERNEL_CPU_UNARY_KERNELS_H
+#define FUEL_KERNEL_CPU_UNARY_KERNELS_H
+
+#include "elementwise_kernels.h"
+
+/* Constant data a row function needs, derived once per call from fk_params. */
+typedef struct {
+    float mul_f, add_f, lo_f, hi_f;
+    double mul_d, add_d, lo_d, hi_d;
+    int64_t lo_i, hi_i;
+    int32_t exp;
+} fk_unary_ctx;
+
+/* ---- scalar definitions: FK_U_<OP>_<KIND>(x, T, c) with KIND F32, F64, SINT ------------------ */
+#define FK_SQRT_2_OVER_PI 0.79788456080286535588
+#define FK_SQRT1_2 0.70710678118654752440
+
+static inline double fk_sigmoid_f64(double x) {
+    double t = exp(-fabs(x));
+    return (x >= 0.0 ? 1.0 : t) / (1.0 + t);
+}
+static inline double fk_silu_f64(double x) { return x == -INFINITY ? -0.0 : x * fk_sigmoid_f64(x); }
+static inline double fk_gelu_f64(double x) {
+    double z = FK_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x);
+    return x == -INFINITY ? -0.0 : x * fk_sigmoid_f64(2.0 * z);
+}
+static inline double fk_gelu_erf_f64(double x) {
+    return x == -INFINITY ? -0.0 : 0.5 * x * erfc(-x * FK_SQRT1_2);
+}
+
+#define FK_U_NEG_F(x, T, c) (-(x))
+#define FK_U_ABS_F(x, T, c) FK_TG1(fabs, x)(x)
+#define FK_U_SQR_F(x, T, c) ((x) * (x))
+#define FK_U_SQRT_F(x, T, c) FK_TG1(sqrt, x)(x)
+#define FK_U_RSQRT_F(x, T, c) ((T)(1.0 / sqrt((double)(x))))
+#define FK_U_RECIP_F(x, T, c) ((T)1 / (x))
+#define FK_U_EXP_F32(x, T, c) fk_fast_expf(x)
+#define FK_U_EXP_F64(x, T, c) exp(x)
+#define FK_U_LOG_F(x, T, c) ((T)log((double)(x)))
+#define FK_U_SIN_F(x, T, c) ((T)sin((double)(x)))
+#define FK_U_COS_F(x, T, c) ((T)cos((double)(x)))
+#define FK_U_TANH_F32(x, T, c) fk_fast_tanhf(x)
+#define FK_U_TANH_F64(x, T, c) tanh(x)
+#define FK_U_SIGMOID_F32(x, T, c) fk_fast_sigmoidf(x)
+#define FK_U_SIGMOID_F64(x, T, c) fk_sigmoid_f64(x)
+#define FK_U_RELU_F(x, T, c) ((x) > 0 ? (x) : ((x) != (x) ? (x) : (T)0))
+#define FK_U_SILU_F(x, T, c) ((T)fk_silu_f64((double)(x)))
+#define FK_U_GELU_F(x, T, c) ((T)fk_gelu_f64((double)(x)))
+#define FK_U_GELU_ERF_F(x, T, c) ((T)fk_gelu_erf_f64((double)(x)))
+#define FK_U_ERF_F(x, T, c) ((T)erf((double)(x)))
+#define FK_U_STEP_F(x, T, c) ((x) > 0 ? (T)1 : ((x) != (x) ? (x) : (T)0))
+#define FK_U_FLOOR_F(x, T, c) FK_TG1(floor, x)(x)
+#define FK_U_CEIL_F(x, T, c) FK_TG1(ceil, x)(x)
+/* half to even by adding and removing 2^(mantissa bits) (vectorizes, unlike roundeven on GCC 12);
+ * larger magnitudes are integers already, and copysign keeps -0.0 for (-0.5, -0] */
+#define FK_U_ROUND_F(x, T, c) _Generic((x), float: fk_round_even_f32, default: fk_round_even_f64)(x)
+#define FK_U_SIGN_F(x, T, c) ((x) > 0 ? (T)1 : ((x) < 0 ? (T)-1 : (x)))
+#define FK_U_AFFINE_F32(x, T, c) ((x) * (c)->mul_f + (c)->add_f)
+#define FK_U_AFFINE_F64(x, T, c) ((x) * (c)->mul_d + (c)->add_d)
+#define FK_U_CLAMP_F32(x, T, c) ((x) != (x) ? (x) : ((x) < (c)->lo_f ? (c)->lo_f : ((x) > (c)->hi_f ? (c)->hi_f : (x))))
+#define FK_U_CLAMP_F64(x, T, c) ((x) != (x) ? (x) : ((x) < (c)->lo_d ? (c)->lo_d : ((x) > (c)->hi_d ? (c)->hi_d : (x))))
+#define FK_U_POWI_F(x, T, c) ((T)pow((double)(x), (double)(c)->exp))
+
+#define FK_U_NEG_SINT(x, T, c) ((T)(0 - (uint64_t)(x)))
+#define FK_U_ABS_SINT(x, T, c) ((x) < 0 ? (T)(0 - (uint64_t)(x)) : (x))
+#define FK_U_SQR_SINT(x, T, c) ((T)((uint64_t)(x) * (uint64_t)(x)))
+#define FK_U_SIGN_SINT(x, T, c) ((T)(((x) > 0) - ((x) < 0)))
+#define FK_U_RELU_SINT(x, T, c) ((x) > 0 ? (x) : (T)0)
+#define FK_U_CLAMP_INT(x, T, c) ((T)((int64_t)(x) < (c)->lo_i ? (c)->lo_i : ((int64_t)(x) > (c)->hi_i ? (c)->hi_i : (int64_t)(x))))
+#define FK_U_POWI_INT(x, T, c) ((T)fk_upow_u64((uint64_t)(x), (uint64_t)(c)->exp))
+
+#define FK_TG1(F, x) _Generic((x), float: F##f, default: F)
+
+FK_INLINE float fk_round_even_f32(float x) {
+    float a = fabsf(x);
+    float r = copysignf((a + 8388608.0f) - 8388608.0f, x);
+    return a < 8388608.0f ? r : x;
+}
+FK_INLINE double fk_round_even_f64(double x) {
+    double a = fabs(x);
+    double r = copysign((a + 4503599627370496.0) - 4503599627370496.0, x);
+    return a < 4503599627370496.0 ? r : x;
+}
+
+static inline uint64_t fk_upow_u64(uint64_t base, uint64_t exp) {
+    uint64_t result = 1;
+    while (exp) {
+        if (exp & 1u) result *= base;
+        base *= base;
+        exp >>= 1;
+    }
+    return result;
+}
+
+/* ---- generators ---------------------------------------------------------------------------------- */
+/* MV is the FK_MV_* build mode: STREAM for cheap ops, COMPUTE for polynomials, NONE for loops
+ * around C library calls. */
+#define FK_UNARY_VEC(OP, D, T, EXPR, MV)                                                         \
+    FK_INLINE void fk_ubody_##OP##_##D(const T *a, T *o, int64_t n, const fk_unary_ctx *c) {     \
+        const fk_unary_ctx cc = *c;                                                              \
+        (void)cc;                                                                                \
+        for (int64_t i = 0; i < n; i++) { T x = a[i]; o[i] = EXPR(x, T, &cc); }                  \
+    }                                                                                            \
+    MV(fk_uvec_##OP##_##D, (const T *a, T *o, int64_t n, const fk_unary_ctx *c), (a, o, n, c),   \
+       fk_ubody_##OP##_##D)
+
+#define FK_UNARY_ROW_NATIVE(OP, D, T, EXPR)                                                      \
+    static void fk_urow_##OP##_##D(char *const *p, const int64_t *s, int64_t n, const void *ctx) { \
+        const fk_unary_ctx *c = (const fk_unary_ctx *)ctx;                                       \
+        if (s[0] == (int64_t)sizeof(T) && s[1] == (int64_t)sizeof(T)) {                          \
+            fk_uvec_##OP##_##D((const T *)p[0], (T *)p[1], n, c);                                \
+            return;                                                                              \
+        }                                                                                        \
+        for (int64_t i = 0; i < n; i++) {                                                        \
+            T x = *(const T *)(p[0] + i * s[0]);                                                 \
+            *(T *)(p[1] + i * s[1]) = EXPR(x, T, c);                                             \
+        }                                                                                        \
+    }
+
+#define FK_UNARY_ROW_HALF(OP, D, LOAD, STORE)                                                    \
+    static void fk_urow_##OP##_##D(char *const *p, const int64_t *s, int64_t n, const void *ctx) { \
+        float xa[FK_CHUNK], xo[FK_CHUNK];                                                        \
+        for (int64_t i0 = 0; i0 < n; i0 += FK_CHUNK) {                                           \
+            int64_t m = n - i0 < FK_CHUNK ? n - i0 : FK_CHUNK;                                   \
+            LOAD(p[0] + i0 * s[0], s[0], xa, m);                                                 \
+            fk_uvec_##OP##_F32(xa, xo, m, (const fk_unary_ctx *)ctx);                            \
+            STORE(xo, p[1] + i0 * s[1], s[1], m);                                                \
+        }                                                                                        \
+    }
+
+/* PARAMS names the fk_params kind; SETUP(status, params, &ctx, D) fills ctx or fails. */
+#define FK_UNARY_KERNEL(OP, D, PARAMS, SETUP)                                                    \
+    static int fk_##OP##_##D(const fk_storage *inputs, int n_in, fk_storage *outputs, int n_out, \
+                             const fk_layout *layouts, const fk_params *params) {                \
+        const int dtypes[2] = {FK_##D, FK_##D};                                                  \
+        const int sizes[2] = {fk_dtype_itemsize[FK_##D], fk_dtype_itemsize[FK_##D]};             \
+        fk_unary_ctx ctx;                                                                        \
+        fk_loop loop;                                                                            \
+        memset(&ctx, 0, sizeof(ctx));                                                            \
+        int status = fk_elementwise_prepare(&loop, inputs, n_in, outputs, n_out, layouts, params, \
+                                            1, dtypes, PARAMS, #OP);                             \
+        if (status) return status;                                                               \
+        status = SETUP(params, &ctx, FK_##D, #OP);                                               \
+        if (status) return status;                                                               \
+        fk_loop_run(&loop, fk_urow_##OP##_##D, &ctx, sizes);                                     \
+        return FK_OK;                                                                            \
+    }
+
+/* ---- params -> ctx ------------------------------------------------------------------------------- */
+static inline int fk_setup_none(const fk_params *params, fk_unary_ctx *c, int dtype, const char *op) {
+    (void)params; (void)c; (void)dtype; (void)op;
+    return FK_OK;
+}
+static inline int fk_setup_affine(const fk_params *params, fk_unary_ctx *c, int dtype, const char *op) {
+    (void)dtype; (void)op;
+    c->mul_d = params->u.affine.mul;
+    c->add_d = params->u.affine.add;
+    c->mul_f = (float)c->mul_d;
+    c->add_f = (float)c->add_d;
+    return FK_OK;
+}
+/* the integer range of each dtype, as doubles for saturating the bounds */
+static inline int fk_setup_clamp(const fk_params *params, fk_unary_ctx *c, int dtype, const char *op) {
+    static const double lo_of[FK_DTYPE_COUNT] = {0, 0, -128.0, -32768.0, -2147483648.0, -9223372036854775808.0, 0};
+    static const double hi_of[FK_DTYPE_COUNT] = {1, 255.0, 127.0, 32767.0, 2147483647.0, 9223372036854775807.0, 4294967295.0};
+    double lo = params->u.clamp.min, hi = params->u.clamp.max;
+    if (lo != lo || hi != hi || lo > hi) {
+        fk_set_error(FK_ERR_PARAMS, "%s: min %g and max %g must be ordered numbers", op, lo, hi);
+        return FK_ERR_PARAMS;
+    }
+    c->lo_d = lo;
+    c->hi_d = hi;
+    c->lo_f = (float)lo;
+    c->hi_f = (float)hi;
+    if (dtype <= FK_U32) {
+        double l = ceil(lo), h = floor(hi);
+        /* 2^63 is a double but not an int64: saturate through the dtype's range first */
+        c->lo_i = l <= lo_of[dtype] ? (dtype == FK_I64 ? INT64_MIN : (int64_t)lo_of[dtype])
+                : l >= hi_of[dtype] ? (dtype == FK_I64 ? INT64_MAX : (int64_t)hi_of[dtype]) : (int64_t)l;
+        c->hi_i = h <= lo_of[dtype] ? (dtype == FK_I64 ? INT64_MIN : (int64_t)lo_of[dtype])
+                : h >= hi_of[dtype] ? (dtype == FK_I64 ? INT64_MAX : (int64_t)hi_of[dtype]) : (int64_t)h;
+    }
+    return FK_OK;
+}
+static inline int fk_setup_powi(const fk_params *params, fk_unary_ctx *c, int dtype, const char *op) {
+    c->exp = params->u.powi.exp;
+    if (dtype <= FK_U32 && c->exp < 0) {
+        fk_set_error(FK_ERR_PARAMS, "%s: integers to negative integer powers are not allowed (exp=%d)",
+                     op, (int)c->exp);
+        return FK_ERR_PARAMS;
+    }
+    return FK_OK;
+}
+
+/* ---- instantiation --------------------------------------------------------------------------------- */
+/* float ops: F32 and F64 bodies (K32/K64 pick the definition), F16/BF16 through the F32 body */
+#define FK_GEN_UFLOAT(OP, K32, K64, ATTR32, ATTR64, PARAMS, SETUP)                               \
+    FK_UNARY_VEC(OP, F32, float, FK_U_##OP##_##K32, ATTR32)                                      \
+    FK_UNARY_ROW_NATIVE(OP, F32, float, FK_U_##OP##_##K32)                                       \
+    FK_UNARY_KERNEL(OP, F32, PARAMS, SETUP)                                                      \
+    FK_UNARY_VEC(OP, F64, double, FK_U_##OP##_##K64, ATTR64)                                     \
+    FK_UNARY_ROW_NATIVE(OP, F64, double, FK_U_##OP##_##K64)                                      \
+    FK_UNARY_KERNEL(OP, F64, PARAMS, SETUP)                                                      \
+    FK_UNARY_ROW_HALF(OP, F16, fk_load_f16_row, fk_store_f16_row)                                \
+    FK_UNARY_KERNEL(OP, F16, PARAMS, SETUP)                                                      \
+    FK_UNARY_ROW_HALF(OP, BF16, fk_load_bf16_row, fk_store_bf16_row)                             \
+    FK_UNARY_KERNEL(OP, BF16, PARAMS, SETUP)
+/* simple float ops (same definition for F32 and F64) */
+#define FK_GEN_UF(OP, ATTR) FK_GEN_UFLOAT(OP, F, F, ATTR, ATTR, FK_PARAMS_NONE, fk_setup_none)
+#define FK_GEN_UINT1(OP, D, T, K, PARAMS, SETUP)                                                 \
+    FK_UNARY_VEC(OP, D, T, FK_U_##OP##_##K, FK_MV_STREAM)                                           \
+    FK_UNARY_ROW_NATIVE(OP, D, T, FK_U_##OP##_##K)                                               \
+    FK_UNARY_KERNEL(OP, D, PARAMS, SETUP)
+#define FK_GEN_USINT(OP)                                                                         \
+    FK_GEN_UINT1(OP, I8, int8_t, SINT, FK_PARAMS_NONE, fk_setup_none)                            \
+    FK_GEN_UINT1(OP, I16, int16_t, SINT, FK_PARAMS_NONE, fk_setup_none)                          \
+    FK_GEN_UINT1(OP, I32, int32_t, SINT, FK_PARAMS_NONE, fk_setup_none)                          \
+    FK_GEN_UINT1(OP, I64, int64_t, SINT, FK_PARAMS_NONE, fk_setup_none)
+#define FK_GEN_UALLINT(OP, PARAMS, SETUP)                                                        \
+    FK_GEN_UINT1(OP, U8, uint8_t, INT, PARAMS, SETUP) FK_GEN_UINT1(OP, I8, int8_t, INT, PARAMS, SETUP) \
+    FK_GEN_UINT1(OP, I16, int16_t, INT, PARAMS, SETUP) FK_GEN_UINT1(OP, I32, int32_t, INT, PARAMS, SETUP) \
+    FK_GEN_UINT1(OP, I64, int64_t, INT, PARAMS, SETUP) FK_GEN_UINT1(OP, U32, uint32_t, INT, PARAMS, SETUP)
+
+FK_GEN_UF(NEG, FK_MV_STREAM)
+FK_GEN_UF(ABS, FK_MV_STREAM)
+FK_GEN_UF(SQR, FK_MV_STREAM)
+FK_GEN_UF(SQRT, FK_MV_STREAM)
+FK_GEN_UF(RSQRT, FK_MV_STREAM)
+FK_GEN_UF(RECIP, FK_MV_STREAM)
+FK_GEN_UFLOAT(EXP, F32, F64, FK_MV_COMPUTE, FK_MV_NONE, FK_PARAMS_NONE, fk_setup_none)
+FK_GEN_UF(LOG, FK_MV_NONE)
+FK_GEN_UF(SIN, FK_MV_NONE)
+FK_GEN_UF(COS, FK_MV_NONE)
+FK_GEN_UFLOAT(TANH, F32, F64, FK_MV_COMPUTE, FK_MV_NONE, FK_PARAMS_NONE, fk_setup_none)
+FK_GEN_UFLOAT(SIGMOID, F32, F64, FK_MV_COMPUTE, FK_MV_NONE, FK_PARAMS_NONE, fk_setup_none)
+FK_GEN_UF(RELU, FK_MV_STREAM)
+FK_GEN_UF(SILU, FK_MV_NONE)
+FK_GEN_UF(GELU, FK_MV_NONE)
+FK_GEN_UF(GELU_ERF, FK_MV_NONE)
+FK_GEN_UF(ERF, FK_MV_NONE)
+FK_GEN_UF(STEP, FK_MV_STREAM)
+FK_GEN_UF(FLOOR, FK_MV_STREAM)
+FK_GEN_UF(CEIL, FK_MV_STREAM)
+FK_GEN_UF(ROUND, FK_MV_STREAM)
+FK_GEN_UF(SIGN, FK_MV_STREAM)
+FK_GEN_USINT(NEG)
+FK_GEN_USINT(ABS)
+FK_GEN_USINT(SQR)
+FK_GEN_USINT(SIGN)
+FK_GEN_USINT(RELU)
+FK_GEN_UFLOAT(AFFINE, F32, F64, FK_MV_STREAM, FK_MV_STREAM, FK_PARAMS_AFFINE, fk_setup_affine)
+FK_GEN_UFLOAT(CLAMP, F32, F64, FK_MV_STREAM, FK_MV_STREAM, FK_PARAMS_CLAMP, fk_setup_clamp)
+FK_GEN_UALLINT(CLAMP, FK_PARAMS_CLAMP, fk_setup_clamp)
+FK_GEN_UFLOAT(POWI, F, F, FK_MV_NONE, FK_MV_NONE, FK_PARAMS_POWI, fk_setup_powi)
+FK_GEN_UALLINT(POWI, FK_PARAMS_POWI, fk_setup_powi)
+
+/* ---- manifest ------------------------------------------------------------------------------------ */
+#define FK_UNARY_REV(OP, D) (0xe300000000000000ull | ((uint64_t)FK_OP_##OP << 24) | ((uint64_t)FK_##D << 16) | 1u)
+/* C names a claim FK_CLAIM_<C>; COST is the cost function */
+#define FK_UNARY_ENTRY(OP, D, C, COST)                                                           \
+    {FK_OP_##OP, {2, {FK_##D, FK_##D}},                                                          \
+     {fk_##OP##_##D, FK_ELEMENTWISE_CAPS, 0, FK_CLAIM_##C, COST, "native", FK_UNARY_REV(OP, D)}},
+#define FK_UNARY_FLOAT_ENTRIES(OP, C32, C64, CHALF, COST)                                        \
+    FK_UNARY_ENTRY(OP, F32, C32, COST) FK_UNARY_ENTRY(OP, F64, C64, COST)                        \
+    FK_UNARY_ENTRY(OP, F16, CHALF, COST) FK_UNARY_ENTRY(OP, BF16, CHALF, COST)
+#define FK_UNARY_SINT_ENTRIES(OP)                                                                \
+    FK_UNARY_ENTRY(OP, I8, EXACT, fk_cost_simple) FK_UNARY_ENTRY(OP, I16, EXACT, fk_cost_simple) \
+    FK_UNARY_ENTRY(OP, I32, EXACT, fk_cost_simple) FK_UNARY_ENTRY(OP, I64, EXACT, fk_cost_simple)
+#define FK_UNARY_ALLINT_ENTRIES(OP)                                                              \
+    FK_UNARY_ENTRY(OP, U8, EXACT, fk_cost_simple) FK_UNARY_SINT_ENTRIES(OP)                      \
+    FK_UNARY_ENTRY(OP, U32, EXACT, fk_cost_simple)
+
+#define FK_CLAIM_EXACT_F FK_CLAIM(0, "exact (correctly rounded); F16/BF16 via F32, rounded once")
+#define FK_CLAIM_ONE_ULP FK_CLAIM(1, "<= 1 ulp: evaluated in F64 (or the C library), rounded once")
+#define FK_CLAIM_HALF_ULP FK_CLAIM(1, "<= 1 ulp: computed in F32, rounded once")
+#define FK_CLAIM_EXP32 FK_CLAIM(FK_ULP_EXP_F32, "<= 1 ulp: vectorized Cody-Waite + degree-6 polynomial")
+#define FK_CLAIM_TANH32 FK_CLAIM(FK_ULP_TANH_F32, "vectorized: odd polynomial below 0.625, exp-based above")
+#define FK_CLAIM_SIGMOID32 FK_CLAIM(FK_ULP_SIGMOID_F32, "vectorized: fast exp of -|x|, one division")
+#define FK_CLAIM_LIBM64 FK_CLAIM(FK_ULP_LIBM_F64, "C library in F64 (glibc documents <= 2 ulp for tanh, erf)")
+#define FK_CLAIM_COMPOSED64 FK_CLAIM(FK_ULP_COMPOSED_F64, "composed from C library calls in F64")
+/* The negative tail of GELU is ill-conditioned in its inner argument (relative error grows like
+ * x^2 * eps), so an ulp bound would be meaningless there: a relative bound, measured to 3.7e-13
+ * over [-40, 40], with an absolute floor for results deep in the subnormals. */
+#define FK_CLAIM_GELU64 {1, 1, {0, 0}, 0, 1e-12, 1e-300, "rel <= 1e-12 (abs 1e-300): F64 formula, tail conditioned by x^2"}
+#define FK_CLAIM_AFFINE FK_CLAIM(0, "exact: x*mul then +add, each rounded in the compute type")
+
+/* measured maxima over the dense sweeps in tests/test_elementwise.py (see test_precision_claims) */
+#define FK_ULP_EXP_F32 1
+#define FK_ULP_TANH_F32 2
+#define FK_ULP_SIGMOID_F32 2
+#define FK_ULP_LIBM_F64 2
+#define FK_ULP_COMPOSED_F64 4
+
+static const fk_manifest_row fk_unary_manifest[] = {
+    FK_UNARY_FLOAT_ENTRIES(NEG, EXACT, EXACT, EXACT_F, fk_cost_simple)
+    FK_UNARY_FLOAT_ENTRIES(ABS, EXACT, EXACT, EXACT_F, fk_cost_simple)
+    FK_UNARY_FLOAT_ENTRIES(SQR, EXACT, EXACT, EXACT_F, fk_cost_simple)
+    FK_UNARY_FLOAT_ENTRIES(SQRT, EXACT, EXACT, EXACT_F, fk_cost_simple)
+    FK_UNARY_FLOAT_ENTRIES(RSQRT, ONE_ULP, ONE_ULP, HALF_ULP, fk_cost_simple)
+    FK_UNARY_FLOAT_ENTRIES(RECIP, EXACT, EXACT, EXACT_F, fk_cost_simple)
+    FK_UNARY_FLOAT_ENTRIES(EXP, EXP32, LIBM64, HALF_ULP, fk_cost_transcendental)
+    FK_UNARY_FLOAT_ENTRIES(LOG, ONE_ULP, LIBM64, HALF_ULP, fk_cost_transcendental)
+    FK_UNARY_FLOAT_ENTRIES(SIN, ONE_ULP, LIBM64, HALF_ULP, fk_cost_transcendental)
+    FK_UNARY_FLOAT_ENTRIES(COS, ONE_ULP, LIBM64, HALF_ULP, fk_cost_transcendental)
+    FK_UNARY_FLOAT_ENTRIES(TANH, TANH32, LIBM64, HALF_ULP, fk_cost_transcendental)
+    FK_UNARY_FLOAT_ENTRIES(SIGMOID, SIGMOID32, COMPOSED64, HALF_ULP, fk_cost_transcendental)
+    FK_UNARY_FLOAT_ENTRIES(RELU, EXACT, EXACT, EXACT_F, fk_cost_simple)
+    FK_UNARY_FLOAT_ENTRIES(SILU, ONE_ULP, COMPOSED64, HALF_ULP, fk_cost_transcendental)
+    FK_UNARY_FLOAT_ENTRIES(GELU, ONE_ULP, GELU64, HALF_ULP, fk_cost_transcendental)
+    FK_UNARY_FLOAT_ENTRIES(GELU_ERF, ONE_ULP, GELU64, HALF_ULP, fk_cost_transcendental)
+    FK_UNARY_FLOAT_ENTRIES(ERF, ONE_ULP, LIBM64, HALF_ULP, fk_cost_transcendental)
+    FK_UNARY_FLOAT_ENTRIES(STEP, EXACT, EXACT, EXACT_F, fk_cost_simple)
+    FK_UNARY_FLOAT_ENTRIES(FLOOR, EXACT, EXACT, EXACT_F, fk_cost_simple)
+    FK_UNARY_FLOAT_ENTRIES(CEIL, EXACT, EXACT, EXACT_F, fk_cost_simple)
+    FK_UNARY_FLOAT_ENTRIES(ROUND, EXACT, EXACT, EXACT_F, fk_cost_simple)
+    FK_UNARY_FLOAT_ENTRIES(SIGN, EXACT, EXACT, EXACT_F, fk_cost_simple)
+    FK_UNARY_SINT_ENTRIES(NEG) FK_UNARY_SINT_ENTRIES(ABS) FK_UNARY_SINT_ENTRIES(SQR)
+    FK_UNARY_SINT_ENTRIES(SIGN) FK_UNARY_SINT_ENTRIES(RELU)
+    FK_UNARY_FLOAT_ENTRIES(AFFINE, AFFINE, AFFINE, AFFINE, fk_cost_simple)
+    FK_UNARY_FLOAT_ENTRIES(CLAMP, EXACT, EXACT, EXACT_F, fk_cost_simple)
+    FK_UNARY_ALLINT_ENTRIES(CLAMP)
+    FK_UNARY_FLOAT_ENTRIES(POWI, ONE_ULP, ONE_ULP, HALF_ULP, fk_cost_transcendental)
+    FK_UNARY_ALLINT_ENTRIES(POWI)
+};
+static const int fk_unary_manifest_len = (int)(sizeof(fk_unary_manifest) / sizeof(fk_unary_manifest[0]));
+
+#endif /* FUEL_KERNEL_CPU_UNARY_KERNELS_H */

@@ -1,0 +1,451 @@
+"""Elementwise kernels (issue 3), tested from the binding table itself.
+
+Every registered binding of an elementwise op is run on every layout of support.LAYOUTS (plus
+rank-broadcast, 0-d scalar, strided-output and a tiled transposed case) and compared with a NumPy
+oracle (ml_dtypes for BF16) at the precision the binding claims.  A binding whose op has no
+oracle here fails test_every_binding_has_a_case.  Error paths check that the caller's output is
+left untouched.
+"""
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fuel_kernel as fk
+from support import LAYOUTS, assert_same, make_operand, random_values
+
+D = fk.DType
+Op = fk.OpKind
+
+UNARY = (Op.NEG, Op.ABS, Op.SQR, Op.SQRT, Op.RSQRT, Op.RECIP, Op.EXP, Op.LOG, Op.SIN, Op.COS,
+         Op.TANH, Op.SIGMOID, Op.RELU, Op.SILU, Op.GELU, Op.GELU_ERF, Op.ERF, Op.STEP, Op.FLOOR,
+         Op.CEIL, Op.ROUND, Op.SIGN)
+BINARY = (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.MAXIMUM, Op.MINIMUM, Op.POW, Op.REM)
+COMPARE = (Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE)
+PARAMS_OPS = (Op.AFFINE, Op.CLAMP, Op.POWI)
+ELEMENTWISE = UNARY + BINARY + COMPARE + (Op.WHERE,) + PARAMS_OPS
+
+SMALL = (6, 37)
+TILED = (80, 100)       # big enough that a transposed operand takes the tiled walk
+
+OP_PARAMS = {
+    Op.AFFINE: fk.params.affine(1.5, -0.25),
+    Op.CLAMP: fk.params.clamp(-1.5, 2.25),
+}
+CLAMP_INT = fk.params.clamp(-100.5, 1000.25)
+POWI_FLOAT = fk.params.powi(-3)
+POWI_INT = fk.params.powi(3)
+
+
+def params_for(op, dtype):
+    if op == Op.POWI:
+        return POWI_FLOAT if dtype.is_float else POWI_INT
+    if op == Op.CLAMP and not dtype.is_float:
+        return CLAMP_INT
+    return OP_PARAMS.get(op)
+
+
+def elementwise_bindings():
+    """The CPU backend's own elementwise bindings (other tests register extras elsewhere)."""
+    return [k for k in fk.bindings() if k.op in ELEMENTWISE and k.backend == fk.Backend.CPU
+            and k.source == "native"]
+
+
+# ---- oracles ---------------------------------------------------------------------------------------
+def compute_dtype(dtype):
+    """NumPy dtype the oracle computes exact ops in: F32 for the 16-bit floats."""
+    return np.float32 if dtype in (D.F16, D.BF16) else dtype.numpy.type
+
+
+def erf_vec(x):
+    return np.vectorize(math.erf, otypes=[np.float64])(x)
+
+
+def erfc_vec(x):
+    return np.vectorize(math.erfc, otypes=[np.float64])(x)
+
+
+def sigmoid_ref(x):
+    t = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1.0, t) / (1.0 + t)
+
+
+def at_neg_inf_zero(x, y):
+    return np.where(x == -np.inf, -0.0, y)
+
+
+TRANSCENDENTAL = {
+    Op.EXP: np.exp, Op.LOG: np.log, Op.SIN: np.sin, Op.COS: np.cos, Op.TANH: np.tanh,
+    Op.SIGMOID: sigmoid_ref,
+    Op.SILU: lambda x: at_neg_inf_zero(x, x * sigmoid_ref(x)),
+    Op.GELU: lambda x: at_neg_inf_zero(x, x * sigmoid_ref(2 * math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3))),
+    Op.GELU_ERF: lambda x: at_neg_inf_zero(x, 0.5 * x * erfc_vec(-np.asarray(x, np.float64) / math.sqrt(2))),
+    Op.ERF: lambda x: erf_vec(np.asarray(x, np.float64)),
+    Op.RSQRT: lambda x: 1 / np.sqrt(x),
+    Op.POWI: None,   # filled per call (needs the exponent)
+}
+# np.longdouble has these on x86 (80-bit): a reference accurate well beyond F64
+LONGDOUBLE_OK = (Op.EXP, Op.LOG, Op.SIN, Op.COS, Op.TANH, Op.SIGMOID, Op.SILU, Op.GELU, Op.RSQRT, Op.POWI)
+
+EXACT_UNARY = {
+    Op.NEG: np.negative, Op.ABS: np.abs, Op.SQR: lambda x: x * x, Op.SQRT: np.sqrt,
+    Op.RECIP: lambda x: np.ones_like(x) / x,
+    Op.RELU: lambda x: np.where(x > 0, x, np.where(np.isnan(x), x, np.zeros_like(x))),
+    Op.STEP: lambda x: np.heaviside(x, np.zeros_like(x)),
+    Op.FLOOR: np.floor, Op.CEIL: np.ceil, Op.ROUND: np.round, Op.SIGN: np.sign,
+}
+INT_UNARY = {Op.NEG: np.negative, Op.ABS: np.abs, Op.SQR: lambda x: x * x, Op.SIGN: np.sign,
+             Op.RELU: lambda x: np.maximum(x, np.zeros_like(x))}
+
+FLOAT_BINARY = {Op.ADD: np.add, Op.SUB: np.subtract, Op.MUL: np.multiply, Op.DIV: np.divide,
+                Op.MAXIMUM: np.maximum, Op.MINIMUM: np.minimum, Op.REM: np.remainder}
+INT_BINARY = {Op.ADD: np.add, Op.SUB: np.subtract, Op.MUL: np.multiply, Op.DIV: np.floor_divide,
+              Op.MAXIMUM: np.maximum, Op.MINIMUM: np.minimum, Op.REM: np.remainder, Op.POW: np.power}
+BOOL_BINARY = {Op.ADD: np.logical_or, Op.MUL: np.logical_and, Op.MAXIMUM: np.logical_or,
+               Op.MINIMUM: np.logical_and}
+COMPARE_FN = {Op.EQ: np.equal, Op.NE: np.not_equal, Op.LT: np.less, Op.LE: np.less_equal,
+              Op.GT: np.greater, Op.GE: np.greater_equal}
+
+
+def oracle(op, dtypes, inputs, params):
+    """(expected array, 'exact' | 'ulp' | 'rel'): the reference result for one binding."""
+    dtype = dtypes[-1]
+    nd = dtype.numpy
+    with np.errstate(all="ignore"):
+        if op in COMPARE_FN:
+            a, b = (x.astype(compute_dtype(dtypes[0])) for x in inputs)
+            return COMPARE_FN[op](a, b), "exact"
+        if op == Op.WHERE:
+            return np.where(inputs[0], inputs[1], inputs[2]), "exact"
+        if not dtype.is_float:
+            if dtype == D.BOOL:
+                return BOOL_BINARY[op](*inputs), "exact"
+            if op in INT_BINARY:
+                return INT_BINARY[op](*inputs).astype(nd), "exact"
+            if op in INT_UNARY:
+                return INT_UNARY[op](inputs[0]).astype(nd), "exact"
+            if op == Op.CLAMP:
+                info = np.iinfo(nd)
+                f = params.fields()
+                lo = max(math.ceil(f["min"]), int(info.min))
+                hi = min(math.floor(f["max"]), int(info.max))
+                return np.clip(inputs[0].astype(np.int64), lo, hi).astype(nd), "exact"
+            if op == Op.POWI:
+                return np.power(inputs[0], params.fields()["exp"]).astype(nd), "exact"
+            raise NotImplementedError(op)
+        ct = compute_dtype(dtype)
+        xs = [x.astype(ct) for x in inputs]
+        if op in FLOAT_BINARY:
+            return FLOAT_BINARY[op](*xs).astype(nd), "exact"
+        if op in EXACT_UNARY:
+            return EXACT_UNARY[op](xs[0]).astype(nd), "exact"
+        if op == Op.AFFINE:
+            f = params.fields()
+            return (xs[0] * ct(f["mul"]) + ct(f["add"])).astype(nd), "exact"
+        if op == Op.CLAMP:
+            f = params.fields()
+            return np.clip(xs[0], ct(f["min"]), ct(f["max"])).astype(nd), "exact"
+        # transcendental: a higher-precision reference, rounded once to the dtype
+        wide = np.longdouble if dtype == D.F64 and op in LONGDOUBLE_OK + (Op.POW,) else np.float64
+        xw = [x.astype(wide) for x in inputs]
+        if op == Op.POW:
+            ref = np.power(xw[0], xw[1])
+        elif op == Op.POWI:
+            ref = np.power(xw[0], wide(params.fields()["exp"]))
+        else:
+            ref = TRANSCENDENTAL[op](xw[0])
+        ref = np.asarray(ref)
+        if dtype == D.BF16:
+            ref = ref.astype(np.float64).astype(np.float32)
+        return ref.astype(nd), ("rel" if op in (Op.GELU, Op.GELU_ERF) and dtype == D.F64 else "ulp")
+
+
+def check(kernel, inputs, out, params, context):
+    op, dtypes = kernel.op, kernel.dtypes
+    expected, mode = oracle(op, dtypes, [np.asarray(x) for x in inputs], params)
+    expected = np.broadcast_to(expected, out.shape)
+    claim = kernel.precision
+    dtype = dtypes[-1]
+    try:
+        if mode == "exact" or claim.exact:
+            assert_same(out, expected, dtype)
+        elif mode == "rel":
+            a, e = out.astype(np.float64), expected.astype(np.float64)
+            assert (np.isnan(a) == np.isnan(e)).all()
+            fin = ~np.isnan(e) & (a != e)
+            assert (np.abs(a - e)[fin] <= np.maximum(claim.max_rel * np.abs(e[fin]), claim.max_abs)).all()
+        else:
+            # ERF / GELU_ERF in F64 have only an F64 oracle (math.erf): one more ulp of slack
+            slack = 1 if dtype == D.F64 and op in (Op.ERF, Op.GELU_ERF) else 0
+            assert_same(out, expected, dtype, ulp=claim.max_ulp + slack)
+    except AssertionError as exc:
+        raise AssertionError(f"{kernel!r} {context}: {exc}") from None
+
+
+# ---- inputs -------------------------------------------------------------------------------------------
+def values(op, position, shape, dtype, rng):
+    """Random operand values with the special cases each op should see."""
+    v = np.array(random_values(shape, dtype, rng))
+    flat = v.reshape(-1)
+    if not dtype.is_float and dtype != D.BOOL and flat.size >= 4:
+        info = np.iinfo(dtype.numpy)
+        flat[:4] = [info.min, info.max, 0, (-1 if info.min < 0 else 1)]   # wrap-around and MIN // -1
+        rng.shuffle(flat)
+    if op in (Op.DIV, Op.REM) and position == 1 and not dtype.is_float:
+        flat[flat == 0] = 1
+    if op == Op.POW and position == 1 and not dtype.is_float:
+        flat[...] = rng.integers(0, 9, flat.size)
+    if op == Op.WHERE and position == 0:
+        return v.astype(np.bool_)
+    return v
+
+
+def run_binding(kernel, layout, shape, rng, out_layout="contiguous"):
+    dtypes = kernel.dtypes
+    n_in = kernel.n_inputs
+    vals = [values(kernel.op, i, shape, dtypes[i], rng) for i in range(n_in)]
+    inputs = [make_operand(shape, dtypes[i], layout, rng, values=vals[i]) for i in range(n_in)]
+    params = params_for(kernel.op, dtypes[-1])
+    out = make_operand(shape, dtypes[-1], out_layout, rng)
+    result = kernel(*inputs, out=out, params=params)
+    assert result is out
+    check(kernel, inputs, out, params, f"layout={layout} out={out_layout} shape={shape}")
+
+
+BINDINGS = elementwise_bindings()
+IDS = [f"{k.op.short_name}-{'-'.join(d.short_name for d in k.dtypes)}" for k in BINDINGS]
+
+
+@pytest.mark.parametrize("kernel", BINDINGS, ids=IDS)
+def test_binding_against_numpy(kernel, rng):
+    for layout in LAYOUTS:
+        run_binding(kernel, layout, SMALL, rng)
+    run_binding(kernel, "strided", SMALL, rng, out_layout="strided")
+    run_binding(kernel, "transposed", TILED, rng)
+    run_binding(kernel, "contiguous", TILED, rng, out_layout="transposed")
+    # rank broadcast and 0-d scalars on the last input (the stride-0 vector paths)
+    dtypes = kernel.dtypes
+    n_in = kernel.n_inputs
+    for small in ((SMALL[-1],), ()):
+        inputs = [make_operand(SMALL, dtypes[i], "contiguous", rng, values=values(kernel.op, i, SMALL, dtypes[i], rng))
+                  for i in range(n_in - 1)]
+        inputs.append(np.asarray(values(kernel.op, n_in - 1, small, dtypes[n_in - 1], rng)))
+        params = params_for(kernel.op, dtypes[-1])
+        out = np.empty(SMALL, dtype=dtypes[-1].numpy)
+        kernel(*inputs, out=out, params=params)
+        check(kernel, inputs, out, params, f"last input of shape {small}")
+
+
+SAME_DTYPE = [(k, i) for k, i in zip(BINDINGS, IDS) if k.dtypes[0] == k.dtypes[-1]]
+
+
+@pytest.mark.parametrize("kernel", [k for k, _ in SAME_DTYPE], ids=[i for _, i in SAME_DTYPE])
+def test_in_place_over_first_input(kernel, rng):
+    """FK_CAP_INPLACE: the output may be exactly the first input's view (when dtypes agree)."""
+    dtypes = kernel.dtypes
+    n_in = kernel.n_inputs
+    inputs = [make_operand(SMALL, dtypes[i], "strided", rng, values=values(kernel.op, i, SMALL, dtypes[i], rng))
+              for i in range(n_in)]
+    before = [x.copy() for x in inputs]
+    params = params_for(kernel.op, dtypes[-1])
+    kernel(*inputs, out=inputs[0], params=params)
+    check(kernel, before, inputs[0], params, "in place")
+
+
+def test_every_binding_has_a_case(rng):
+    """Each elementwise binding in the table has an oracle (a new binding without one fails)."""
+    missing = []
+    for k in elementwise_bindings():
+        try:
+            ins = [np.asarray(values(k.op, i, (4,), k.dtypes[i], rng)) for i in range(k.n_inputs)]
+            oracle(k.op, k.dtypes, ins, params_for(k.op, k.dtypes[-1]))
+        except (NotImplementedError, KeyError, TypeError) as exc:
+            missing.append(f"{k!r}: {exc!r}")
+    assert not missing, "bindings without a test case:\n" + "\n".join(missing)
+
+
+def test_registered_coverage():
+    """What issue 3 asks for is registered, with a claim, caps and a cost on every entry."""
+    table = fk.bindings()
+    floats = (D.F16, D.BF16, D.F32, D.F64)
+    numeric = floats + (D.U8, D.I8, D.I16, D.I32, D.I64, D.U32)
+    for op in UNARY:
+        for d in floats:
+            assert table.supports(op, [d, d]), (op, d)
+    for op in (Op.NEG, Op.ABS, Op.SQR, Op.SIGN, Op.RELU):
+        for d in (D.I8, D.I16, D.I32, D.I64):
+            assert table.supports(op, [d, d]), (op, d)
+    for op in BINARY:
+        for d in numeric:
+            assert table.supports(op, [d, d, d]), (op, d)
+    for op in COMPARE:
+        for d in fk.DType:
+            assert table.supports(op, [d, d, D.BOOL]), (op, d)
+    for d in fk.DType:
+        assert table.supports(Op.WHERE, [D.BOOL, d, d, d]), d
+    for op in PARAMS_OPS:
+        for d in floats:
+            assert table.supports(op, [d, d]), (op, d)
+    for k in elementwise_bindings():
+        assert k.source == "native"
+        assert k.precision is not None and k.has_cost
+        assert fk.KernelCaps.STRIDED_INPUT in k.caps and fk.KernelCaps.STRIDED_OUTPUT in k.caps
+        cost = k.cost(*[SMALL] * len(k.dtypes), params=params_for(k.op, k.dtypes[-1]))
+        assert cost.flops > 0 and cost.bytes_moved > 0
+
+
+# ---- precision claims of the fast F32 approximations: dense sweeps ------------------------------------
+def f32_sweep():
+    rng = np.random.default_rng(7)
+    return np.concatenate([
+        np.linspace(-110, 100, 1_500_001), rng.standard_normal(500_000) * 3, np.linspace(-1, 1, 500_001),
+        np.geomspace(1e-38, 1e2, 300_000), -np.geomspace(1e-38, 1e2, 300_000),
+        [0.0, -0.0, np.inf, -np.inf, np.nan, 88.72, 88.73, -87.3, -103.9, -104.0, 9.01, -9.01, 0.625, -0.625],
+    ]).astype(np.float32)
+
+
+@pytest.mark.parametrize("op", [Op.EXP, Op.TANH, Op.SIGMOID, Op.SILU, Op.GELU, Op.LOG])
+def test_precision_claims_f32_sweep(op):
+    k = fk.bindings().lookup(op, [D.F32, D.F32])
+    x = f32_sweep()
+    out = np.empty_like(x)
+    with np.errstate(all="ignore"):
+        k(x, out=out)
+        ref, _ = oracle(op, (D.F32, D.F32), [x], None)
+    assert_same(out, ref, D.F32, ulp=k.precision.max_ulp)
+
+
+@pytest.mark.parametrize("op", [Op.EXP, Op.TANH, Op.SIGMOID])
+def test_precision_claims_half_sweep(op):
+    """Every finite F16 value, and a BF16 sweep: one rounding after the F32 result."""
+    for dtype, x in ((D.F16, np.arange(0, 1 << 16, dtype=np.uint16).view(np.float16)),
+                     (D.BF16, np.arange(0, 1 << 16, dtype=np.uint16).view(ml_dtypes.bfloat16))):
+        k = fk.bindings().lookup(op, [dtype, dtype])
+        out = np.empty_like(x)
+        with np.errstate(all="ignore"):
+            k(x, out=out)
+            ref, _ = oracle(op, (dtype, dtype), [x], None)
+        assert_same(out, ref, dtype, ulp=k.precision.max_ulp)
+
+
+# ---- semantics spot checks ---------------------------------------------------------------------------
+def call(op, *inputs, params=None, out=None):
+    return fk.dispatch(op, list(inputs), out, params=params)
+
+
+def test_integer_semantics_documented():
+    i8 = lambda *v: np.array(v, np.int8)
+    assert call(Op.ADD, i8(127, -128), i8(1, -1)).tolist() == [-128, 127]
+    assert call(Op.MUL, i8(64), i8(4)).tolist() == [0]
+    assert call(Op.DIV, i8(-7, 7, -7, 7, -128), i8(2, -2, -2, 2, -1)).tolist() == [-4, -4, 3, 3, -128]
+    assert call(Op.REM, i8(-7, 7, -7, 7, -128), i8(2, -2, -2, 2, -1)).tolist() == [1, -1, -1, 1, 0]
+    assert call(Op.POW, i8(3, 2, -2), i8(5, 7, 7)).tolist() == [-13, -128, -128]
+    assert call(Op.NEG, i8(-128)).tolist() == [-128] and call(Op.ABS, i8(-128)).tolist() == [-128]
+    u = np.array([3, 250], np.uint8)
+    assert call(Op.SUB, u, np.array([5, 1], np.uint8)).tolist() == [254, 249]
+
+
+def test_float_semantics_documented():
+    f = lambda *v: np.array(v, np.float32)
+    nan = np.nan
+    assert np.isnan(call(Op.MAXIMUM, f(nan, 1), f(1, nan))).all()
+    assert np.isnan(call(Op.MINIMUM, f(nan, 1), f(1, nan))).all()
+    assert call(Op.ROUND, f(0.5, 1.5, 2.5, -0.5, -1.5)).tolist() == [0, 2, 2, -0.0, -2]
+    assert np.isnan(call(Op.SIGN, f(nan))).all() and call(Op.SIGN, f(-3, 0, 2)).tolist() == [-1, 0, 1]
+    assert call(Op.STEP, f(-1, 0, 2)).tolist() == [0, 0, 1]
+    assert call(Op.SILU, f(-np.inf)).tolist() == [0] and call(Op.GELU, f(-np.inf, np.inf)).tolist() == [0, np.inf]
+    assert call(Op.REM, f(5, -5, 5, 0), f(3, 3, -3, -3)).tolist() == [2, 1, -1, 0]
+    b = lambda *v: np.array(v, np.bool_)
+    assert call(Op.ADD, b(1, 0, 0), b(1, 1, 0)).tolist() == [True, True, False]
+    assert call(Op.MUL, b(1, 0, 1), b(1, 1, 0)).tolist() == [True, False, False]
+
+
+# ---- errors: the caller's output is untouched ------------------------------------------------------------
+def sentinel(shape, dtype):
+    return np.full(shape, 7, dtype=fk.DType.parse(dtype).numpy)
+
+
+@pytest.mark.parametrize("dtype", [D.U8, D.I8, D.I16, D.I32, D.I64, D.U32])
+@pytest.mark.parametrize("op", [Op.DIV, Op.REM])
+def test_integer_division_by_zero(op, dtype):
+    k = fk.bindings().lookup(op, [dtype] * 3)
+    a = np.arange(1, 41, dtype=dtype.numpy).reshape(5, 8)
+    b = np.ones((5, 8), dtype=dtype.numpy)
+    b[4, 7] = 0                                   # the very last element: nothing may be written first
+    out = sentinel((5, 8), dtype)
+    with pytest.raises(fk.KernelZeroDivisionError):
+        k(a, b, out=out)
+    assert (out == 7).all()
+    with pytest.raises(ZeroDivisionError):        # also a built-in ZeroDivisionError
+        k(a, b.T.copy().T, out=out)
+    assert (out == 7).all()
+
+
+def test_integer_negative_power_is_refused():
+    k = fk.bindings().lookup(Op.POW, [D.I32] * 3)
+    out = sentinel(4, D.I32)
+    with pytest.raises(fk.ParamsError):
+        k(np.arange(4, dtype=np.int32), np.array([1, 2, 3, -1], np.int32), out=out)
+    assert (out == 7).all()
+    kp = fk.bindings().lookup(Op.POWI, [D.I32] * 2)
+    with pytest.raises(fk.ParamsError):
+        kp(np.arange(4, dtype=np.int32), out=out, params=fk.params.powi(-1))
+    assert (out == 7).all()
+
+
+def test_wrong_dtype_count_shape_readonly_alias():
+    t = fk.bindings()
+    add = t.lookup(Op.ADD, [D.F32] * 3)
+    a = np.ones(8, np.float32)
+    out = sentinel(8, D.F32)
+    with pytest.raises(fk.DTypeError):
+        add(a, np.ones(8, np.float64), out=out)
+    with pytest.raises(fk.OperandCountError):
+        add(a, out=out)
+    with pytest.raises(fk.OperandCountError):
+        add.run([a, a, a], [out])
+    with pytest.raises(fk.ShapeError):
+        add(a, np.ones(5, np.float32), out=out)
+    with pytest.raises(fk.ShapeError):
+        add(a, a, out=sentinel(9, D.F32))
+    assert (out == 7).all()
+    ro = sentinel(8, D.F32)
+    ro.flags.writeable = False
+    with pytest.raises(fk.ReadOnlyError):
+        add(a, a, out=ro)
+    buf = np.arange(9, dtype=np.float32)
+    with pytest.raises(fk.AliasError):
+        add(buf[1:], a, out=buf[:-1])
+    assert buf.tolist() == list(range(9))
+
+
+def test_params_kind_is_checked():
+    t = fk.bindings()
+    x = np.ones(4, np.float32)
+    out = sentinel(4, D.F32)
+    with pytest.raises(fk.ParamsError):
+        t.lookup(Op.AFFINE, [D.F32] * 2)(x, out=out)                      # no params
+    with pytest.raises(fk.ParamsError):
+        t.lookup(Op.CLAMP, [D.F32] * 2)(x, out=out, params=fk.params.affine(1, 2))
+    with pytest.raises(fk.ParamsError):
+        t.lookup(Op.ADD, [D.F32] * 3)(x, x, out=out, params=fk.params.powi(2))
+    assert (out == 7).all()
+
+
+def test_schema_allocates_outputs():
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    y = np.arange(3, dtype=np.float32)
+    assert fk.dispatch(Op.ADD, [x, y]).shape == (2, 3)
+    assert fk.dispatch(Op.LT, [x, y]).dtype == np.bool_
+    w = fk.dispatch(Op.WHERE, [x > 2, x, y])
+    assert w.dtype == np.float32 and w.tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert fk.dispatch(Op.CLAMP, [x], params=fk.params.clamp(1, 4)).tolist() == [[1, 1, 2], [3, 4, 4]]
+
+
+def test_empty_and_zero_dim():
+    add = fk.bindings().lookup(Op.ADD, [D.F32] * 3)
+    e = np.empty((0, 3), np.float32)
+    assert add(e, e).shape == (0, 3)
+    s = np.float32(2.0) * np.ones((), np.float32)
+    assert add(s, s).tolist() == 4.0
