@@ -40,11 +40,14 @@ if SANITIZE:
     link_args += [f"-fsanitize={SANITIZE}"]
 
 include_dirs = ["fuel_kernel/include", numpy.get_include()]
+# Kernel modules include these headers transitively; list them so editing one rebuilds its users.
+headers = sorted(glob.glob("fuel_kernel/include/fuel_kernel/*.h") + glob.glob("fuel_kernel/cpu/*.h")
+                 + glob.glob("fuel_kernel/_core/*.h"))
 
 
 def extension(name, sources, extra_macros=(), extra_includes=()):
     return Extension(name, sources, include_dirs=list(extra_includes) + include_dirs,
-                     define_macros=macros + list(extra_macros),
+                     define_macros=macros + list(extra_macros), depends=headers,
                      extra_compile_args=compile_args, extra_link_args=link_args)
 
 

@@ -39,15 +39,17 @@ cdef int run_steps(const fk_plan_step *steps, int n_steps, char **bases, int *fa
     cdef fk_storage storage[FK_MAX_OPERANDS]
     cdef int s, i, status
     cdef const fk_plan_step *step
+    fk_clear_error()                 # the loop stops at the first failure, so once is enough
     for s in range(n_steps):
         step = &steps[s]
         for i in range(step.n_in + step.n_out):
             storage[i] = step.storage[i]
             storage[i].data = bases[step.base_index[i]] + step.byte_offset[i]
-        fk_clear_error()
         status = step.kernel(storage, step.n_in, &storage[step.n_in], step.n_out, step.layouts, &step.params)
         if status != FK_OK:
             failed_step[0] = s
+            if fk_error_status() == FK_OK:
+                fk_set_error(status, "kernel failed with status %d and no message", status)
             return status
     return FK_OK
 

@@ -77,6 +77,26 @@ typedef struct {
 } fk_loop;
 
 /* Plan an elementwise loop over n_in inputs broadcast to the single output layouts[n_in]. */
+/* Is `l` a C-contiguous view with exactly the output's shape (no extent negative)?  Then its
+ * elements are offset .. offset + numel - 1 and one range check covers them. */
+static inline int fk_flat_operand(const fk_layout *l, const fk_layout *out) {
+    int64_t expected = 1;
+    if (l->ndim != out->ndim) return 0;
+    for (int d = out->ndim - 1; d >= 0; d--) {
+        int64_t n = out->shape[d];
+        if (l->shape[d] != n || n < 0 || (n != 1 && l->strides[d] != expected)) return 0;
+        expected *= n;
+    }
+    return 1;
+}
+
+static inline int fk_flat_in_bounds(const fk_layout *l, const fk_storage *st, int64_t numel) {
+    int64_t capacity;
+    if (st->dtype < 0 || st->dtype >= FK_DTYPE_COUNT) return 0;
+    capacity = (int64_t)(st->nbytes >> fk_dtype_shift[st->dtype]);
+    return numel == 0 || (l->offset >= 0 && numel <= capacity && l->offset <= capacity - numel);
+}
+
 static inline int fk_loop_plan(fk_loop *loop, const fk_storage *inputs, int n_in,
                                fk_storage *output, const fk_layout *layouts) {
     const fk_layout *out = &layouts[n_in];
@@ -87,6 +107,37 @@ static inline int fk_loop_plan(fk_loop *loop, const fk_storage *inputs, int n_in
         fk_set_error(FK_ERR_OPERANDS, "%d operands exceed the limit of %d", nops, FK_MAX_OPERANDS);
         return FK_ERR_OPERANDS;
     }
+    if (output->flags & FK_STORAGE_READ_ONLY) {
+        fk_set_error(FK_ERR_READ_ONLY, "output 0 is read-only");
+        return FK_ERR_READ_ONLY;
+    }
+    loop->nops = nops;
+
+    /* fast path, checked first because it is the common case of a planned graph: every operand
+     * C-contiguous with the output's shape and inside its storage -> one flat row */
+    if (ndim >= 0 && ndim <= FK_MAX_DIMS) {
+        int flat = 1;
+        int64_t numel = 1;
+        for (d = 0; d < ndim; d++) numel *= out->shape[d] < 0 ? 0 : out->shape[d];
+        for (k = 0; k <= n_in && flat; k++)
+            flat = fk_flat_operand(&layouts[k], out) &&
+                   fk_flat_in_bounds(&layouts[k], k < n_in ? &inputs[k] : output, numel);
+        if (flat) {
+            loop->numel = numel;
+            loop->ndim = 1;
+            loop->shape[0] = numel;
+            loop->inner = numel;
+            loop->rows = numel ? 1 : 0;
+            for (k = 0; k < n_in; k++) {
+                loop->base[k] = (char *)inputs[k].data + layouts[k].offset * fk_dtype_itemsize[inputs[k].dtype];
+                loop->strides[k][0] = fk_dtype_itemsize[inputs[k].dtype];
+            }
+            loop->base[n_in] = (char *)output->data + out->offset * fk_dtype_itemsize[output->dtype];
+            loop->strides[n_in][0] = fk_dtype_itemsize[output->dtype];
+            return FK_OK;
+        }
+    }
+
     for (k = 0; k < n_in; k++) {
         int status = fk_layout_check(&layouts[k], &inputs[k], "input", k);
         if (status) return status;
@@ -95,38 +146,10 @@ static inline int fk_loop_plan(fk_loop *loop, const fk_storage *inputs, int n_in
         int status = fk_layout_check(out, output, "output", 0);
         if (status) return status;
     }
-    if (output->flags & FK_STORAGE_READ_ONLY) {
-        fk_set_error(FK_ERR_READ_ONLY, "output 0 is read-only");
-        return FK_ERR_READ_ONLY;
-    }
-    loop->nops = nops;
     loop->numel = fk_layout_numel(out);
     for (k = 0; k < n_in; k++)
         loop->base[k] = (char *)inputs[k].data + layouts[k].offset * fk_dtype_itemsize[inputs[k].dtype];
     loop->base[n_in] = (char *)output->data + out->offset * fk_dtype_itemsize[output->dtype];
-
-    /* fast path: every operand C-contiguous with the output's shape -> one flat row */
-    {
-        int flat = 1;
-        for (k = 0; k <= n_in && flat; k++) {
-            const fk_layout *l = &layouts[k];
-            int64_t expected = 1;
-            if (l->ndim != ndim) { flat = 0; break; }
-            for (d = ndim - 1; d >= 0; d--) {
-                if (l->shape[d] != out->shape[d] || (l->shape[d] != 1 && l->strides[d] != expected)) { flat = 0; break; }
-                expected *= l->shape[d];
-            }
-        }
-        if (flat) {
-            loop->ndim = 1;
-            loop->shape[0] = loop->numel;
-            loop->inner = loop->numel;
-            loop->rows = loop->numel ? 1 : 0;
-            for (k = 0; k < n_in; k++) loop->strides[k][0] = fk_dtype_itemsize[inputs[k].dtype];
-            loop->strides[n_in][0] = fk_dtype_itemsize[output->dtype];
-            return FK_OK;
-        }
-    }
 
     /* broadcast each input onto the output shape (right-aligned) */
     for (k = 0; k < n_in; k++) {
