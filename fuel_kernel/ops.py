@@ -171,3 +171,101 @@ def infer_output_dtype(op, input_dtypes, params=None):
     if s.infer_dtype is None:
         raise ParamsError(f"{OpKind(op).short_name} needs an explicit output to know its dtype")
     return DType(s.infer_dtype([DType(d) for d in input_dtypes], params))
+
+
+# ---- compute ops (issue 4): reductions, matmul, softmax/norms, conv2d -------------------------
+# The conventions these encode are documented in the kernel headers under fuel_kernel/cpu/.
+
+def _reduced_dims(ndim, params):
+    """The set of reduced dims: params.reduce dims (negative from the end), empty or None = all."""
+    fields = params.fields() if params is not None else {}
+    dims = fields.get("dims", ())
+    if params is not None and params.kind not in ("reduce", "none"):
+        raise ParamsError(f"reductions take params.reduce(dims, keepdim), not {params.kind}")
+    if not dims:
+        return set(range(ndim)), bool(fields.get("keepdim", False))
+    out = set()
+    for d in dims:
+        n = d + ndim if d < 0 else d
+        if not 0 <= n < ndim:
+            raise ParamsError(f"reduce dim {d} is out of range for a {ndim}-d input")
+        out.add(n)
+    return out, bool(fields.get("keepdim", False))
+
+
+def reduce_shape(shapes, params=None):
+    shape = shapes[0]
+    dims, keepdim = _reduced_dims(len(shape), params)
+    return tuple(1 if d in dims else s for d, s in enumerate(shape) if keepdim or d not in dims)
+
+
+def _sum_dtype(dtypes, params=None):
+    return dtypes[0] if dtypes[0].is_float else DType.I64
+
+
+def _mean_dtype(dtypes, params=None):
+    return dtypes[0] if dtypes[0].is_float else DType.F64
+
+
+def _index_dtype(dtypes, params=None):
+    return DType.I64
+
+
+for _op, _dtype in ((OpKind.SUM, _sum_dtype), (OpKind.PROD, _sum_dtype), (OpKind.MAX, same_as_first),
+                    (OpKind.MIN, same_as_first), (OpKind.MEAN, _mean_dtype),
+                    (OpKind.ARGMAX, _index_dtype), (OpKind.ARGMIN, _index_dtype)):
+    _add(_op, 1, "reduce", reduce_shape, _dtype)
+
+
+def matmul_shape(shapes, params=None):
+    """[A, B] or [A, B, count] -> (*batch, m, n): batch and m, n from params.matmul, else from the
+    shapes (A (..., m, k) @ B (..., k, n), batch dims broadcast)."""
+    if len(shapes) not in (2, 3):
+        from .errors import OperandCountError
+        raise OperandCountError(f"matmul takes [A, B] or [A, B, count], got {len(shapes)} inputs")
+    a, b = shapes[0], shapes[1]
+    if len(a) < 2 or len(b) < 2:
+        raise ShapeError(f"matmul needs A and B with at least 2 dims, got {a} and {b}")
+    if params is not None and params.kind == "matmul":
+        f = params.fields()
+        return tuple(f["batch"]) + (f["m"], f["n"])
+    if params is not None and params.kind != "none":
+        raise ParamsError(f"matmul takes params.matmul(...), not {params.kind}")
+    if a[-1] != b[-2]:
+        raise ShapeError(f"matmul inner extents differ: {a} @ {b}")
+    return broadcast_shape([a[:-2], b[:-2]]) + (a[-2], b[-1])
+
+
+_add(OpKind.MATMUL, None, "matmul", matmul_shape, same_as_first)
+
+
+def same_shape_as_first(shapes, params=None):
+    return tuple(shapes[0])
+
+
+_add(OpKind.SOFTMAX_LAST_DIM, 1, "softmax_last_dim", same_shape_as_first, same_as_first)
+_add(OpKind.LOG_SOFTMAX_LAST_DIM, 1, "softmax_last_dim", same_shape_as_first, same_as_first)
+_add(OpKind.RMS_NORM, 2, "norm_last_dim", same_shape_as_first, same_as_first)
+_add(OpKind.LAYER_NORM, 3, "norm_last_dim", same_shape_as_first, same_as_first)
+
+
+def conv2d_shape(shapes, params=None):
+    """[x (N, C, H, W), w (O, C/groups, KH, KW)] or with a bias (O,) -> (N, O, OH, OW)."""
+    if len(shapes) not in (2, 3):
+        from .errors import OperandCountError
+        raise OperandCountError(f"conv2d takes [x, w] or [x, w, bias], got {len(shapes)} inputs")
+    x, w = shapes[0], shapes[1]
+    if len(x) != 4 or len(w) != 4:
+        raise ShapeError(f"conv2d takes NCHW x and (O, C/groups, KH, KW) w, got {x} and {w}")
+    f = params.fields() if params is not None and params.kind == "conv2d" else {
+        "stride": (1, 1), "padding": (0, 0), "dilation": (1, 1), "groups": 1}
+    out = [x[0], w[0]]
+    for i in range(2):
+        num = x[2 + i] + 2 * f["padding"][i] - f["dilation"][i] * (w[2 + i] - 1) - 1
+        if num < 0:
+            raise ShapeError(f"conv2d kernel {w[2:]} does not fit the padded input {x[2:]}")
+        out.append(num // f["stride"][i] + 1)
+    return tuple(out)
+
+
+_add(OpKind.CONV2D, None, "conv2d", conv2d_shape, same_as_first)

@@ -33,8 +33,11 @@ class MachineConstants:
     bandwidth: float         # bytes/s of one core on a large copy
 
 
+MACHINE_FORMAT = 2       # bump when the measurement changes, so old caches are re-measured
+
+
 def machine_constants():
-    """Measured once per machine (about 0.1 s) and cached in CACHE_DIR/machine.json."""
+    """Measured once per machine (about 0.2 s) and cached in CACHE_DIR/machine.json."""
     global _machine
     with _machine_lock:
         if _machine is not None:
@@ -43,15 +46,17 @@ def machine_constants():
         try:
             with open(path) as handle:
                 data = json.load(handle)
-            _machine = MachineConstants(float(data["peak_flops"]), float(data["bandwidth"]))
-            return _machine
+            if data.get("format") == MACHINE_FORMAT:
+                _machine = MachineConstants(float(data["peak_flops"]), float(data["bandwidth"]))
+                return _machine
         except (OSError, ValueError, KeyError, TypeError):
             pass
         _machine = _measure_machine()
         try:
             os.makedirs(CACHE_DIR, exist_ok=True)
             with open(path, "w") as handle:
-                json.dump({"peak_flops": _machine.peak_flops, "bandwidth": _machine.bandwidth}, handle)
+                json.dump({"format": MACHINE_FORMAT, "peak_flops": _machine.peak_flops,
+                           "bandwidth": _machine.bandwidth}, handle)
         except OSError:
             pass                      # a read-only home only costs a re-measurement next time
         return _machine
@@ -67,12 +72,26 @@ def _best_time(fn, repeats=5):
 
 
 def _measure_machine():
-    n = 256
+    """One core's peak: fuel_kernel's own F32 matmul (single-threaded by construction, unlike a
+    BLAS pool) and a large F32 copy through CONTIGUIZE.  Best of several runs, after a warm-up."""
+    from . import _dispatch
+    from .types import OpKind
+    table = _dispatch.bindings()
+    n = 384
     a = np.ones((n, n), dtype=np.float32)
-    flops = 2.0 * n ** 3 / _best_time(lambda: a @ a)
+    c = np.empty_like(a)
+    try:
+        matmul = table.lookup(OpKind.MATMUL, [DType.F32] * 3, 0)
+        run_matmul = lambda: matmul(a, a, out=c)
+    except NoKernelError:
+        run_matmul = lambda: np.matmul(a, a, out=c)
+    run_matmul()
+    flops = 2.0 * n ** 3 / _best_time(run_matmul, repeats=7)
     src = np.ones(1 << 22, dtype=np.float32)
     dst = np.empty_like(src)
-    bandwidth = 2.0 * src.nbytes / _best_time(lambda: np.copyto(dst, src))
+    copy = table.lookup(OpKind.CONTIGUIZE, [DType.F32, DType.F32], 0)
+    copy(src, out=dst)
+    bandwidth = 2.0 * src.nbytes / _best_time(lambda: copy(src, out=dst), repeats=7)
     return MachineConstants(flops, bandwidth)
 
 

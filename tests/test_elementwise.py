@@ -449,3 +449,24 @@ def test_empty_and_zero_dim():
     assert add(e, e).shape == (0, 3)
     s = np.float32(2.0) * np.ones((), np.float32)
     assert add(s, s).tolist() == 4.0
+
+
+@pytest.mark.parametrize("dtype", [D.U8, D.I16, D.BF16, D.F32, D.F64])
+def test_tiled_walk_variants(dtype, rng):
+    """Transposed operands in 3-d (several planes), reversed, and on both inputs at once."""
+    add = fk.bindings().lookup(Op.ADD, [dtype] * 3)
+    nd = dtype.numpy
+    base = random_values((3, 150, 130), dtype, rng, special=False)
+    other = random_values((3, 130, 150), dtype, rng, special=False)
+    cases = [
+        (base, other.transpose(0, 2, 1)),                       # planes x transposed
+        (base[:, ::-1], other.transpose(0, 2, 1)[:, ::-1, ::-1]),  # transposed and reversed
+        (other.transpose(0, 2, 1), other[::-1].transpose(0, 2, 1)),  # both inputs transposed
+        (base[0], other[1].T[:, :1]),                           # transposed column broadcast
+    ]
+    for a, b in cases:
+        out = np.empty(np.broadcast_shapes(a.shape, b.shape), dtype=nd)
+        add(a, b, out=out)
+        with np.errstate(all="ignore"):
+            expected = (a.astype(compute_dtype(dtype)) + b.astype(compute_dtype(dtype))).astype(nd)
+        assert_same(out, expected, dtype)

@@ -249,4 +249,7 @@ def test_readers_see_whole_snapshots_while_a_writer_publishes_1000_times():
     assert bytes_after == bytes_before
     traced_after = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    assert traced_after[0] - traced_before[0] < 256 * 1024
+    # The published snapshot was allocated while tracing (the one it replaced was not), so the
+    # growth includes one whole snapshot, which scales with the registered kernels: a leak is
+    # growth beyond it.
+    assert traced_after[0] - traced_before[0] - bytes_after < 256 * 1024

@@ -14,6 +14,11 @@ KERNEL_MODULES = (
     "fuel_kernel.cpu._movement",
     "fuel_kernel.cpu._index",
     "fuel_kernel.cpu._attention",
+    "fuel_kernel.cpu._reduce",
+    "fuel_kernel.cpu._matmul",
+    "fuel_kernel.cpu._matmul_blas",      # zero rows unless SciPy is importable
+    "fuel_kernel.cpu._norm",
+    "fuel_kernel.cpu._conv",
 )
 
 

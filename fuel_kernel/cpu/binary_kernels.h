@@ -130,7 +130,8 @@ FK_DEFINE_SCAN(negative_i64, int64_t, v < 0)
     FK_GEN_NATIVE(OP, F32, float, FLT, FK_PRE_NONE, f32)                                         \
     FK_GEN_NATIVE(OP, F64, double, FLT, FK_PRE_NONE, f64)                                        \
     FK_GEN_HALF(OP, F16, fk_load_f16_row, fk_store_f16_row)                                      \
-    FK_GEN_HALF(OP, BF16, fk_load_bf16_row, fk_store_bf16_row)                                   \
+    FK_BINARY_ROW_BF16(OP, float, fk_store_bf16_row, uint16_t, FK_E_##OP##_FLT, FK_BF16_STORE_FLOAT) \
+    FK_BINARY_KERNEL(OP, BF16, BF16, FK_PRE_NONE, f32)                                           \
     FK_GEN_NATIVE(OP, U8, uint8_t, UINT, PRE_U, u8)                                              \
     FK_GEN_NATIVE(OP, I8, int8_t, SINT, PRE_S, i8)                                               \
     FK_GEN_NATIVE(OP, I16, int16_t, SINT, PRE_S, i16)                                            \

@@ -27,7 +27,9 @@
     FK_BINARY_KERNEL(OP, D, BOOL, FK_PRE_NONE, none)
 #define FK_GEN_CMP(OP)                                                                           \
     FK_GEN_CMP_NATIVE(OP, F32, float) FK_GEN_CMP_NATIVE(OP, F64, double)                         \
-    FK_GEN_CMP_HALF(OP, F16, fk_load_f16_row) FK_GEN_CMP_HALF(OP, BF16, fk_load_bf16_row)        \
+    FK_GEN_CMP_HALF(OP, F16, fk_load_f16_row)                                                    \
+    FK_BINARY_ROW_BF16(OP, uint8_t, fk_store_bool_row, uint8_t, FK_E_##OP, FK_BF16_STORE_BOOL)   \
+    FK_BINARY_KERNEL(OP, BF16, BOOL, FK_PRE_NONE, none)                                          \
     FK_GEN_CMP_NATIVE(OP, BOOL, uint8_t) FK_GEN_CMP_NATIVE(OP, U8, uint8_t)                      \
     FK_GEN_CMP_NATIVE(OP, I8, int8_t) FK_GEN_CMP_NATIVE(OP, I16, int16_t)                        \
     FK_GEN_CMP_NATIVE(OP, I32, int32_t) FK_GEN_CMP_NATIVE(OP, I64, int64_t)                      \

@@ -1,0 +1,124 @@
+"""Compute kernels (issue 4) against NumPy and PyTorch, single-threaded: MATMUL, SUM, SOFTMAX, CONV2D.
+
+Every peer runs on one thread: torch.set_num_threads(1), and NumPy's/SciPy's BLAS through the
+OPENBLAS_NUM_THREADS=1 pin that `python -m bench` sets before they load (or threadpoolctl when
+installed); each case name says which limit is in force, so an unpinned run is visible.
+
+"route-picked" is the alternative fuel_kernel's route picker (BindingTable.pick, the choice
+Graph.compile makes) takes for the case's shapes.
+"""
+import os
+
+import numpy as np
+
+import fuel_kernel as fk
+from bench.harness import Case, optional_import
+
+_LIMITS = []
+
+
+def _single_thread_peers():
+    """Limit NumPy's BLAS and PyTorch to one thread; returns a note for the case names."""
+    torch, _ = optional_import("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
+    threadpoolctl, _ = optional_import("threadpoolctl")
+    if threadpoolctl is not None:
+        if not _LIMITS:
+            _LIMITS.append(threadpoolctl.threadpool_limits(1))
+        return "1 thread"
+    if os.environ.get("OPENBLAS_NUM_THREADS") == "1":
+        return "1 thread (env)"
+    return "BLAS threads NOT limited"
+
+
+def route_picked(op, dtypes, operands, params=None):
+    """The alternative fuel_kernel's route picker (BindingTable.pick) chooses for these operands."""
+    return fk.bindings().pick(op, dtypes, fk.Backend.CPU, operands, params)
+
+
+def cases():
+    note = _single_thread_peers()
+    torch, torch_missing = optional_import("torch")
+    rng = np.random.default_rng(0)
+    F32 = fk.DType.F32
+    table = fk.bindings()
+
+    # ---- MATMUL f32 512x512 -------------------------------------------------------------------
+    a = rng.standard_normal((512, 512)).astype(np.float32)
+    b = rng.standard_normal((512, 512)).astype(np.float32)
+    c = np.empty((512, 512), np.float32)
+    alts = {k.source: k for k in table.alternatives(fk.OpKind.MATMUL, [F32] * 3, fk.Backend.CPU)}
+    picked = route_picked(fk.OpKind.MATMUL, [F32] * 3, (a, b, c))
+    contenders = {"numpy matmul(out=)": lambda: np.matmul(a, b, out=c),
+                  f"fk route-picked ({picked.source})": lambda: picked(a, b, out=c),
+                  "fk native": lambda: alts["native"](a, b, out=c)}
+    skipped = {}
+    if "blas" in alts:
+        contenders["fk blas"] = lambda: alts["blas"](a, b, out=c)
+    else:
+        skipped["fk blas"] = "SciPy not importable: no BLAS sibling registered"
+    if torch is not None:
+        at, bt, ct = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(c)
+        contenders["torch matmul(out=)"] = lambda: torch.matmul(at, bt, out=ct)
+    else:
+        skipped["torch"] = torch_missing
+    yield Case(name=f"fk: MATMUL f32 512x512 [{note}]", contenders=contenders,
+               baseline="numpy matmul(out=)", skipped=skipped,
+               target="route-picked <= 1.05x numpy; native <= 2.5x numpy")
+
+    # ---- SUM f32 4M ----------------------------------------------------------------------------
+    x = rng.standard_normal(4 * 1024 * 1024).astype(np.float32)
+    s = np.empty((), np.float32)
+    ksum = table.lookup(fk.OpKind.SUM, [F32, F32], fk.Backend.CPU)
+    contenders = {"fk sum": lambda: ksum(x, out=s), "numpy sum": lambda: x.sum()}
+    skipped = {}
+    if torch is not None:
+        xt = torch.from_numpy(x)
+        contenders["torch sum"] = lambda: xt.sum()
+    else:
+        skipped["torch"] = torch_missing
+    yield Case(name=f"fk: SUM f32 4M elements [{note}]", contenders=contenders,
+               baseline="torch sum" if torch is not None else "numpy sum", skipped=skipped,
+               target="fk <= 1.1x torch" if torch is not None else "torch absent: numpy only")
+
+    # ---- SOFTMAX_LAST_DIM f32 1024x1024 --------------------------------------------------------
+    y = (rng.standard_normal((1024, 1024)) * 3).astype(np.float32)
+    yo = np.empty_like(y)
+    ksm = table.lookup(fk.OpKind.SOFTMAX_LAST_DIM, [F32, F32], fk.Backend.CPU)
+
+    def numpy_softmax():
+        e = np.exp(y - y.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+
+    contenders = {"fk softmax(out=)": lambda: ksm(y, out=yo),
+                  "fk softmax (allocating)": lambda: ksm(y), "numpy": numpy_softmax}
+    skipped = {}
+    if torch is not None:
+        yt = torch.from_numpy(y)
+        contenders["torch softmax"] = lambda: torch.softmax(yt, -1)
+    else:
+        skipped["torch"] = torch_missing
+    yield Case(name=f"fk: SOFTMAX_LAST_DIM f32 1024x1024 [{note}]", contenders=contenders,
+               baseline="torch softmax" if torch is not None else "numpy", skipped=skipped,
+               target="fk <= 1.0x torch" if torch is not None else "torch absent: numpy only")
+
+    # ---- CONV2D 8x32x56x56, 64 3x3 filters, padding 1 ------------------------------------------
+    xi = rng.standard_normal((8, 32, 56, 56)).astype(np.float32)
+    wi = rng.standard_normal((64, 32, 3, 3)).astype(np.float32)
+    oi = np.empty((8, 64, 56, 56), np.float32)
+    p = fk.params.conv2d(padding=1)
+    conv = route_picked(fk.OpKind.CONV2D, [F32] * 3, (xi, wi, oi), params=p)
+    contenders = {f"fk route-picked ({conv.source})(out=)": lambda: conv(xi, wi, out=oi, params=p),
+                  f"fk route-picked ({conv.source}) alloc": lambda: conv(xi, wi, params=p)}
+    skipped = {"fk direct": "not timed: the route picker never takes it at this size"}
+    if torch is not None:
+        xt4, wt4 = torch.from_numpy(xi), torch.from_numpy(wi)
+        contenders["torch conv2d"] = lambda: torch.nn.functional.conv2d(xt4, wt4, padding=1)
+        baseline = "torch conv2d"
+    else:
+        skipped["torch"] = torch_missing
+        baseline = f"fk route-picked ({conv.source})(out=)"
+    yield Case(name=f"fk: CONV2D 8x32x56x56 * 64x3x3 pad 1 [{note}]", contenders=contenders,
+               baseline=baseline, skipped=skipped,
+               target="fk <= 1.5x torch" if torch is not None else "torch absent: no peer")

@@ -1,0 +1,97 @@
+/* Helpers shared by the compute kernel families (reductions, matmul, softmax/norms, conv2d).
+ *
+ * Element loads/stores to the compute types (F16/BF16 compute in F32), the run-time ISA
+ * dispatch attribute for hot loops, and the storage-overlap check every family runs before it
+ * writes.  Header-only and static: each kernel module includes it once in its translation unit.
+ */
+#ifndef FUEL_KERNEL_CPU_COMPUTE_COMMON_H
+#define FUEL_KERNEL_CPU_COMPUTE_COMMON_H
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fuel_kernel/abi.h"
+#include "fuel_kernel/half.h"
+#include "fuel_kernel/strided.h"
+
+/* Hot loops are compiled for AVX-512F, AVX2 and the baseline; the loader picks one at run time. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(FK_NO_TARGET_CLONES)
+#define FK_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define FK_CLONES
+#endif
+
+/* ---- element access: storage element <-> compute value -------------------------------------- */
+#define FK_LD_BOOL(x) ((x) != 0)
+#define FK_LD_U8(x) (x)
+#define FK_LD_I8(x) (x)
+#define FK_LD_I16(x) (x)
+#define FK_LD_I32(x) (x)
+#define FK_LD_I64(x) (x)
+#define FK_LD_U32(x) (x)
+#define FK_LD_F16(x) fk_f16_to_f32(x)
+#define FK_LD_BF16(x) fk_bf16_to_f32(x)
+#define FK_LD_F32(x) (x)
+#define FK_LD_F64(x) (x)
+
+/* float compute value -> float storage element (round to nearest even) */
+#define FK_ST_F16(v) fk_f32_to_f16((float)(v))
+#define FK_ST_BF16(v) fk_f32_to_bf16((float)(v))
+#define FK_ST_F32(v) ((float)(v))
+#define FK_ST_F64(v) ((double)(v))
+/* double compute value -> float storage element, rounded once */
+#define FK_STD_F16(v) fk_f64_to_f16((double)(v))
+#define FK_STD_BF16(v) fk_f64_to_bf16((double)(v))
+#define FK_STD_F32(v) ((float)(v))
+#define FK_STD_F64(v) ((double)(v))
+
+/* 1 if the storages' byte ranges intersect (both non-empty). */
+static inline int fk_storage_overlap(const fk_storage *a, const fk_storage *b) {
+    const char *a0 = (const char *)a->data, *b0 = (const char *)b->data;
+    if (a->nbytes == 0 || b->nbytes == 0) return 0;
+    return a0 < b0 + b->nbytes && b0 < a0 + a->nbytes;
+}
+
+/* The common operand checks of a compute kernel: counts, backend and dtypes, every layout inside
+ * its storage, a writable output that overlaps no input.  Runs before anything is written. */
+static inline int fk_compute_check(const fk_storage *inputs, int n_in, fk_storage *outputs, int n_out,
+                                   const fk_layout *layouts, int want_in, const int *dtypes) {
+    int status = fk_check_operands(inputs, n_in, outputs, n_out, want_in, 1, dtypes, FK_BACKEND_CPU);
+    if (status) return status;
+    for (int k = 0; k < n_in; k++) {
+        status = fk_layout_check(&layouts[k], &inputs[k], "input", k);
+        if (status) return status;
+    }
+    status = fk_layout_check(&layouts[n_in], &outputs[0], "output", 0);
+    if (status) return status;
+    if (outputs[0].flags & FK_STORAGE_READ_ONLY) {
+        fk_set_error(FK_ERR_READ_ONLY, "output 0 is read-only");
+        return FK_ERR_READ_ONLY;
+    }
+    if (fk_layout_numel(&layouts[n_in]) > 0) {
+        for (int k = 0; k < n_in; k++) {
+            if (fk_layout_numel(&layouts[k]) > 0 && fk_storage_overlap(&inputs[k], &outputs[0])) {
+                fk_set_error(FK_ERR_ALIAS, "output 0 overlaps input %d; this kernel needs disjoint memory", k);
+                return FK_ERR_ALIAS;
+            }
+        }
+    }
+    return FK_OK;
+}
+
+/* Address of the element at `offset` (in elements) of a storage. */
+static inline char *fk_elem_ptr(const fk_storage *storage, int64_t offset) {
+    return (char *)storage->data + offset * fk_dtype_itemsize[storage->dtype];
+}
+
+/* 64-byte aligned scratch; NULL (with FK_ERR_NO_MEMORY set) on failure. */
+static inline void *fk_scratch_alloc(size_t bytes) {
+    void *p = NULL;
+    if (bytes == 0) bytes = 64;
+    if (posix_memalign(&p, 64, (bytes + 63) & ~(size_t)63) != 0) p = NULL;
+    if (p == NULL) fk_set_error(FK_ERR_NO_MEMORY, "could not allocate %zu bytes of scratch memory", bytes);
+    return p;
+}
+
+#endif /* FUEL_KERNEL_CPU_COMPUTE_COMMON_H */

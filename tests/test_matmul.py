@@ -1,0 +1,233 @@
+"""MATMUL (native and BLAS siblings) against NumPy: every binding, awkward shapes, strided and
+broadcast operands, batch broadcasting, every MatmulM mode, precision claims and error paths."""
+import numpy as np
+import pytest
+
+import fuel_kernel as fk
+from support import LAYOUTS, make_operand
+
+MM_DTYPES = (fk.DType.F32, fk.DType.F64, fk.DType.F16, fk.DType.BF16, fk.DType.U8, fk.DType.I8,
+             fk.DType.I16, fk.DType.I32, fk.DType.U32, fk.DType.I64)
+COUNT_DTYPES = (None, fk.DType.I32, fk.DType.I64)
+CASES = [(dt, cd) for dt in MM_DTYPES for cd in COUNT_DTYPES]
+SHAPES = [(1, 1, 1), (1, 9, 17), (7, 13, 5), (0, 5, 3), (4, 0, 3), (3, 5, 0), (3, 1100, 4),
+          (41, 37, 67), (9, 300, 33)]
+
+
+def key(dt, count_dt):
+    return [dt, dt, dt] if count_dt is None else [dt, dt, count_dt, dt]
+
+
+def all_kernels(dt, count_dt):
+    kernels = fk.bindings().alternatives(fk.OpKind.MATMUL, key(dt, count_dt), fk.Backend.CPU)
+    assert kernels
+    return kernels
+
+
+def values(shape, dt, rng):
+    from support import random_values
+    return random_values(shape, dt, rng, special=not dt.is_float)
+
+
+def oracle(a, b, dt):
+    if dt.is_float:
+        return np.matmul(a.astype(np.float64), b.astype(np.float64))
+    return np.matmul(a, b)
+
+
+def check(got, a, b, dt, claim, rows=None):
+    exp = oracle(a, b, dt)
+    if rows is not None:
+        exp = exp.copy()
+        exp[..., rows:, :] = 0
+    if not dt.is_float:
+        np.testing.assert_array_equal(got, exp.astype(dt.numpy))
+        return
+    bound = claim.max_rel * np.matmul(np.abs(a.astype(np.float64)), np.abs(b.astype(np.float64)))
+    if rows is not None:
+        bound[..., rows:, :] = 0
+    # the claim covers accumulation; F16/BF16 outputs add one rounding, included in max_rel
+    err = np.abs(got.astype(np.float64) - exp)
+    assert (err <= bound + 1e-300).all(), (err.max(), (err - bound).max())
+
+
+def run(kernel, dt, count_dt, a, b, m, n, k, batch=(), mm=None, count=None, out=None):
+    if out is None:
+        out = np.full(tuple(batch) + (m, n), 7, dtype=dt.numpy)
+    if count_dt is not None:
+        count = m if count is None else count
+        mm = fk.MatmulM.deferred(2)
+        cnt = np.array(count, dtype=count_dt.numpy)
+        kernel(a, b, cnt, out=out, params=fk.params.matmul(m, n, k, batch=batch, m_compute=mm))
+    else:
+        kernel(a, b, out=out, params=fk.params.matmul(m, n, k, batch=batch, m_compute=mm))
+    return out
+
+
+@pytest.mark.parametrize("dt,count_dt", CASES,
+                         ids=[f"{d.short_name}-{c.short_name if c else 'nocount'}" for d, c in CASES])
+def test_matmul_binding(dt, count_dt, rng):
+    for kernel in all_kernels(dt, count_dt):
+        assert kernel.caps & fk.KernelCaps.STRIDED_INPUT
+        claim = kernel.precision
+        for m, k, n in SHAPES:
+            for la, lb in zip(LAYOUTS, LAYOUTS[2:] + LAYOUTS[:2]):
+                a = make_operand((m, k), dt, la, rng, values=values((m, k), dt, rng))
+                b = make_operand((k, n), dt, lb, rng, values=values((k, n), dt, rng))
+                got = run(kernel, dt, count_dt, a, b, m, n, k)
+                check(got, a, b, dt, claim)
+        # every MatmulM mode on a batched, broadcast product
+        a = values((2, 1, 10, 6), dt, rng)
+        b = values((3, 6, 5), dt, rng)
+        for rows in (0, 4, 10):
+            mm = fk.MatmulM.rows(rows) if count_dt is None else None
+            got = run(kernel, dt, count_dt, a, b, 10, 5, 6, batch=(2, 3), mm=mm, count=rows)
+            check(got, a, b, dt, claim, rows=rows)
+        if count_dt is None:
+            out = np.full((2, 3, 10, 5), 7, dtype=dt.numpy)
+            kernel(a, b, out=out)                                  # no params: shapes decide
+            check(out, a, b, dt, claim)
+            out_t = np.full((2, 3, 5, 10), 7, dtype=dt.numpy).transpose(0, 1, 3, 2)
+            kernel(a, b, out=out_t)                                # strided output
+            check(out_t, a, b, dt, claim)
+
+
+@pytest.mark.parametrize("count_dt", [fk.DType.I32, fk.DType.I64])
+@pytest.mark.parametrize("count", [-1, 11, 2**31 - 1])
+def test_deferred_count_out_of_range_writes_nothing(count_dt, count, rng):
+    a = rng.standard_normal((10, 4)).astype(np.float32)
+    b = rng.standard_normal((4, 3)).astype(np.float32)
+    for kernel in all_kernels(fk.DType.F32, count_dt):
+        out = np.full((10, 3), 7.0, dtype=np.float32)
+        with pytest.raises(fk.KernelIndexError):
+            run(kernel, fk.DType.F32, count_dt, a, b, 10, 3, 4, count=count, out=out)
+        assert (out == 7.0).all()
+
+
+def test_nan_propagates(rng):
+    a = rng.standard_normal((5, 4)).astype(np.float32)
+    a[2, 1] = np.nan
+    b = rng.standard_normal((4, 6)).astype(np.float32)
+    for kernel in all_kernels(fk.DType.F32, None):
+        out = kernel(a, b, out=np.empty((5, 6), np.float32))
+        assert np.isnan(out[2]).all() and not np.isnan(np.delete(out, 2, 0)).any()
+
+
+def test_dispatch_allocates_from_params(rng):
+    a = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    b = rng.standard_normal((4, 5)).astype(np.float32)
+    out = fk.dispatch(fk.OpKind.MATMUL, [a, b])
+    assert out.shape == (2, 3, 5)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-5)
+    cnt = np.array(2, dtype=np.int64)
+    out = fk.dispatch(fk.OpKind.MATMUL, [a, b, cnt],
+                      params=fk.params.matmul(3, 5, 4, batch=(2,), m_compute=fk.MatmulM.deferred(2)))
+    assert (out[:, 2:] == 0).all()
+    np.testing.assert_allclose(out[:, :2], (a @ b)[:, :2], rtol=1e-5, atol=1e-5)
+
+
+def test_cost_lets_a_picker_choose_by_shape():
+    """With the route picker's time model (fuel_kernel.route.estimate_ns) on fixed machine
+    constants, the BLAS sibling wins large square products (same speed per flop, lower call
+    overhead) and the native kernel wins one-row products (its few-rows path streams B once;
+    ?gemm packs B and computes 4-row tiles)."""
+    from fuel_kernel.route import MachineConstants, estimate_ns
+    kernels = all_kernels(fk.DType.F32, None)
+    if len(kernels) < 2:
+        pytest.skip("SciPy BLAS sibling not registered")
+    machine = MachineConstants(peak_flops=1e11, bandwidth=2e10)
+
+    def seconds(kernel, *shapes):
+        return estimate_ns(kernel.cost(*shapes), machine)
+
+    by_source = {k.source: k for k in kernels}
+    big = ((512, 512), (512, 512), (512, 512))
+    one_row = ((1, 4096), (4096, 4096), (1, 4096))
+    assert seconds(by_source["blas"], *big) < seconds(by_source["native"], *big)
+    assert seconds(by_source["native"], *one_row) < seconds(by_source["blas"], *one_row)
+    big_params = fk.params.matmul(512, 512, 512)
+    assert fk.bindings().pick(fk.OpKind.MATMUL, [fk.DType.F32] * 3, fk.Backend.CPU, big,
+                              big_params).source in ("blas", "native")
+
+
+def error_case(problem, rng):
+    a = rng.standard_normal((4, 3)).astype(np.float32)
+    b = rng.standard_normal((3, 5)).astype(np.float32)
+    out = np.full((4, 5), 7.0, dtype=np.float32)
+    inputs = [a, b]
+    params = fk.params.matmul(4, 5, 3)
+    dts = [fk.DType.F32] * 3
+    error = fk.ShapeError
+    if problem == "dtype":
+        out = np.full((4, 5), 7.0, dtype=np.float64)
+        error = fk.DTypeError
+    elif problem == "inner":
+        inputs[1] = rng.standard_normal((2, 5)).astype(np.float32)
+        params = None
+    elif problem == "out_shape":
+        out = np.full((4, 6), 7.0, dtype=np.float32)
+    elif problem == "params_shape":
+        params = fk.params.matmul(4, 5, 2)
+    elif problem == "params_kind":
+        params = fk.params.reduce((0,))
+        error = fk.ParamsError
+    elif problem == "vector":
+        inputs[1] = np.ones(3, np.float32)
+        params = None
+    elif problem == "readonly":
+        out.setflags(write=False)
+        error = fk.ReadOnlyError
+    elif problem == "alias":
+        big = np.zeros((4, 5), np.float32)
+        inputs[0] = big[:, :3]
+        out = big
+        error = fk.AliasError
+    elif problem == "deferred_index":
+        dts = [fk.DType.F32, fk.DType.F32, fk.DType.I64, fk.DType.F32]
+        inputs.append(np.array(2, np.int64))
+        params = fk.params.matmul(4, 5, 3, m_compute=fk.MatmulM.deferred(1))
+        error = fk.ParamsError
+    elif problem == "count_not_deferred":
+        dts = [fk.DType.F32, fk.DType.F32, fk.DType.I64, fk.DType.F32]
+        inputs.append(np.array(2, np.int64))
+        error = fk.ParamsError
+    elif problem == "count_not_scalar":
+        dts = [fk.DType.F32, fk.DType.F32, fk.DType.I64, fk.DType.F32]
+        inputs.append(np.array([2, 2], np.int64))
+        params = fk.params.matmul(4, 5, 3, m_compute=fk.MatmulM.deferred(2))
+    elif problem == "batch":
+        inputs[0] = rng.standard_normal((2, 4, 3)).astype(np.float32)
+        params = fk.params.matmul(4, 5, 3, batch=(3,))
+        out = np.full((3, 4, 5), 7.0, dtype=np.float32)
+    return dts, inputs, out, params, error
+
+
+@pytest.mark.parametrize("problem", ["dtype", "inner", "out_shape", "params_shape", "params_kind",
+                                     "vector", "readonly", "alias", "deferred_index",
+                                     "count_not_deferred", "count_not_scalar", "batch"])
+def test_errors_leave_the_output_untouched(problem, rng):
+    dts, inputs, out, params, error = error_case(problem, rng)
+    for kernel in fk.bindings().alternatives(fk.OpKind.MATMUL, dts, fk.Backend.CPU):
+        before = out.copy()
+        with pytest.raises(error):
+            kernel(*inputs, out=out, params=params)
+        np.testing.assert_array_equal(out, before)
+    with pytest.raises(fk.ParamsError):
+        fk.params.matmul(4, 5, 3, m_compute=fk.MatmulM.rows(5))
+
+
+def test_without_scipy_only_the_native_kernels_register():
+    """SciPy is optional: with it unimportable the BLAS module contributes zero rows."""
+    import os
+    import subprocess
+    import sys
+    code = ("import sys; sys.modules['scipy'] = None\n"
+            "import numpy as np, fuel_kernel as fk\n"
+            "alts = fk.bindings().alternatives(fk.OpKind.MATMUL, [fk.DType.F32] * 3, fk.Backend.CPU)\n"
+            "assert [k.source for k in alts] == ['native'], alts\n"
+            "a = np.ones((3, 4), np.float32)\n"
+            "assert (alts[0](a, a.T, out=np.empty((3, 3), np.float32)) == 4).all()\n"
+            "print('ok')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr

@@ -1,0 +1,162 @@
+"""SOFTMAX_LAST_DIM, LOG_SOFTMAX_LAST_DIM, RMS_NORM and LAYER_NORM against a long-double reference:
+every binding, every layout, awkward shapes, huge inputs (stability), NaN/inf rows, the precision
+claims, and error paths that leave the output untouched."""
+import numpy as np
+import pytest
+
+import fuel_kernel as fk
+from support import FLOAT_DTYPES, LAYOUTS, make_operand
+
+OPS = (fk.OpKind.SOFTMAX_LAST_DIM, fk.OpKind.LOG_SOFTMAX_LAST_DIM, fk.OpKind.RMS_NORM,
+       fk.OpKind.LAYER_NORM)
+N_INPUTS = {fk.OpKind.SOFTMAX_LAST_DIM: 1, fk.OpKind.LOG_SOFTMAX_LAST_DIM: 1,
+            fk.OpKind.RMS_NORM: 2, fk.OpKind.LAYER_NORM: 3}
+CASES = [(op, dt) for op in OPS for dt in FLOAT_DTYPES]
+SHAPES = [(5, 7), (1, 1), (3, 1), (1, 257), (2, 3, 17), (0, 4), (4, 0), (13,), (2, 1100)]
+EPS = 1e-5
+
+
+def reference(op, x, w=None, b=None, eps=EPS):
+    """(expected, scale) in long double: |err| must be <= max_rel * scale + max_abs (the scale each
+    claim's notes name)."""
+    x = np.asarray(x).astype(np.longdouble)
+    if op in (fk.OpKind.SOFTMAX_LAST_DIM, fk.OpKind.LOG_SOFTMAX_LAST_DIM):
+        with np.errstate(invalid="ignore", over="ignore"):
+            m = np.max(x, axis=-1, keepdims=True) if x.shape[-1] else x[..., :0]
+            e = np.exp(x - m)
+            s = np.sum(e, axis=-1, keepdims=True)
+            y = (x - m) - np.log(s) if op == fk.OpKind.LOG_SOFTMAX_LAST_DIM else e / s
+        return y, np.abs(y)
+    w = np.asarray(w).astype(np.longdouble)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if op == fk.OpKind.RMS_NORM:
+            xhat = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+            y = xhat * w
+            return y, np.abs(y)
+        b = np.asarray(b).astype(np.longdouble)
+        mean = np.mean(x, axis=-1, keepdims=True)
+        rstd = 1 / np.sqrt(np.mean((x - mean) ** 2, axis=-1, keepdims=True) + eps)
+        xhat = (x - mean) * rstd
+        return xhat * w + b, np.abs(w) * (np.abs(x) + np.abs(mean)) * rstd + np.abs(b)
+
+
+def check(got, expected, scale, claim, where):
+    g = got.astype(np.longdouble)
+    assert (np.isnan(g) == np.isnan(expected)).all(), where
+    fin = np.isfinite(expected)
+    assert (g[~fin & ~np.isnan(expected)] == expected[~fin & ~np.isnan(expected)]).all(), where
+    err = np.abs(g[fin] - expected[fin])
+    bound = claim.max_rel * scale[fin] + claim.max_abs
+    assert (err <= bound).all(), (where, float(np.max(err - bound)))
+
+
+def call(kernel, op, inputs, out, eps=EPS):
+    if N_INPUTS[op] == 1:
+        params = fk.params.softmax_last_dim()
+    else:
+        params = fk.params.norm_last_dim(eps)
+    return kernel(*inputs, out=out, params=params)
+
+
+@pytest.mark.filterwarnings("ignore:Mean of empty slice", "ignore:divide by zero")
+@pytest.mark.parametrize("op,dtype", CASES, ids=[f"{o.short_name}-{d.short_name}" for o, d in CASES])
+def test_norm_binding(op, dtype, rng):
+    kernels = fk.bindings().alternatives(op, [dtype] * (N_INPUTS[op] + 1), fk.Backend.CPU)
+    assert kernels
+    for kernel in kernels:
+        assert kernel.caps & fk.KernelCaps.STRIDED_INPUT
+        for shape in SHAPES:
+            d = shape[-1]
+            for layout in LAYOUTS:
+                x = make_operand(shape, dtype, layout, rng, special=False)
+                inputs = [x]
+                if N_INPUTS[op] >= 2:
+                    inputs.append(make_operand((d,), dtype, layout if layout != "broadcast" else "strided",
+                                               rng, special=False))
+                if N_INPUTS[op] == 3:
+                    inputs.append(make_operand((d,), dtype, "negative", rng, special=False))
+                out = np.full(shape, 7, dtype=dtype.numpy)
+                call(kernel, op, inputs, out)
+                expected, scale = reference(op, *inputs)
+                check(out, expected, scale, kernel.precision, (shape, layout))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_softmax_is_stable_for_huge_inputs_and_follows_nan_rules(dtype):
+    big = 60000.0 if dtype == fk.DType.F16 else 1e30
+    x = np.array([[big, big - 1, -big, 0.0],
+                  [1.0, np.nan, 2.0, 3.0],
+                  [np.inf, 1.0, 2.0, 3.0],
+                  [-np.inf, -np.inf, -np.inf, -np.inf],
+                  [-np.inf, 0.0, -np.inf, 1.0]]).astype(dtype.numpy)
+    for op in (fk.OpKind.SOFTMAX_LAST_DIM, fk.OpKind.LOG_SOFTMAX_LAST_DIM):
+        kernel = fk.bindings().lookup(op, [dtype, dtype], fk.Backend.CPU)
+        out = call(kernel, op, [x], np.empty_like(x)).astype(np.float64)
+        assert np.isfinite(out[0, :2]).all()
+        assert np.isnan(out[1:4]).all()
+        if op == fk.OpKind.SOFTMAX_LAST_DIM:
+            assert out[4, 0] == 0.0 and out[4, 2] == 0.0          # masked entries are exactly 0
+            np.testing.assert_allclose(out[0].sum(), 1.0, rtol=1e-2)
+        else:
+            assert out[4, 0] == -np.inf
+
+
+def test_rms_and_layer_norm_accept_no_params_as_default_eps(rng):
+    x = rng.standard_normal((3, 8)).astype(np.float32)
+    w = rng.standard_normal(8).astype(np.float32)
+    b = rng.standard_normal(8).astype(np.float32)
+    t = fk.bindings()
+    out = t.lookup(fk.OpKind.RMS_NORM, [fk.DType.F32] * 3, 0)(x, w, out=np.empty_like(x))
+    expected, scale = reference(fk.OpKind.RMS_NORM, x, w, eps=1e-5)
+    check(out, expected, scale, t.lookup(fk.OpKind.RMS_NORM, [fk.DType.F32] * 3, 0).precision, "rms")
+    out = fk.dispatch(fk.OpKind.LAYER_NORM, [x, w, b], params=fk.params.norm_last_dim(0.5))
+    expected, scale = reference(fk.OpKind.LAYER_NORM, x, w, b, eps=0.5)
+    check(out, expected, scale, t.lookup(fk.OpKind.LAYER_NORM, [fk.DType.F32] * 4, 0).precision, "ln")
+
+
+def test_big_f32_softmax_rows_meet_the_claim(rng):
+    x = (rng.standard_normal((64, 1024)) * 8).astype(np.float32)
+    for op in (fk.OpKind.SOFTMAX_LAST_DIM, fk.OpKind.LOG_SOFTMAX_LAST_DIM):
+        kernel = fk.bindings().lookup(op, [fk.DType.F32] * 2, 0)
+        out = call(kernel, op, [x], np.empty_like(x))
+        expected, scale = reference(op, x)
+        check(out, expected, scale, kernel.precision, op)
+
+
+@pytest.mark.parametrize("problem", ["dtype", "shape", "weight", "params", "axis", "eps",
+                                     "readonly", "alias"])
+def test_errors_leave_the_output_untouched(problem, rng):
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    w = np.ones(4, np.float32)
+    op = fk.OpKind.RMS_NORM
+    inputs = [x, w]
+    out = np.full((3, 4), 7.0, np.float32)
+    params = fk.params.norm_last_dim(1e-5)
+    error = {"dtype": fk.DTypeError, "shape": fk.ShapeError, "weight": fk.ShapeError,
+             "params": fk.ParamsError, "axis": fk.ParamsError, "eps": fk.ParamsError,
+             "readonly": fk.ReadOnlyError, "alias": fk.AliasError}[problem]
+    if problem == "dtype":
+        out = np.full((3, 4), 7.0, np.float64)
+    elif problem == "shape":
+        out = np.full((3, 5), 7.0, np.float32)
+    elif problem == "weight":
+        inputs[1] = np.ones(5, np.float32)
+    elif problem == "params":
+        params = fk.params.reduce((0,))
+    elif problem == "axis":
+        op = fk.OpKind.SOFTMAX_LAST_DIM
+        inputs = [x]
+        params = fk.params.concat(0)            # an axis family, but not softmax's
+    elif problem == "eps":
+        with pytest.raises(fk.ParamsError):
+            fk.params.norm_last_dim(-1.0)
+        params = fk.params.norm_last_dim(float("inf"))
+    elif problem == "readonly":
+        out.setflags(write=False)
+    elif problem == "alias":
+        out = x
+    kernel = fk.bindings().lookup(op, [fk.DType.F32] * (len(inputs) + 1), 0)
+    before = out.copy()
+    with pytest.raises(error):
+        kernel(*inputs, out=out, params=params)
+    np.testing.assert_array_equal(out, before)

@@ -1,0 +1,269 @@
+"""Reductions against NumPy / exact oracles: every binding, every layout, awkward shapes, NaN rules,
+the precision claims, and error paths that must leave the caller's output untouched."""
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+import fuel_kernel as fk
+from support import ALL_DTYPES, LAYOUTS, make_operand
+
+OPS = (fk.OpKind.SUM, fk.OpKind.PROD, fk.OpKind.MEAN, fk.OpKind.MAX, fk.OpKind.MIN,
+       fk.OpKind.ARGMAX, fk.OpKind.ARGMIN)
+
+
+def out_dtype(op, dtype):
+    if op in (fk.OpKind.ARGMAX, fk.OpKind.ARGMIN):
+        return fk.DType.I64
+    if op in (fk.OpKind.SUM, fk.OpKind.PROD):
+        return dtype if dtype.is_float else fk.DType.I64
+    if op == fk.OpKind.MEAN:
+        return dtype if dtype.is_float else fk.DType.F64
+    return dtype
+
+
+CASES = [(op, dt) for op in OPS for dt in ALL_DTYPES]
+# (shape, dims, keepdim); dims () = every dim
+SHAPES = [((5, 7), (), False), ((5, 7), (1,), False), ((3, 4, 5), (0, 2), True),
+          ((3, 4, 5), (-1,), False), ((3, 4, 5), (1, 0), False), ((6,), (0,), False),
+          ((1, 13), (0,), True), ((2, 0, 3), (0,), False), ((0, 3), (1,), False), ((), (), False),
+          ((2, 3, 2, 3), (1, 3), False),
+          # column-style (outer) reductions and long contiguous rows (vector-lane paths)
+          ((9, 11), (0,), False), ((4, 3, 10), (0, 1), True), ((3, 130), (1,), False)]
+
+
+def normalize(shape, dims):
+    return tuple(range(len(shape))) if not dims else tuple(sorted(d % len(shape) for d in dims))
+
+
+def moved(x, dims):
+    """x with the reduced dims flattened (in C order) onto one trailing axis."""
+    keep = [d for d in range(x.ndim) if d not in dims]
+    y = np.transpose(x, keep + list(dims))
+    count = int(np.prod([x.shape[d] for d in dims], dtype=np.int64))
+    return y.reshape(y.shape[:len(keep)] + (count,))
+
+
+def expected_shape(shape, dims, keepdim):
+    return tuple(1 if d in dims else s for d, s in enumerate(shape) if keepdim or d not in dims)
+
+
+def exact_rows(x, dims, fn):
+    flat = moved(np.asarray(x, dtype=np.float64), dims)
+    rows = flat.reshape(int(np.prod(flat.shape[:-1], dtype=np.int64)), flat.shape[-1])
+    return np.array([fn(r) for r in rows], dtype=np.float64).reshape(flat.shape[:-1])
+
+
+def fsum_or_nan(row):
+    if np.isfinite(row).all():
+        return math.fsum(row)
+    with np.errstate(invalid="ignore"):
+        return float(np.sum(row))
+
+
+def oracle(op, x, dtype, dims):
+    """(expected values as float64 or ints, abs bound per element or None for exact)."""
+    x = np.asarray(x)
+    if op in (fk.OpKind.ARGMAX, fk.OpKind.ARGMIN):
+        flat = moved(x.astype(np.float64) if dtype.is_float else x, dims)
+        return (np.argmax if op == fk.OpKind.ARGMAX else np.argmin)(flat, axis=-1), None
+    if op in (fk.OpKind.MAX, fk.OpKind.MIN):
+        fn = np.max if op == fk.OpKind.MAX else np.min
+        src = x.astype(np.float64) if dtype.is_float else x
+        return fn(src, axis=dims).astype(x.dtype), None
+    if not dtype.is_float and op in (fk.OpKind.SUM, fk.OpKind.PROD):
+        fn = np.sum if op == fk.OpKind.SUM else np.prod
+        return fn(x.astype(np.int64), axis=dims, dtype=np.int64), None
+    return None, None
+
+
+def run(kernel, x, shape_out, dtype_out, params):
+    out = np.full(shape_out, 7, dtype=dtype_out.numpy)
+    kernel(x, out=out, params=params)
+    return out
+
+
+@pytest.mark.parametrize("op,dtype", CASES, ids=[f"{o.short_name}-{d.short_name}" for o, d in CASES])
+def test_reduce_binding(op, dtype, rng):
+    table = fk.bindings()
+    dts = [dtype, out_dtype(op, dtype)]
+    kernels = table.alternatives(op, dts, fk.Backend.CPU)
+    assert kernels, f"no kernel for {op.short_name} {dts}"
+    for kernel in kernels:
+        assert kernel.caps & fk.KernelCaps.STRIDED_INPUT
+        claim = kernel.precision
+        for shape, dims, keepdim in SHAPES:
+            nd = normalize(shape, dims)
+            params = fk.params.reduce(dims, keepdim)
+            oshape = expected_shape(shape, nd, keepdim)
+            for layout in LAYOUTS if shape else ("contiguous",):   # support.make_operand: no 0-d views
+                x = make_operand(shape, dtype, layout, rng)
+                count = int(np.prod([shape[d] for d in nd], dtype=np.int64))
+                if count == 0 and int(np.prod(oshape, dtype=np.int64)) > 0 and op in (
+                        fk.OpKind.MAX, fk.OpKind.MIN, fk.OpKind.ARGMAX, fk.OpKind.ARGMIN):
+                    out = np.full(oshape, 7, dtype=dts[1].numpy)
+                    with pytest.raises(fk.ShapeError):
+                        kernel(x, out=out, params=params)
+                    assert (out == 7).all()
+                    continue
+                got = run(kernel, x, oshape, dts[1], params)
+                with np.errstate(all="ignore"):
+                    check(op, dtype, dts[1], x, nd, keepdim, got, claim, (shape, dims, layout))
+
+
+def check(op, dtype, odt, x, nd, keepdim, got, claim, where):
+    oshape = got.shape
+    exact, _ = oracle(op, x, dtype, nd)
+    if exact is not None:
+        exact = np.asarray(exact).reshape(oshape)
+        if odt.is_float:
+            g = got.astype(np.float64)
+            e = exact.astype(np.float64)
+            assert (np.isnan(g) == np.isnan(e)).all(), where
+            assert (g[~np.isnan(e)] == e[~np.isnan(e)]).all(), where
+        else:
+            np.testing.assert_array_equal(got, exact, err_msg=str(where))
+        assert claim.exact
+        return
+    # float SUM / MEAN / PROD and int MEAN: the stated bound against an exact oracle
+    count = int(np.prod([x.shape[d] for d in nd], dtype=np.int64))
+    g = got.astype(np.float64).reshape(-1)
+    if op == fk.OpKind.PROD:
+        e = exact_rows(x, nd, lambda r: float(np.prod(r.astype(np.longdouble)))).reshape(-1)
+        scale = np.abs(e)
+    else:
+        e = exact_rows(x, nd, fsum_or_nan).reshape(-1)
+        scale = exact_rows(x, nd, lambda r: math.fsum(np.abs(r)) if np.isfinite(r).all() else 0.0).reshape(-1)
+        if op == fk.OpKind.MEAN:
+            e = e / count if count else np.full_like(e, np.nan)
+            scale = scale / max(count, 1)
+    e_cast = e.astype(odt.numpy).astype(np.float64)
+    nonfinite = ~np.isfinite(e_cast)
+    assert (np.isnan(g) == np.isnan(e_cast)).all(), where
+    assert (g[nonfinite & ~np.isnan(e_cast)] == e_cast[nonfinite & ~np.isnan(e_cast)]).all(), where
+    fin = np.isfinite(e_cast)
+    bound = claim.max_rel * scale[fin] + claim.max_abs
+    err = np.abs(g[fin] - e[fin])
+    assert (err <= bound).all(), (where, err.max(), bound.min())
+
+
+@pytest.mark.parametrize("dtype", [fk.DType.F32, fk.DType.F64, fk.DType.F16, fk.DType.BF16])
+@pytest.mark.parametrize("layout", ["contiguous", "strided", "negative"])
+def test_long_float_sum_and_mean_meet_the_claim(dtype, layout, rng):
+    n = 100_003                                        # prime: ragged leaves and lanes
+    scale = 1.0 if dtype == fk.DType.F16 else 100.0        # keep the F16 sum below 65504
+    values = (rng.standard_normal(n) * scale + 0.3 * scale).astype(dtype.numpy)
+    x = make_operand((n,), dtype, layout, rng, values=values)
+    exact = math.fsum(values.astype(np.float64))
+    scale = math.fsum(np.abs(values.astype(np.float64)))
+    for op in (fk.OpKind.SUM, fk.OpKind.MEAN):
+        k = fk.bindings().lookup(op, [dtype, dtype], fk.Backend.CPU)
+        got = float(run(k, x, (), dtype, fk.params.reduce(())))
+        div = n if op == fk.OpKind.MEAN else 1
+        assert abs(got - exact / div) <= k.precision.max_rel * scale / div + k.precision.max_abs
+
+
+def test_sum_over_strided_dims_of_a_big_tensor_is_pairwise_accurate(rng):
+    x = rng.standard_normal((257, 3, 129)).astype(np.float32)[:, ::2, ::-1]
+    k = fk.bindings().lookup(fk.OpKind.SUM, [fk.DType.F32] * 2, fk.Backend.CPU)
+    got = run(k, x, (2,), fk.DType.F32, fk.params.reduce((0, 2)))
+    for j in range(2):
+        col = x[:, j, :].astype(np.float64).ravel()
+        assert abs(got[j] - math.fsum(col)) <= k.precision.max_rel * math.fsum(np.abs(col))
+
+
+def test_nan_rules_match_numpy():
+    x = np.array([[1.0, np.nan, 5.0, np.nan], [2.0, 3.0, 3.0, -1.0], [np.inf, 0.0, np.inf, -np.inf]],
+                 dtype=np.float32)
+    t = fk.bindings()
+    F, I = fk.DType.F32, fk.DType.I64
+    p = fk.params.reduce((1,))
+    got = run(t.lookup(fk.OpKind.MAX, [F, F], 0), x, (3,), F, p)
+    np.testing.assert_array_equal(got, np.max(x, axis=1))
+    got = run(t.lookup(fk.OpKind.MIN, [F, F], 0), x, (3,), F, p)
+    np.testing.assert_array_equal(got, np.min(x, axis=1))
+    got = run(t.lookup(fk.OpKind.ARGMAX, [F, I], 0), x, (3,), I, p)
+    np.testing.assert_array_equal(got, np.argmax(x, axis=1))
+    got = run(t.lookup(fk.OpKind.ARGMIN, [F, I], 0), x, (3,), I, p)
+    np.testing.assert_array_equal(got, np.argmin(x, axis=1))
+    got = run(t.lookup(fk.OpKind.SUM, [F, F], 0), x, (3,), F, p)
+    with np.errstate(invalid="ignore"):                       # inf + -inf in the last row
+        np.testing.assert_array_equal(got, np.sum(x, axis=1))
+
+
+def test_dispatch_allocates_with_the_schema(rng):
+    x = rng.standard_normal((4, 5)).astype(np.float32)
+    out = fk.dispatch(fk.OpKind.SUM, [x], params=fk.params.reduce((-1,), keepdim=True))
+    assert out.shape == (4, 1) and out.dtype == np.float32
+    out = fk.dispatch(fk.OpKind.ARGMAX, [x], params=fk.params.reduce((0,)))
+    assert out.dtype == np.int64 and (out == x.argmax(0)).all()
+    out = fk.dispatch(fk.OpKind.MEAN, [np.arange(10, dtype=np.int16)])
+    assert out.dtype == np.float64 and out == 4.5
+
+
+def test_integer_sum_wraps_like_numpy():
+    x = np.full(4, np.iinfo(np.int64).max, dtype=np.int64)
+    k = fk.bindings().lookup(fk.OpKind.SUM, [fk.DType.I64] * 2, 0)
+    with np.errstate(over="ignore"):
+        assert run(k, x, (), fk.DType.I64, None) == x.sum()
+
+
+@pytest.mark.parametrize("problem", ["dtype", "shape", "rank", "dim", "dup", "params", "readonly", "alias"])
+def test_errors_leave_the_output_untouched(problem, rng):
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    k = fk.bindings().lookup(fk.OpKind.SUM, [fk.DType.F32] * 2, fk.Backend.CPU)
+    out = np.full((3,), 7.0, dtype=np.float32)
+    params = fk.params.reduce((1,))
+    error = {"dtype": fk.DTypeError, "shape": fk.ShapeError, "rank": fk.ShapeError,
+             "dim": fk.ParamsError, "dup": fk.ParamsError, "params": fk.ParamsError,
+             "readonly": fk.ReadOnlyError, "alias": fk.AliasError}[problem]
+    if problem == "dtype":
+        out = np.full((3,), 7.0, dtype=np.float64)
+    elif problem == "shape":
+        out = np.full((4,), 7.0, dtype=np.float32)
+    elif problem == "rank":
+        out = np.full((3, 1), 7.0, dtype=np.float32)
+    elif problem == "dim":
+        params = fk.params.reduce((2,))
+    elif problem == "dup":
+        params = fk.params.reduce((1, -1))          # the same dim twice, spelled two ways
+    elif problem == "params":
+        params = fk.params.norm_last_dim(1e-5)
+    elif problem == "readonly":
+        out.setflags(write=False)
+    elif problem == "alias":
+        out = x[:, 0]
+    before = out.copy()
+    with pytest.raises(error):
+        k(x, out=out, params=params)
+    np.testing.assert_array_equal(out, before)
+
+
+@pytest.mark.parametrize("dtype", [fk.DType.F32, fk.DType.F64, fk.DType.BF16])
+def test_long_column_sums_meet_the_claim(dtype, rng):
+    """Reducing the slow axis walks rows once into per-column accumulators, merged pairwise."""
+    values = (rng.standard_normal((3001, 19)) * 10 + 1).astype(dtype.numpy)
+    for layout in ("contiguous", "negative"):
+        x = make_operand(values.shape, dtype, layout, rng, values=values)
+        for op in (fk.OpKind.SUM, fk.OpKind.MEAN):
+            k = fk.bindings().lookup(op, [dtype, dtype], fk.Backend.CPU)
+            got = run(k, x, (19,), dtype, fk.params.reduce((0,)))
+            for j in range(19):
+                col = values[:, j].astype(np.float64)
+                div = len(col) if op == fk.OpKind.MEAN else 1
+                bound = k.precision.max_rel * math.fsum(np.abs(col)) / div + k.precision.max_abs
+                assert abs(float(got[j]) - math.fsum(col) / div) <= bound
+
+
+@pytest.mark.parametrize("dtype", [fk.DType.F32, fk.DType.F64, fk.DType.I32, fk.DType.U8])
+def test_vector_lane_extrema_match_numpy(dtype, rng):
+    x = make_operand((37, 301), dtype, "contiguous", rng, special=False)
+    t = fk.bindings()
+    for op, fn in ((fk.OpKind.MAX, np.max), (fk.OpKind.MIN, np.min), (fk.OpKind.ARGMAX, np.argmax),
+                   (fk.OpKind.ARGMIN, np.argmin)):
+        odt = fk.DType.I64 if op in (fk.OpKind.ARGMAX, fk.OpKind.ARGMIN) else dtype
+        k = t.lookup(op, [dtype, odt], fk.Backend.CPU)
+        for axis in (0, 1):
+            got = run(k, x, (x.shape[1 - axis],), odt, fk.params.reduce((axis,)))
+            np.testing.assert_array_equal(got, fn(x, axis=axis))
