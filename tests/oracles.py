@@ -15,6 +15,7 @@ grows with the reduced length.  An op without an entry here is still fuzzed for 
 or success, never a crash, never a partial write".
 """
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Callable
 
@@ -367,7 +368,8 @@ def reduction(name):
         n = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
         if n == 0 and name in ("max", "min", "argmax", "argmin"):
             raise ExpectError(fk.ShapeError)
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)      # the mean of an empty slice
             if name in ("argmax", "argmin"):
                 moved = np.moveaxis(x, axes, range(x.ndim - len(axes), x.ndim))
                 flat = up(moved).reshape(moved.shape[:x.ndim - len(axes)] + (n,))
