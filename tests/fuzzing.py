@@ -272,9 +272,19 @@ def _scale_check(case, actual, expected, out_dtype, in_values, reduced):
                 or (v is not None and v.dtype == ml_dtypes.bfloat16)]
         term = max([float(np.nanmax(np.where(np.isfinite(m), m, 0))) for m in mags if m.size] + [1.0])
     if case.op == fk.OpKind.PROD:
-        term = max(term, 1.0) ** max(reduced, 1)
+        term = max(term, 1.0)
+        term = term ** max(reduced, 1) if max(reduced, 1) * math.log(term) < 700 else math.inf
     if case.op == fk.OpKind.MATMUL:
         term = term * term
+    if case.op in (fk.OpKind.RMS_NORM, fk.OpKind.LAYER_NORM) and in_values[0].size:
+        # rounding in x - mean (or x) is amplified by 1/sqrt(var + eps) and scaled by the weight
+        x = oracles.up(in_values[0]).astype(np.float64)
+        eps = case.params.fields()["eps"] if case.params is not None else 0.0
+        spread = np.var(x, axis=-1) if case.op == fk.OpKind.LAYER_NORM else np.mean(x * x, axis=-1)
+        with np.errstate(all="ignore"):
+            amplification = float(np.nanmax(1.0 / np.sqrt(spread + eps))) if spread.size else 1.0
+        weight = max([float(np.nanmax(np.abs(oracles.up(v).astype(np.float64)))) for v in in_values[1:2] if v.size] + [1.0])
+        term = term * max(amplification, 1.0) * weight if np.isfinite(amplification) else np.inf
     rtol, atol = oracles.tolerance("accumulate", out_dtype, reduced)
     bad = finite & ~(np.abs(a - e) <= atol * term + rtol * np.abs(e))
     assert not bad.any(), (f"{case.op.name}: got {a[bad][:5]} expected {e[bad][:5]} "
