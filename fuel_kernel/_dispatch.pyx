@@ -58,6 +58,7 @@ cdef extern from "table.h" nogil:
 
 cdef extern from "fuel_kernel/strided.h" nogil:
     const int fk_dtype_itemsize[]
+    const int fk_dtype_shift[]
     int64_t fk_layout_numel(const fk_layout *layout)
 
 if fk_core_init() != FK_OK:
@@ -235,7 +236,7 @@ cdef cnp.ndarray coerce_operand(object obj, int index, bint is_output):
 cdef int fill_operand(object obj, fk_storage *storage, fk_layout *layout, int expected_dtype,
                       int index, bint is_output) except -1:
     cdef cnp.ndarray arr
-    cdef int ndim, d, dtype
+    cdef int ndim, d, dtype, shift
     cdef int64_t itemsize, stride, lo = 0, hi = 0
     cdef bint empty = False
     cdef cnp.npy_intp *dims
@@ -258,14 +259,15 @@ cdef int fill_operand(object obj, fk_storage *storage, fk_layout *layout, int ex
     if not cnp.PyArray_ISALIGNED(arr):
         raise ShapeError(f"{'output' if is_output else 'input'} {index} is not aligned to its dtype")
     itemsize = fk_dtype_itemsize[dtype]
+    shift = fk_dtype_shift[dtype]            # item sizes are powers of two: mask and shift, no division
     dims = cnp.PyArray_DIMS(arr)
     strides = cnp.PyArray_STRIDES(arr)
     for d in range(ndim):
         stride = strides[d]
-        if stride % itemsize:
+        if stride & (itemsize - 1):
             raise ShapeError(f"{'output' if is_output else 'input'} {index} has a stride of {stride} "
                              f"bytes, not a multiple of its item size {itemsize}")
-        stride //= itemsize
+        stride = stride >> shift
         layout.shape[d] = dims[d]
         layout.strides[d] = stride
         if dims[d] == 0:
