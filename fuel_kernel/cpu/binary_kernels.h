@@ -68,16 +68,6 @@ static inline int64_t fk_floormod_i64(int64_t x, int64_t y) {
     if (r != 0 && ((r < 0) != (y < 0))) r += y;
     return r;
 }
-/* modulo 2^64; the caller truncates to its width, which keeps exactly the wrapped low bits */
-static inline uint64_t fk_ipow_u64(uint64_t base, uint64_t exp) {
-    uint64_t result = 1;
-    while (exp) {
-        if (exp & 1u) result *= base;
-        base *= base;
-        exp >>= 1;
-    }
-    return result;
-}
 /* NumPy's npy_divmod remainder */
 #define FK_DEFINE_REMAINDER(NAME, T, FMOD, COPYSIGN)                                             \
     static inline T fk_remainder_##NAME(T a, T b) {                                              \
