@@ -28,7 +28,8 @@ directives = {
     "embedsignature": True,
 }
 
-compile_args = ["-std=gnu11", "-fno-math-errno", "-Wno-unused-function"]
+compile_args = ["-std=gnu11", "-fno-math-errno", "-Wno-unused-function",
+                "-Werror=implicit-function-declaration"]
 link_args = []
 macros = [("NPY_NO_DEPRECATED_API", "NPY_2_0_API_VERSION")]
 if DEBUG:

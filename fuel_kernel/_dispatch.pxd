@@ -12,6 +12,7 @@ cdef class OpParams:
 
 
 cdef class Kernel:
+    cdef void *vectorcall              # vectorcallfunc: see kernel_vectorcall in _dispatch.pyx
     cdef const fk_snapshot *snapshot
     cdef const fk_entry *entry
     cdef fk_key key

@@ -59,6 +59,7 @@ cdef extern from "table.h" nogil:
 
 cdef extern from "fuel_kernel/strided.h" nogil:
     const int fk_dtype_itemsize[]
+    const int fk_dtype_shift[]
     int64_t fk_layout_numel(const fk_layout *layout)
 
 if fk_core_init() != FK_OK:
@@ -258,7 +259,7 @@ cdef cnp.ndarray coerce_operand(object obj, int index, bint is_output):
 cdef int fill_operand(object obj, fk_storage *storage, fk_layout *layout, int expected_dtype,
                       int index, bint is_output) except -1:
     cdef cnp.ndarray arr
-    cdef int ndim, d, dtype
+    cdef int ndim, d, dtype, shift
     cdef int64_t itemsize, stride, lo = 0, hi = 0
     cdef bint empty = False
     cdef cnp.npy_intp *dims
@@ -281,14 +282,15 @@ cdef int fill_operand(object obj, fk_storage *storage, fk_layout *layout, int ex
     if not cnp.PyArray_ISALIGNED(arr):
         raise ShapeError(f"{'output' if is_output else 'input'} {index} is not aligned to its dtype")
     itemsize = fk_dtype_itemsize[dtype]
+    shift = fk_dtype_shift[dtype]            # item sizes are powers of two: mask and shift, no division
     dims = cnp.PyArray_DIMS(arr)
     strides = cnp.PyArray_STRIDES(arr)
     for d in range(ndim):
         stride = strides[d]
-        if stride % itemsize:
+        if stride & (itemsize - 1):
             raise ShapeError(f"{'output' if is_output else 'input'} {index} has a stride of {stride} "
                              f"bytes, not a multiple of its item size {itemsize}")
-        stride //= itemsize
+        stride = stride >> shift
         layout.shape[d] = dims[d]
         layout.strides[d] = stride
         if dims[d] == 0:
@@ -368,31 +370,20 @@ cdef const fk_params *params_pointer(object params, fk_params *none) except NULL
     raise ParamsError(f"params must come from fuel_kernel.params, not {type(params).__name__}")
 
 
-cdef object run_entry(const fk_snapshot *snapshot, const fk_entry *entry, const fk_key *key,
-                      object inputs, object outputs, object params, bint check_dtypes):
-    """Marshal operands, validate them against the key, call the kernel and raise on failure.
-    Returns the tuple of outputs (allocated when `outputs` is None)."""
+cdef int call_operands(const fk_entry *entry, const fk_key *key, PyObject **operands, int n_in,
+                       int n_out, object params, bint check_dtypes) except -1:
+    """Marshal inputs then outputs (borrowed references), validate them against the key, call the
+    kernel (without the GIL when large) and raise the matching FuelKernelError on failure."""
     cdef fk_storage in_storage[FK_MAX_OPERANDS]
     cdef fk_storage out_storage[FK_MAX_OPERANDS]
     cdef fk_layout layouts[FK_MAX_OPERANDS]
     cdef fk_params none_params
-    cdef const fk_params *cparams
-    cdef int n_in = key.ndtypes - N_OUTPUTS, n_out, i, status
-    if len(inputs) != n_in:
-        raise OperandCountError(f"{describe_key(key)} takes {n_in} input{'s' if n_in != 1 else ''}, "
-                                f"got {len(inputs)}")
-    cparams = params_pointer(params, &none_params)
-    if outputs is None:
-        outputs = (allocate_output(key, tuple(inputs), params),)
-    elif type(outputs) is not tuple and type(outputs) is not list:
-        outputs = (outputs,)
-    n_out = len(outputs)
-    if n_out != N_OUTPUTS:
-        raise OperandCountError(f"{describe_key(key)} writes {N_OUTPUTS} output, got {n_out}")
+    cdef const fk_params *cparams = params_pointer(params, &none_params)
+    cdef int i, status
     for i in range(n_in):
-        fill_operand(inputs[i], &in_storage[i], &layouts[i], key.dtypes[i] if check_dtypes else -1, i, False)
+        fill_operand(<object>operands[i], &in_storage[i], &layouts[i], key.dtypes[i] if check_dtypes else -1, i, False)
     for i in range(n_out):
-        fill_operand(outputs[i], &out_storage[i], &layouts[n_in + i],
+        fill_operand(<object>operands[n_in + i], &out_storage[i], &layouts[n_in + i],
                      key.dtypes[n_in + i] if check_dtypes else -1, i, True)
     check_outputs(entry, in_storage, n_in, out_storage, n_out, layouts)
     if fk_layout_numel(&layouts[n_in]) >= NOGIL_MIN_ELEMENTS:
@@ -402,6 +393,32 @@ cdef object run_entry(const fk_snapshot *snapshot, const fk_entry *entry, const 
         status = fk_call(entry, in_storage, n_in, out_storage, n_out, layouts, cparams)
     if status != FK_OK:
         raise_status(status)
+    return 0
+
+
+cdef object run_entry(const fk_snapshot *snapshot, const fk_entry *entry, const fk_key *key,
+                      object inputs, object outputs, object params, bint check_dtypes):
+    """Check operand counts, allocate outputs when `outputs` is None, and run; returns the tuple of
+    outputs."""
+    cdef PyObject *operands[FK_MAX_OPERANDS]
+    cdef int n_in = key.ndtypes - N_OUTPUTS, n_out, i
+    if len(inputs) != n_in:
+        raise OperandCountError(f"{describe_key(key)} takes {n_in} input{'s' if n_in != 1 else ''}, "
+                                f"got {len(inputs)}")
+    if outputs is None:
+        outputs = (allocate_output(key, tuple(inputs), params),)
+    elif type(outputs) is not tuple and type(outputs) is not list:
+        outputs = (outputs,)
+    n_out = len(outputs)
+    if n_out != N_OUTPUTS:
+        raise OperandCountError(f"{describe_key(key)} writes {N_OUTPUTS} output, got {n_out}")
+    inputs = tuple(inputs)
+    outputs = tuple(outputs)
+    for i in range(n_in):
+        operands[i] = <PyObject *>inputs[i]
+    for i in range(n_out):
+        operands[n_in + i] = <PyObject *>outputs[i]
+    call_operands(entry, key, operands, n_in, n_out, params, check_dtypes)
     return outputs
 
 
@@ -748,6 +765,44 @@ cdef fk_cost_fn cost_from_capsule(object cost) except? NULL:
 
 
 # ---- Kernel handles ----------------------------------------------------------------------------
+cdef extern from "Python.h":
+    Py_ssize_t PyVectorcall_NARGS(size_t nargsf)
+
+cdef extern from "vectorcall.h":
+    int fk_enable_vectorcall(object type, Py_ssize_t offset) except -1
+
+
+cdef object kernel_vectorcall(object self, PyObject **args, size_t nargsf, PyObject *kwnames):
+    """Kernel.__call__ through the vectorcall protocol: no argument tuple or keyword dict is built,
+    which is most of the cost of a call on small arrays.  Anything unusual (no out=, a sequence
+    of outputs, a wrong count) takes the general path, which also words the errors."""
+    cdef Kernel k = <Kernel>self
+    cdef Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), i, n_kw = 0
+    cdef PyObject *out = NULL
+    cdef PyObject *operands[FK_MAX_OPERANDS]
+    params = None
+    if kwnames != NULL:
+        names = <tuple>kwnames
+        n_kw = len(names)
+        for i in range(n_kw):
+            name = names[i]
+            if name == "out":
+                out = args[nargs + i]
+            elif name == "params":
+                params = <object>args[nargs + i]
+            else:
+                raise TypeError(f"Kernel() got an unexpected keyword argument {name!r}")
+    if out == NULL or nargs != k.key.ndtypes - N_OUTPUTS or type(<object>out) is tuple or type(<object>out) is list:
+        inputs = tuple([<object>args[i] for i in range(nargs)])
+        return run_entry(k.snapshot, k.entry, &k.key, inputs, <object>out if out != NULL else None,
+                         params, True)[0]
+    for i in range(nargs):
+        operands[i] = args[i]
+    operands[nargs] = out
+    call_operands(k.entry, &k.key, operands, <int>nargs, N_OUTPUTS, params, True)
+    return <object>out
+
+
 @cython.final
 cdef class Kernel:
     """One registered kernel at one key, pre-resolved: call it as k(*inputs, out=...).
@@ -757,6 +812,7 @@ cdef class Kernel:
     def __cinit__(self):
         self.snapshot = NULL
         self.entry = NULL
+        self.vectorcall = <void *>kernel_vectorcall
 
     def __dealloc__(self):
         fk_release(self.snapshot)
@@ -856,6 +912,14 @@ cdef class Kernel:
 
     def __repr__(self):
         return f"<Kernel {describe_key(&self.key)} source={self.source!r} caps={self.caps!r}>"
+
+
+cdef int _enable_kernel_vectorcall() except -1:
+    cdef Kernel probe = Kernel.__new__(Kernel)
+    return fk_enable_vectorcall(Kernel, <Py_ssize_t>(<char *>&probe.vectorcall - <char *><PyObject *>probe))
+
+
+_enable_kernel_vectorcall()
 
 
 # ---- snapshots -----------------------------------------------------------------------------------

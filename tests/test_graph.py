@@ -173,3 +173,33 @@ def test_intermediate_with_two_consumers_is_not_fused(rng):
     a = rng.standard_normal(4).astype(np.float32)
     r = plan.run([a])
     np.testing.assert_array_equal(r[0], a)
+
+
+def test_run_error_names_the_failing_node_and_leaves_inputs_alone():
+    g = fg.Graph()
+    a = g.input((4,), fk.DType.I32)
+    b = g.input((4,), fk.DType.I32)
+    q = g.div(g.add(a, b), b)
+    plan = g.compile(q)
+    x = np.array([1, 2, 3, 4], dtype=np.int32)
+    y = np.array([1, 0, 1, 1], dtype=np.int32)
+    keep = (x.copy(), y.copy())
+    with pytest.raises(fk.KernelZeroDivisionError, match=r"node 1 \(div\) failed"):
+        plan.run([x, y])
+    np.testing.assert_array_equal(x, keep[0])
+    np.testing.assert_array_equal(y, keep[1])
+    np.testing.assert_array_equal(plan.run([x, np.ones(4, np.int32)]), x + 1)
+
+
+def test_elementwise_graph_with_broadcast_and_matmul_matches_numpy(rng):
+    g = fg.Graph()
+    x = g.input((8, 16), F32)
+    w = rng.standard_normal((16, 4)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    h = g.relu(g.add(g.matmul(x, g.constant(w)), g.constant(b)))
+    out = g.mul(h, g.transpose(g.input((4, 8), F32)))
+    plan = g.compile(out)
+    a = rng.standard_normal((8, 16)).astype(np.float32)
+    s = rng.standard_normal((4, 8)).astype(np.float32)
+    expected = np.maximum(a @ w + b, 0) * s.T
+    np.testing.assert_allclose(plan.run([a, s]), expected, rtol=1e-5, atol=1e-5)

@@ -68,16 +68,6 @@ static inline int64_t fk_floormod_i64(int64_t x, int64_t y) {
     if (r != 0 && ((r < 0) != (y < 0))) r += y;
     return r;
 }
-/* modulo 2^64; the caller truncates to its width, which keeps exactly the wrapped low bits */
-static inline uint64_t fk_ipow_u64(uint64_t base, uint64_t exp) {
-    uint64_t result = 1;
-    while (exp) {
-        if (exp & 1u) result *= base;
-        base *= base;
-        exp >>= 1;
-    }
-    return result;
-}
 /* NumPy's npy_divmod remainder */
 #define FK_DEFINE_REMAINDER(NAME, T, FMOD, COPYSIGN)                                             \
     static inline T fk_remainder_##NAME(T a, T b) {                                              \
@@ -125,13 +115,99 @@ FK_DEFINE_SCAN(negative_i64, int64_t, v < 0)
     FK_BINARY_ROW_HALF(OP, D, LOAD, fk_vec_##OP##_F32, float, STORE)                             \
     FK_BINARY_KERNEL(OP, D, D, FK_PRE_NONE, f32)
 
+/* F16 ADD/SUB/MUL/DIV on contiguous rows: one fused F16C pass (widen 8 lanes, compute in F32,
+ * round to nearest even) instead of the chunked widen / compute / narrow passes.  Same bits: both
+ * round the F32 result once.  Other layouts and CPUs without x86-64-v3 take the chunked path. */
+#define FK_F16_FUSED(OP, VOP, SOP)                                                               \
+    __attribute__((target("arch=x86-64-v3"))) static void fk_f16_fused_##OP(                     \
+            const uint16_t *a, const uint16_t *b, uint16_t *o, int64_t n) {                      \
+        int64_t i = 0;                                                                           \
+        for (; i + 8 <= n; i += 8) {                                                             \
+            __m256 x = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a + i)));               \
+            __m256 y = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + i)));               \
+            _mm_storeu_si128((__m128i *)(o + i), _mm256_cvtps_ph(VOP(x, y), _MM_FROUND_TO_NEAREST_INT)); \
+        }                                                                                        \
+        for (; i < n; i++) o[i] = fk_f32_to_f16(SOP(fk_f16_to_f32(a[i]), fk_f16_to_f32(b[i])));  \
+    }
+#define FK_SADD(x, y) ((x) + (y))
+#define FK_SSUB(x, y) ((x) - (y))
+#define FK_SMUL(x, y) ((x) * (y))
+#define FK_SDIV(x, y) ((x) / (y))
+#define FK_GEN_F16_FUSED(OP, VOP, SOP)                                                           \
+    FK_BINARY_ROW_HALF(OP, F16_chunked, fk_load_f16_row, fk_vec_##OP##_F32, float, fk_store_f16_row) \
+    FK_F16_FUSED(OP, VOP, SOP)                                                                   \
+    static void fk_row_##OP##_F16(char *const *p, const int64_t *s, int64_t n, const void *ctx) { \
+        if (s[0] == 2 && s[1] == 2 && s[2] == 2 && fk_cpu_level() >= 3) {                        \
+            fk_f16_fused_##OP((const uint16_t *)p[0], (const uint16_t *)p[1], (uint16_t *)p[2], n); \
+            return;                                                                              \
+        }                                                                                        \
+        fk_row_##OP##_F16_chunked(p, s, n, ctx);                                                 \
+    }                                                                                            \
+    FK_BINARY_KERNEL(OP, F16, F16, FK_PRE_NONE, f32)
+#define FK_GEN_F16_ADD FK_GEN_F16_FUSED(ADD, _mm256_add_ps, FK_SADD)
+#define FK_GEN_F16_SUB FK_GEN_F16_FUSED(SUB, _mm256_sub_ps, FK_SSUB)
+#define FK_GEN_F16_MUL FK_GEN_F16_FUSED(MUL, _mm256_mul_ps, FK_SMUL)
+#define FK_GEN_F16_DIV FK_GEN_F16_FUSED(DIV, _mm256_div_ps, FK_SDIV)
+#define FK_GEN_BF16_PLAIN(OP)                                                                    \
+    FK_BINARY_ROW_BF16(OP, float, fk_store_bf16_row, uint16_t, FK_E_##OP##_FLT, FK_BF16_STORE_FLOAT) \
+    FK_BINARY_KERNEL(OP, BF16, BF16, FK_PRE_NONE, f32)
+#define FK_GEN_BF16_FAST(OP, VOP, SOP)                                                           \
+    FK_BINARY_ROW_BF16(OP##_plain, float, fk_store_bf16_row, uint16_t, FK_E_##OP##_FLT, FK_BF16_STORE_FLOAT) \
+    FK_BF16_FUSED(OP, VOP, SOP)                                                                  \
+    static void fk_row_##OP##_BF16(char *const *p, const int64_t *s, int64_t n, const void *ctx) { \
+        if (s[0] == 2 && s[1] == 2 && s[2] == 2 && fk_cpu_level() >= 3) {                        \
+            fk_bf16_fused_##OP((const uint16_t *)p[0], (const uint16_t *)p[1], (uint16_t *)p[2], n); \
+            return;                                                                              \
+        }                                                                                        \
+        fk_row_##OP##_plain_BF16(p, s, n, ctx);                                                  \
+    }                                                                                            \
+    FK_BINARY_KERNEL(OP, BF16, BF16, FK_PRE_NONE, f32)
+/* the renamed plain rows reuse the F32 vector loops of their op */
+#define fk_vec_ADD_plain_F32 fk_vec_ADD_F32
+#define fk_vec_SUB_plain_F32 fk_vec_SUB_F32
+#define fk_vec_MUL_plain_F32 fk_vec_MUL_F32
+#define fk_vec_DIV_plain_F32 fk_vec_DIV_F32
+#define FK_GEN_BF16_ADD FK_GEN_BF16_FAST(ADD, _mm256_add_ps, FK_SADD)
+#define FK_GEN_BF16_SUB FK_GEN_BF16_FAST(SUB, _mm256_sub_ps, FK_SSUB)
+#define FK_GEN_BF16_MUL FK_GEN_BF16_FAST(MUL, _mm256_mul_ps, FK_SMUL)
+#define FK_GEN_BF16_DIV FK_GEN_BF16_FAST(DIV, _mm256_div_ps, FK_SDIV)
+#define FK_GEN_BF16_MAXIMUM FK_GEN_BF16_PLAIN(MAXIMUM)
+#define FK_GEN_BF16_MINIMUM FK_GEN_BF16_PLAIN(MINIMUM)
+#define FK_GEN_BF16_POW FK_GEN_BF16_PLAIN(POW)
+#define FK_GEN_BF16_REM FK_GEN_BF16_PLAIN(REM)
+#define FK_GEN_F16_MAXIMUM FK_GEN_HALF(MAXIMUM, F16, fk_load_f16_row, fk_store_f16_row)
+#define FK_GEN_F16_MINIMUM FK_GEN_HALF(MINIMUM, F16, fk_load_f16_row, fk_store_f16_row)
+#define FK_GEN_F16_POW FK_GEN_HALF(POW, F16, fk_load_f16_row, fk_store_f16_row)
+#define FK_GEN_F16_REM FK_GEN_HALF(REM, F16, fk_load_f16_row, fk_store_f16_row)
+
+/* BF16 ADD/SUB/MUL/DIV on contiguous rows, the same way: widening is a 16-bit shift, narrowing is
+ * fk_f32_to_bf16's round-to-nearest-even (quiet NaN kept) done on 8 lanes at once. */
+__attribute__((target("arch=x86-64-v3"))) static inline __m256 fk_bf16x8_load(const uint16_t *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+__attribute__((target("arch=x86-64-v3"))) static inline void fk_bf16x8_store(uint16_t *p, __m256 r) {
+    __m256i u = _mm256_castps_si256(r);
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i rounded = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb));
+    __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(r, r, _CMP_UNORD_Q));
+    __m256i quiet = _mm256_or_si256(u, _mm256_set1_epi32(0x400000));
+    __m256i bits = _mm256_srli_epi32(_mm256_blendv_epi8(rounded, quiet, nan), 16);
+    _mm_storeu_si128((__m128i *)p, _mm_packus_epi32(_mm256_castsi256_si128(bits), _mm256_extracti128_si256(bits, 1)));
+}
+#define FK_BF16_FUSED(OP, VOP, SOP)                                                              \
+    __attribute__((target("arch=x86-64-v3"))) static void fk_bf16_fused_##OP(                    \
+            const uint16_t *a, const uint16_t *b, uint16_t *o, int64_t n) {                      \
+        int64_t i = 0;                                                                           \
+        for (; i + 8 <= n; i += 8) fk_bf16x8_store(o + i, VOP(fk_bf16x8_load(a + i), fk_bf16x8_load(b + i))); \
+        for (; i < n; i++) o[i] = fk_f32_to_bf16(SOP(fk_bf16_to_f32(a[i]), fk_bf16_to_f32(b[i]))); \
+    }
+
 /* every numeric dtype; PRE_S / PRE_U are the pre-write checks for signed / unsigned integers */
 #define FK_GEN_NUMERIC(OP, PRE_S, PRE_U)                                                         \
     FK_GEN_NATIVE(OP, F32, float, FLT, FK_PRE_NONE, f32)                                         \
     FK_GEN_NATIVE(OP, F64, double, FLT, FK_PRE_NONE, f64)                                        \
-    FK_GEN_HALF(OP, F16, fk_load_f16_row, fk_store_f16_row)                                      \
-    FK_BINARY_ROW_BF16(OP, float, fk_store_bf16_row, uint16_t, FK_E_##OP##_FLT, FK_BF16_STORE_FLOAT) \
-    FK_BINARY_KERNEL(OP, BF16, BF16, FK_PRE_NONE, f32)                                           \
+    FK_GEN_F16_##OP                                                                              \
+    FK_GEN_BF16_##OP                                                                             \
     FK_GEN_NATIVE(OP, U8, uint8_t, UINT, PRE_U, u8)                                              \
     FK_GEN_NATIVE(OP, I8, int8_t, SINT, PRE_S, i8)                                               \
     FK_GEN_NATIVE(OP, I16, int16_t, SINT, PRE_S, i16)                                            \

@@ -65,6 +65,18 @@ static inline int fk_cpu_level(void) {
 #define FK_MV_NONE(NAME, PARAMS, ARGS, BODY) static void NAME PARAMS { BODY ARGS; }
 #define FK_INLINE static inline __attribute__((always_inline))
 
+/* Integer power modulo 2^64 (binary POW, unary POWI); the caller truncates to its width, which
+ * keeps exactly the wrapped low bits. */
+static inline uint64_t fk_ipow_u64(uint64_t base, uint64_t exp) {
+    uint64_t result = 1;
+    while (exp) {
+        if (exp & 1u) result *= base;
+        base *= base;
+        exp >>= 1;
+    }
+    return result;
+}
+
 #define FK_CHUNK 256            /* elements per F16/BF16 conversion chunk (stack buffers) */
 
 /* ---- validation prologue ---------------------------------------------------------------------- */

@@ -650,48 +650,33 @@ FK_DEFINE_DSUM_OUTER(F64, double)
                            *(int64_t *)dst = (int64_t)acc[j];);                                   \
     }
 
-/* MAX/MIN/ARG*: the same NaN rules as the per-element functions above. */
+/* MAX/MIN/ARG* down the outer axes: the same NaN rules as the per-element functions above.
+ * FK_DEFINE_EXTREMUM_OUTER writes MAX (KIND max, CMP >) or MIN (KIND min, CMP <). */
+#define FK_DEFINE_EXTREMUM_OUTER(KIND, NAME, CT, IS_FLOAT, CMP)                                   \
+    static void fk_##KIND##_outer_##NAME(const char *base, const fk_red_axes *ax, int64_t L, int64_t si, \
+                                    char *out, int64_t so, double *scratch) {                    \
+        void (*columns_)(CT *, CT *, const CT *, int64_t) = fk_columns_##KIND##_##NAME;            \
+        if (columns_ != NULL && si == (int64_t)sizeof(CT) && L <= FK_RED_TILE) {                  \
+            CT *m_ = (CT *)scratch, *z_ = m_ + FK_RED_TILE;                                       \
+            int nonfinite_ = 0;                                                                   \
+            memcpy(m_, base, (size_t)L * sizeof(CT));                                             \
+            memset(z_, 0, (size_t)L * sizeof(CT));                                                \
+            FK_RED_WALK_ALL(base, columns_(m_, z_, (const CT *)q, L););                           \
+            for (int64_t j = 0; j < L; j++) nonfinite_ |= z_[j] != z_[j];                         \
+            if (!nonfinite_) {                                                                    \
+                for (int64_t j = 0; j < L; j++) *(CT *)(out + j * so) = m_[j];                    \
+                return;                                                                           \
+            }                                                                                     \
+        }                                                                                         \
+        FK_RED_OUTER_TILED(CT, CT, acc[j] = *(const CT *)(b0 + j * si); nan[j] = 0;,              \
+            if (IS_FLOAT && FK_LD_##NAME(raw) != FK_LD_##NAME(raw)) { if (!nan[j]) acc[j] = raw; nan[j] = 1; } \
+            else if (!nan[j] && FK_LD_##NAME(raw) CMP FK_LD_##NAME(acc[j])) acc[j] = raw;,          \
+            *(CT *)dst = acc[j];);                                                                \
+    }
+
 #define FK_DEFINE_MINMAX_OUTER(NAME, CT, IS_FLOAT)                                                \
-    static void fk_max_outer_##NAME(const char *base, const fk_red_axes *ax, int64_t L, int64_t si, \
-                                    char *out, int64_t so, double *scratch) {                    \
-        void (*columns_)(CT *, CT *, const CT *, int64_t) = fk_columns_max_##NAME;            \
-        if (columns_ != NULL && si == (int64_t)sizeof(CT) && L <= FK_RED_TILE) {                  \
-            CT *m_ = (CT *)scratch, *z_ = m_ + FK_RED_TILE;                                       \
-            int nonfinite_ = 0;                                                                   \
-            memcpy(m_, base, (size_t)L * sizeof(CT));                                             \
-            memset(z_, 0, (size_t)L * sizeof(CT));                                                \
-            FK_RED_WALK_ALL(base, columns_(m_, z_, (const CT *)q, L););                           \
-            for (int64_t j = 0; j < L; j++) nonfinite_ |= z_[j] != z_[j];                         \
-            if (!nonfinite_) {                                                                    \
-                for (int64_t j = 0; j < L; j++) *(CT *)(out + j * so) = m_[j];                    \
-                return;                                                                           \
-            }                                                                                     \
-        }                                                                                         \
-        FK_RED_OUTER_TILED(CT, CT, acc[j] = *(const CT *)(b0 + j * si); nan[j] = 0;,              \
-            if (IS_FLOAT && FK_LD_##NAME(raw) != FK_LD_##NAME(raw)) { if (!nan[j]) acc[j] = raw; nan[j] = 1; } \
-            else if (!nan[j] && FK_LD_##NAME(raw) > FK_LD_##NAME(acc[j])) acc[j] = raw;,          \
-            *(CT *)dst = acc[j];);                                                                \
-    }                                                                                             \
-    static void fk_min_outer_##NAME(const char *base, const fk_red_axes *ax, int64_t L, int64_t si, \
-                                    char *out, int64_t so, double *scratch) {                    \
-        void (*columns_)(CT *, CT *, const CT *, int64_t) = fk_columns_min_##NAME;            \
-        if (columns_ != NULL && si == (int64_t)sizeof(CT) && L <= FK_RED_TILE) {                  \
-            CT *m_ = (CT *)scratch, *z_ = m_ + FK_RED_TILE;                                       \
-            int nonfinite_ = 0;                                                                   \
-            memcpy(m_, base, (size_t)L * sizeof(CT));                                             \
-            memset(z_, 0, (size_t)L * sizeof(CT));                                                \
-            FK_RED_WALK_ALL(base, columns_(m_, z_, (const CT *)q, L););                           \
-            for (int64_t j = 0; j < L; j++) nonfinite_ |= z_[j] != z_[j];                         \
-            if (!nonfinite_) {                                                                    \
-                for (int64_t j = 0; j < L; j++) *(CT *)(out + j * so) = m_[j];                    \
-                return;                                                                           \
-            }                                                                                     \
-        }                                                                                         \
-        FK_RED_OUTER_TILED(CT, CT, acc[j] = *(const CT *)(b0 + j * si); nan[j] = 0;,              \
-            if (IS_FLOAT && FK_LD_##NAME(raw) != FK_LD_##NAME(raw)) { if (!nan[j]) acc[j] = raw; nan[j] = 1; } \
-            else if (!nan[j] && FK_LD_##NAME(raw) < FK_LD_##NAME(acc[j])) acc[j] = raw;,          \
-            *(CT *)dst = acc[j];);                                                                \
-    }                                                                                             \
+    FK_DEFINE_EXTREMUM_OUTER(max, NAME, CT, IS_FLOAT, >)                                          \
+    FK_DEFINE_EXTREMUM_OUTER(min, NAME, CT, IS_FLOAT, <)                                          \
     static void fk_argmax_outer_##NAME(const char *base, const fk_red_axes *ax, int64_t L, int64_t si, \
                                        char *out, int64_t so, double *scratch) {                 \
         (void)scratch;                                                                            \

@@ -94,7 +94,7 @@ static inline double fk_gelu_erf_f64(double x) {
 #define FK_U_SIGN_SINT(x, T, c) ((T)(((x) > 0) - ((x) < 0)))
 #define FK_U_RELU_SINT(x, T, c) ((x) > 0 ? (x) : (T)0)
 #define FK_U_CLAMP_INT(x, T, c) ((T)((int64_t)(x) < (c)->lo_i ? (c)->lo_i : ((int64_t)(x) > (c)->hi_i ? (c)->hi_i : (int64_t)(x))))
-#define FK_U_POWI_INT(x, T, c) ((T)fk_upow_u64((uint64_t)(x), (uint64_t)(c)->exp))
+#define FK_U_POWI_INT(x, T, c) ((T)fk_ipow_u64((uint64_t)(x), (uint64_t)(c)->exp))
 
 #define FK_TG1(F, x) _Generic((x), float: F##f, default: F)
 
@@ -107,16 +107,6 @@ FK_INLINE double fk_round_even_f64(double x) {
     double a = fabs(x);
     double r = copysign((a + 4503599627370496.0) - 4503599627370496.0, x);
     return a < 4503599627370496.0 ? r : x;
-}
-
-static inline uint64_t fk_upow_u64(uint64_t base, uint64_t exp) {
-    uint64_t result = 1;
-    while (exp) {
-        if (exp & 1u) result *= base;
-        base *= base;
-        exp >>= 1;
-    }
-    return result;
 }
 
 /* ---- generators ---------------------------------------------------------------------------------- */
