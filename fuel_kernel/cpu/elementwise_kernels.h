@@ -233,7 +233,7 @@ FK_INLINE float fk_fast_expf(float x) {
     p = fmaf(p, r, 1.6666665459e-1f);
     p = fmaf(p, r, 5.0000001201e-1f);
     float y = fmaf(p, r * r, r) + 1.0f;
-    int32_t ni = (int32_t)n, n1 = ni / 2, n2 = ni - n1;
+    int32_t ni = (int32_t)n, n1 = ni >> 1, n2 = ni - n1;   /* any split keeps both factors normal */
     y = y * fk_pow2i_f32(n1) * fk_pow2i_f32(n2);
     return x != x ? x : y;
 }
