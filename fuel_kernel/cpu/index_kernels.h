@@ -327,15 +327,23 @@ static int fk_ix_prepare_out(const fk_storage *inputs, fk_storage *outputs, cons
     return fk_mv_copy(&inputs[0], &layouts[0], &outputs[0], &layouts[3]);
 }
 
-static int fk_scatter_add_run(const fk_storage *inputs, int n_in, fk_storage *outputs, int n_out,
-                              const fk_layout *layouts, const fk_params *params, int dtype, fk_ix_scatter_fn walk) {
-    int status = fk_mv_prologue(inputs, n_in, outputs, n_out, 3, layouts), axis, isize;
-    const fk_layout *x = &layouts[0], *idx = &layouts[1], *src = &layouts[2];
-    fk_ix_index ix;
+/* SCATTER_ADD / INDEX_ADD operands [x, idx, src, out]: three inputs, x, src and out of `dtype`,
+ * idx an I32/I64 index operand. */
+static int fk_ix_add_operands(const fk_storage *inputs, int n_in, fk_storage *outputs, int n_out,
+                              const fk_layout *layouts, int dtype) {
+    int status = fk_mv_prologue(inputs, n_in, outputs, n_out, 3, layouts);
     if (status || (status = fk_mv_want_dtype(inputs, n_in, outputs, 0, dtype))) return status;
     if ((status = fk_mv_want_dtype(inputs, n_in, outputs, 2, dtype))) return status;
     if ((status = fk_mv_want_dtype(inputs, n_in, outputs, 3, dtype))) return status;
-    if ((status = fk_mv_index_dtype(&inputs[1], 1))) return status;
+    return fk_mv_index_dtype(&inputs[1], 1);
+}
+
+static int fk_scatter_add_run(const fk_storage *inputs, int n_in, fk_storage *outputs, int n_out,
+                              const fk_layout *layouts, const fk_params *params, int dtype, fk_ix_scatter_fn walk) {
+    int status = fk_ix_add_operands(inputs, n_in, outputs, n_out, layouts, dtype), axis, isize;
+    const fk_layout *x = &layouts[0], *idx = &layouts[1], *src = &layouts[2];
+    fk_ix_index ix;
+    if (status) return status;
     if ((status = fk_mv_params_kind(params, FK_PARAMS_SCATTER, "scatter"))) return status;
     if ((status = fk_mv_axis(params->u.axis.axis, x->ndim, &axis, "scatter_add"))) return status;
     if ((status = fk_mv_same_shape(x, &layouts[3], "scatter_add input", "output"))) return status;
@@ -361,13 +369,10 @@ static int fk_scatter_add_run(const fk_storage *inputs, int n_in, fk_storage *ou
 
 static int fk_index_add_run(const fk_storage *inputs, int n_in, fk_storage *outputs, int n_out,
                             const fk_layout *layouts, const fk_params *params, int dtype, fk_ix_scatter_fn walk) {
-    int status = fk_mv_prologue(inputs, n_in, outputs, n_out, 3, layouts), axis;
+    int status = fk_ix_add_operands(inputs, n_in, outputs, n_out, layouts, dtype), axis;
     const fk_layout *x = &layouts[0], *idx = &layouts[1], *src = &layouts[2];
     fk_ix_index ix;
-    if (status || (status = fk_mv_want_dtype(inputs, n_in, outputs, 0, dtype))) return status;
-    if ((status = fk_mv_want_dtype(inputs, n_in, outputs, 2, dtype))) return status;
-    if ((status = fk_mv_want_dtype(inputs, n_in, outputs, 3, dtype))) return status;
-    if ((status = fk_mv_index_dtype(&inputs[1], 1))) return status;
+    if (status) return status;
     if (params == NULL || (params->kind != FK_PARAMS_SCATTER && params->kind != FK_PARAMS_INDEX_SELECT)) {
         fk_set_error(FK_ERR_PARAMS, "index_add needs fuel_kernel.params.scatter(axis)");
         return FK_ERR_PARAMS;
