@@ -256,12 +256,12 @@ cdef cnp.ndarray coerce_operand(object obj, int index, bint is_output):
         raise DTypeError(f"{role} {index}: buffer format {view.format!r} is not a supported dtype") from None
 
 
-cdef int fill_operand(object obj, fk_storage *storage, fk_layout *layout, int expected_dtype,
-                      int index, bint is_output) except -1:
+cdef int64_t fill_operand(object obj, fk_storage *storage, fk_layout *layout, int expected_dtype,
+                          int index, bint is_output) except -1:
+    """Describe one operand as fk_storage + fk_layout (in elements); returns its element count."""
     cdef cnp.ndarray arr
     cdef int ndim, d, dtype, shift
-    cdef int64_t itemsize, stride, lo = 0, hi = 0
-    cdef bint empty = False
+    cdef int64_t itemsize, stride, lo = 0, hi = 0, numel = 1
     cdef cnp.npy_intp *dims
     cdef cnp.npy_intp *strides
     if cnp.PyArray_Check(obj):
@@ -293,13 +293,12 @@ cdef int fill_operand(object obj, fk_storage *storage, fk_layout *layout, int ex
         stride = stride >> shift
         layout.shape[d] = dims[d]
         layout.strides[d] = stride
-        if dims[d] == 0:
-            empty = True
-        elif stride > 0:
+        numel *= dims[d]
+        if stride > 0:
             hi += stride * (dims[d] - 1)
         else:
             lo += stride * (dims[d] - 1)
-    if empty:
+    if numel == 0:
         lo = hi = 0
     layout.ndim = ndim
     layout.reserved = 0
@@ -310,7 +309,7 @@ cdef int fill_operand(object obj, fk_storage *storage, fk_layout *layout, int ex
     storage.dtype = dtype
     storage.flags = 0 if cnp.PyArray_ISWRITEABLE(arr) else FK_STORAGE_READ_ONLY
     storage.reserved = 0
-    return 0
+    return numel
 
 
 cdef inline bint same_view(const fk_storage *a, const fk_layout *la, const fk_storage *b, const fk_layout *lb) noexcept nogil:
@@ -326,9 +325,10 @@ cdef inline bint same_view(const fk_storage *a, const fk_layout *la, const fk_st
 
 
 cdef int check_outputs(const fk_entry *entry, const fk_storage *inputs, int n_in,
-                       const fk_storage *outputs, int n_out, const fk_layout *layouts) except -1:
+                       const fk_storage *outputs, int n_out, const fk_layout *layouts,
+                       const int64_t *numels) except -1:
     """Refuse read-only outputs and outputs that overlap an input (exact in-place views are fine
-    for kernels that declare FK_CAP_INPLACE)."""
+    for kernels that declare FK_CAP_INPLACE).  numels[k] is operand k's element count."""
     cdef int i, o
     cdef const char *out_lo
     cdef const char *out_hi
@@ -337,12 +337,12 @@ cdef int check_outputs(const fk_entry *entry, const fk_storage *inputs, int n_in
     for o in range(n_out):
         if outputs[o].flags & FK_STORAGE_READ_ONLY:
             raise ReadOnlyError(f"output {o} is read-only")
-        if outputs[o].nbytes == 0 or fk_layout_numel(&layouts[n_in + o]) == 0:
+        if numels[n_in + o] == 0:
             continue
         out_lo = <const char *>outputs[o].data
         out_hi = out_lo + outputs[o].nbytes
         for i in range(n_in):
-            if inputs[i].nbytes == 0 or fk_layout_numel(&layouts[i]) == 0:
+            if numels[i] == 0:
                 continue
             in_lo = <const char *>inputs[i].data
             in_hi = in_lo + inputs[i].nbytes
@@ -361,10 +361,12 @@ cdef cnp.ndarray allocate_output(const fk_key *key, tuple inputs, OpParams param
     return np.empty(shape, dtype=DType(key.dtypes[key.ndtypes - 1]).numpy)
 
 
-cdef const fk_params *params_pointer(object params, fk_params *none) except NULL:
+cdef fk_params NO_PARAMS             # zero-filled static storage: what a kernel sees for params=None
+
+
+cdef const fk_params *params_pointer(object params) except NULL:
     if params is None:
-        memset(none, 0, sizeof(fk_params))
-        return none
+        return &NO_PARAMS
     if isinstance(params, OpParams):
         return &(<OpParams>params).c
     raise ParamsError(f"params must come from fuel_kernel.params, not {type(params).__name__}")
@@ -377,16 +379,17 @@ cdef int call_operands(const fk_entry *entry, const fk_key *key, PyObject **oper
     cdef fk_storage in_storage[FK_MAX_OPERANDS]
     cdef fk_storage out_storage[FK_MAX_OPERANDS]
     cdef fk_layout layouts[FK_MAX_OPERANDS]
-    cdef fk_params none_params
-    cdef const fk_params *cparams = params_pointer(params, &none_params)
+    cdef int64_t numels[FK_MAX_OPERANDS]
+    cdef const fk_params *cparams = params_pointer(params)
     cdef int i, status
     for i in range(n_in):
-        fill_operand(<object>operands[i], &in_storage[i], &layouts[i], key.dtypes[i] if check_dtypes else -1, i, False)
+        numels[i] = fill_operand(<object>operands[i], &in_storage[i], &layouts[i],
+                                 key.dtypes[i] if check_dtypes else -1, i, False)
     for i in range(n_out):
-        fill_operand(<object>operands[n_in + i], &out_storage[i], &layouts[n_in + i],
-                     key.dtypes[n_in + i] if check_dtypes else -1, i, True)
-    check_outputs(entry, in_storage, n_in, out_storage, n_out, layouts)
-    if fk_layout_numel(&layouts[n_in]) >= NOGIL_MIN_ELEMENTS:
+        numels[n_in + i] = fill_operand(<object>operands[n_in + i], &out_storage[i], &layouts[n_in + i],
+                                        key.dtypes[n_in + i] if check_dtypes else -1, i, True)
+    check_outputs(entry, in_storage, n_in, out_storage, n_out, layouts, numels)
+    if numels[n_in] >= NOGIL_MIN_ELEMENTS:
         with nogil:
             status = fk_call(entry, in_storage, n_in, out_storage, n_out, layouts, cparams)
     else:
@@ -880,8 +883,7 @@ cdef class Kernel:
         """The entry's CostEstimate for these operands (inputs then outputs; arrays or shapes)."""
         cdef fk_layout layouts[FK_MAX_OPERANDS]
         cdef fk_dtypes dts
-        cdef fk_params none_params
-        cdef const fk_params *cparams = params_pointer(params, &none_params)
+        cdef const fk_params *cparams = params_pointer(params)
         cdef int i, d
         if len(operands) != self.key.ndtypes:
             raise OperandCountError(f"cost() takes {self.key.ndtypes} operands (inputs then outputs)")
