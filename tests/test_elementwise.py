@@ -451,9 +451,10 @@ def test_empty_and_zero_dim():
     assert add(s, s).tolist() == 4.0
 
 
-@pytest.mark.parametrize("dtype", [D.U8, D.I16, D.BF16, D.F32, D.F64])
+@pytest.mark.parametrize("dtype", [D.U8, D.I16, D.BF16, D.I32, D.F32, D.F64])
 def test_tiled_walk_variants(dtype, rng):
-    """Transposed operands in 3-d (several planes), reversed, and on both inputs at once."""
+    """Transposed operands in 3-d (several planes), reversed, and on both inputs at once.  Extents
+    are not multiples of the tile or of the 8x8 register-transpose blocks of 4-byte elements."""
     add = fk.bindings().lookup(Op.ADD, [dtype] * 3)
     nd = dtype.numpy
     base = random_values((3, 150, 130), dtype, rng, special=False)
@@ -461,6 +462,8 @@ def test_tiled_walk_variants(dtype, rng):
     cases = [
         (base, other.transpose(0, 2, 1)),                       # planes x transposed
         (base[:, ::-1], other.transpose(0, 2, 1)[:, ::-1, ::-1]),  # transposed and reversed
+        (base, other.transpose(0, 2, 1)[:, :, ::-1]),           # transposed, columns reversed
+        (base[:, 3:, 5:], other.transpose(0, 2, 1)[:, 3:, 5:]),  # offset start inside a block
         (other.transpose(0, 2, 1), other[::-1].transpose(0, 2, 1)),  # both inputs transposed
         (base[0], other[1].T[:, :1]),                           # transposed column broadcast
     ]
