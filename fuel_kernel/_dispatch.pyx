@@ -256,60 +256,48 @@ cdef cnp.ndarray coerce_operand(object obj, int index, bint is_output):
         raise DTypeError(f"{role} {index}: buffer format {view.format!r} is not a supported dtype") from None
 
 
+cdef extern from "operands.h":
+    int64_t fk_describe_array(cnp.ndarray arr, int dtype, fk_storage *storage, fk_layout *layout) noexcept
+
+
 cdef int64_t fill_operand(object obj, fk_storage *storage, fk_layout *layout, int expected_dtype,
                           int index, bint is_output) except -1:
     """Describe one operand as fk_storage + fk_layout (in elements); returns its element count."""
     cdef cnp.ndarray arr
-    cdef int ndim, d, dtype, shift
-    cdef int64_t itemsize, stride, lo = 0, hi = 0, numel = 1
-    cdef cnp.npy_intp *dims
-    cdef cnp.npy_intp *strides
+    cdef int dtype
+    cdef int64_t numel
     if cnp.PyArray_Check(obj):
         arr = <cnp.ndarray>obj
     else:
         arr = coerce_operand(obj, index, is_output)
-    ndim = cnp.PyArray_NDIM(arr)
     dtype = array_dtype(arr)
+    if dtype >= 0 and (expected_dtype < 0 or dtype == expected_dtype):
+        numel = fk_describe_array(arr, dtype, storage, layout)
+        if numel >= 0:
+            return numel
+    raise_operand_error(arr, dtype, expected_dtype, index, is_output)
+
+
+cdef int raise_operand_error(cnp.ndarray arr, int dtype, int expected_dtype, int index,
+                             bint is_output) except -1:
+    """Raise the typed error for an operand fk_describe_array refused (or of the wrong dtype)."""
+    role = "output" if is_output else "input"
+    cdef int64_t itemsize
     if dtype < 0 or not cnp.PyArray_ISNOTSWAPPED(arr):
-        raise DTypeError(f"{'output' if is_output else 'input'} {index} has dtype {arr.dtype}, "
-                         f"which fuel_kernel does not support")
+        raise DTypeError(f"{role} {index} has dtype {arr.dtype}, which fuel_kernel does not support")
     if expected_dtype >= 0 and dtype != expected_dtype:
-        raise DTypeError(f"{'output' if is_output else 'input'} {index} has dtype "
-                         f"{DType(dtype).short_name} but this kernel takes {DType(expected_dtype).short_name}")
-    if ndim > FK_MAX_DIMS:
-        raise ShapeError(f"{'output' if is_output else 'input'} {index} has {ndim} dims; "
-                         f"at most {FK_MAX_DIMS} are supported")
+        raise DTypeError(f"{role} {index} has dtype {DType(dtype).short_name} but this kernel takes "
+                         f"{DType(expected_dtype).short_name}")
+    if cnp.PyArray_NDIM(arr) > FK_MAX_DIMS:
+        raise ShapeError(f"{role} {index} has {cnp.PyArray_NDIM(arr)} dims; at most {FK_MAX_DIMS} are supported")
     if not cnp.PyArray_ISALIGNED(arr):
-        raise ShapeError(f"{'output' if is_output else 'input'} {index} is not aligned to its dtype")
+        raise ShapeError(f"{role} {index} is not aligned to its dtype")
     itemsize = fk_dtype_itemsize[dtype]
-    shift = fk_dtype_shift[dtype]            # item sizes are powers of two: mask and shift, no division
-    dims = cnp.PyArray_DIMS(arr)
-    strides = cnp.PyArray_STRIDES(arr)
-    for d in range(ndim):
-        stride = strides[d]
-        if stride & (itemsize - 1):
-            raise ShapeError(f"{'output' if is_output else 'input'} {index} has a stride of {stride} "
-                             f"bytes, not a multiple of its item size {itemsize}")
-        stride = stride >> shift
-        layout.shape[d] = dims[d]
-        layout.strides[d] = stride
-        numel *= dims[d]
-        if stride > 0:
-            hi += stride * (dims[d] - 1)
-        else:
-            lo += stride * (dims[d] - 1)
-    if numel == 0:
-        lo = hi = 0
-    layout.ndim = ndim
-    layout.reserved = 0
-    layout.offset = -lo
-    storage.data = cnp.PyArray_BYTES(arr) + lo * itemsize
-    storage.nbytes = <size_t>((hi - lo + 1) * itemsize)
-    storage.backend = FK_BACKEND_CPU
-    storage.dtype = dtype
-    storage.flags = 0 if cnp.PyArray_ISWRITEABLE(arr) else FK_STORAGE_READ_ONLY
-    storage.reserved = 0
-    return numel
+    for stride in (<object>arr).strides:
+        if stride % itemsize:
+            raise ShapeError(f"{role} {index} has a stride of {stride} bytes, not a multiple of its "
+                             f"item size {itemsize}")
+    raise SystemError(f"{role} {index}: fuel_kernel could not describe this array")
 
 
 cdef inline bint same_view(const fk_storage *a, const fk_layout *la, const fk_storage *b, const fk_layout *lb) noexcept nogil:
