@@ -82,39 +82,43 @@ cdef int raise_status(int status) except -1:
     raise STATUS_ERRORS.get(status, FuelKernelError)(message or f"kernel failed with status {status}")
 
 
+cdef extern from "operands.h":
+    ctypedef struct fk_typenum_map:
+        int by_typenum[64]
+        int bf16_typenum
+    int fk_array_dtype(cnp.ndarray arr, const fk_typenum_map *map) noexcept
+    int64_t fk_describe_array(cnp.ndarray arr, int dtype, fk_storage *storage, fk_layout *layout) noexcept
+    int fk_describe_arrays(PyObject **operands, int n, const uint8_t *dtypes, const fk_typenum_map *map,
+                           fk_storage *storages, fk_layout *layouts, int64_t *numels) noexcept
+
+
 # ---- dtype and key parsing -------------------------------------------------------------------
-cdef int typenum_to_dtype[64]
-cdef int bf16_typenum = -1
+cdef fk_typenum_map DTYPE_MAP
 
 
 cdef void _init_typenums():
-    global bf16_typenum
     cdef int i
     for i in range(64):
-        typenum_to_dtype[i] = -1
+        DTYPE_MAP.by_typenum[i] = -1
+    DTYPE_MAP.bf16_typenum = -1
     for code in DType:
         num = code.numpy.num
         if num < 64:
-            typenum_to_dtype[num] = int(code)
+            DTYPE_MAP.by_typenum[num] = int(code)
         else:
-            bf16_typenum = num
+            DTYPE_MAP.bf16_typenum = num
     for alias, code in ((np.longlong, DType.I64), (np.intc, DType.I32), (np.uintc, DType.U32)):
         num = np.dtype(alias).num
         if np.dtype(alias).itemsize == code.itemsize and num < 64:
-            typenum_to_dtype[num] = int(code)
+            DTYPE_MAP.by_typenum[num] = int(code)
 
 
 _init_typenums()
 
 
-cdef inline int array_dtype(cnp.ndarray arr) except -2:
+cdef inline int array_dtype(cnp.ndarray arr) noexcept:
     """The fk_dtype of a NumPy array, or -1 if fuel_kernel has no such dtype."""
-    cdef int num = cnp.PyArray_TYPE(arr)
-    if num == bf16_typenum:
-        return FK_BF16
-    if 0 <= num < 64:
-        return typenum_to_dtype[num]
-    return -1
+    return fk_array_dtype(arr, &DTYPE_MAP)
 
 
 cdef inline long as_long_or(object value, long fallback):
@@ -256,10 +260,6 @@ cdef cnp.ndarray coerce_operand(object obj, int index, bint is_output):
         raise DTypeError(f"{role} {index}: buffer format {view.format!r} is not a supported dtype") from None
 
 
-cdef extern from "operands.h":
-    int64_t fk_describe_array(cnp.ndarray arr, int dtype, fk_storage *storage, fk_layout *layout) noexcept
-
-
 cdef int64_t fill_operand(object obj, fk_storage *storage, fk_layout *layout, int expected_dtype,
                           int index, bint is_output) except -1:
     """Describe one operand as fk_storage + fk_layout (in elements); returns its element count."""
@@ -364,24 +364,25 @@ cdef int call_operands(const fk_entry *entry, const fk_key *key, PyObject **oper
                        int n_out, object params, bint check_dtypes) except -1:
     """Marshal inputs then outputs (borrowed references), validate them against the key, call the
     kernel (without the GIL when large) and raise the matching FuelKernelError on failure."""
-    cdef fk_storage in_storage[FK_MAX_OPERANDS]
-    cdef fk_storage out_storage[FK_MAX_OPERANDS]
+    cdef fk_storage storage[FK_MAX_OPERANDS]             # inputs, then outputs
     cdef fk_layout layouts[FK_MAX_OPERANDS]
     cdef int64_t numels[FK_MAX_OPERANDS]
     cdef const fk_params *cparams = params_pointer(params)
-    cdef int i, status
-    for i in range(n_in):
-        numels[i] = fill_operand(<object>operands[i], &in_storage[i], &layouts[i],
-                                 key.dtypes[i] if check_dtypes else -1, i, False)
-    for i in range(n_out):
-        numels[n_in + i] = fill_operand(<object>operands[n_in + i], &out_storage[i], &layouts[n_in + i],
-                                        key.dtypes[n_in + i] if check_dtypes else -1, i, True)
-    check_outputs(entry, in_storage, n_in, out_storage, n_out, layouts, numels)
+    cdef int n = n_in + n_out, i, status
+    # the common case (exact ndarrays of the key's dtypes) in one C loop, the rest one by one
+    i = fk_describe_arrays(operands, n, key.dtypes if check_dtypes else NULL, &DTYPE_MAP, storage,
+                           layouts, numels)
+    while i < n:
+        numels[i] = fill_operand(<object>operands[i], &storage[i], &layouts[i],
+                                 key.dtypes[i] if check_dtypes else -1,
+                                 i if i < n_in else i - n_in, i >= n_in)
+        i += 1
+    check_outputs(entry, storage, n_in, &storage[n_in], n_out, layouts, numels)
     if numels[n_in] >= NOGIL_MIN_ELEMENTS:
         with nogil:
-            status = fk_call(entry, in_storage, n_in, out_storage, n_out, layouts, cparams)
+            status = fk_call(entry, storage, n_in, &storage[n_in], n_out, layouts, cparams)
     else:
-        status = fk_call(entry, in_storage, n_in, out_storage, n_out, layouts, cparams)
+        status = fk_call(entry, storage, n_in, &storage[n_in], n_out, layouts, cparams)
     if status != FK_OK:
         raise_status(status)
     return 0

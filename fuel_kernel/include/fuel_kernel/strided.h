@@ -83,7 +83,6 @@ typedef struct {
     char *base[FK_MAX_OPERANDS];                     /* address of each operand's first element */
 } fk_loop;
 
-/* Plan an elementwise loop over n_in inputs broadcast to the single output layouts[n_in]. */
 /* Is `l` a C-contiguous view with exactly the output's shape (no extent negative)?  Then its
  * elements are offset .. offset + numel - 1 and one range check covers them. */
 static inline int fk_flat_operand(const fk_layout *l, const fk_layout *out) {
@@ -104,47 +103,41 @@ static inline int fk_flat_in_bounds(const fk_layout *l, const fk_storage *st, in
     return numel == 0 || (l->offset >= 0 && numel <= capacity && l->offset <= capacity - numel);
 }
 
-static inline int fk_loop_plan(fk_loop *loop, const fk_storage *inputs, int n_in,
-                               fk_storage *output, const fk_layout *layouts) {
+/* The fast path, checked first because it is the common case of a planned graph: every operand
+ * C-contiguous with the output's shape and inside its storage -> one flat row.  Returns 1 when
+ * it planned the loop.  Small enough to inline into every kernel; the general planner is not. */
+static inline int fk_loop_plan_flat(fk_loop *loop, const fk_storage *inputs, int n_in,
+                                    const fk_storage *output, const fk_layout *layouts) {
+    const fk_layout *out = &layouts[n_in];
+    int ndim = out->ndim, k, d;
+    int64_t numel = 1;
+    if (ndim < 0 || ndim > FK_MAX_DIMS) return 0;
+    for (d = 0; d < ndim; d++) numel *= out->shape[d] < 0 ? 0 : out->shape[d];
+    for (k = 0; k <= n_in; k++)
+        if (!fk_flat_operand(&layouts[k], out) ||
+            !fk_flat_in_bounds(&layouts[k], k < n_in ? &inputs[k] : output, numel))
+            return 0;
+    loop->numel = numel;
+    loop->ndim = 1;
+    loop->shape[0] = numel;
+    loop->inner = numel;
+    loop->rows = numel ? 1 : 0;
+    for (k = 0; k < n_in; k++) {
+        loop->base[k] = (char *)inputs[k].data + layouts[k].offset * fk_dtype_itemsize[inputs[k].dtype];
+        loop->strides[k][0] = fk_dtype_itemsize[inputs[k].dtype];
+    }
+    loop->base[n_in] = (char *)output->data + out->offset * fk_dtype_itemsize[output->dtype];
+    loop->strides[n_in][0] = fk_dtype_itemsize[output->dtype];
+    return 1;
+}
+
+/* Everything else: bounds, broadcast, axis order and merging (see the top of this file). */
+__attribute__((noinline)) static int fk_loop_plan_general(fk_loop *loop, const fk_storage *inputs, int n_in,
+                                                          fk_storage *output, const fk_layout *layouts) {
     const fk_layout *out = &layouts[n_in];
     int nops = n_in + 1, ndim = out->ndim, k, d;
     int64_t strides[FK_MAX_OPERANDS][FK_MAX_DIMS];
     int order[FK_MAX_DIMS];
-    if (nops > FK_MAX_OPERANDS) {
-        fk_set_error(FK_ERR_OPERANDS, "%d operands exceed the limit of %d", nops, FK_MAX_OPERANDS);
-        return FK_ERR_OPERANDS;
-    }
-    if (output->flags & FK_STORAGE_READ_ONLY) {
-        fk_set_error(FK_ERR_READ_ONLY, "output 0 is read-only");
-        return FK_ERR_READ_ONLY;
-    }
-    loop->nops = nops;
-
-    /* fast path, checked first because it is the common case of a planned graph: every operand
-     * C-contiguous with the output's shape and inside its storage -> one flat row */
-    if (ndim >= 0 && ndim <= FK_MAX_DIMS) {
-        int flat = 1;
-        int64_t numel = 1;
-        for (d = 0; d < ndim; d++) numel *= out->shape[d] < 0 ? 0 : out->shape[d];
-        for (k = 0; k <= n_in && flat; k++)
-            flat = fk_flat_operand(&layouts[k], out) &&
-                   fk_flat_in_bounds(&layouts[k], k < n_in ? &inputs[k] : output, numel);
-        if (flat) {
-            loop->numel = numel;
-            loop->ndim = 1;
-            loop->shape[0] = numel;
-            loop->inner = numel;
-            loop->rows = numel ? 1 : 0;
-            for (k = 0; k < n_in; k++) {
-                loop->base[k] = (char *)inputs[k].data + layouts[k].offset * fk_dtype_itemsize[inputs[k].dtype];
-                loop->strides[k][0] = fk_dtype_itemsize[inputs[k].dtype];
-            }
-            loop->base[n_in] = (char *)output->data + out->offset * fk_dtype_itemsize[output->dtype];
-            loop->strides[n_in][0] = fk_dtype_itemsize[output->dtype];
-            return FK_OK;
-        }
-    }
-
     for (k = 0; k < n_in; k++) {
         int status = fk_layout_check(&layouts[k], &inputs[k], "input", k);
         if (status) return status;
@@ -225,6 +218,22 @@ static inline int fk_loop_plan(fk_loop *loop, const fk_storage *inputs, int n_in
     loop->inner = loop->shape[loop->ndim - 1];
     loop->rows = loop->inner ? loop->numel / loop->inner : 0;
     return FK_OK;
+}
+
+/* Plan an elementwise loop over n_in inputs broadcast to the single output layouts[n_in]. */
+static inline int fk_loop_plan(fk_loop *loop, const fk_storage *inputs, int n_in,
+                               fk_storage *output, const fk_layout *layouts) {
+    if (n_in + 1 > FK_MAX_OPERANDS) {
+        fk_set_error(FK_ERR_OPERANDS, "%d operands exceed the limit of %d", n_in + 1, FK_MAX_OPERANDS);
+        return FK_ERR_OPERANDS;
+    }
+    if (output->flags & FK_STORAGE_READ_ONLY) {
+        fk_set_error(FK_ERR_READ_ONLY, "output 0 is read-only");
+        return FK_ERR_READ_ONLY;
+    }
+    loop->nops = n_in + 1;
+    if (fk_loop_plan_flat(loop, inputs, n_in, output, layouts)) return FK_OK;
+    return fk_loop_plan_general(loop, inputs, n_in, output, layouts);
 }
 
 /* Byte stride of operand k along the innermost axis. */
@@ -405,16 +414,11 @@ static inline void fk_tile_gather(char *buf, const char *src, int64_t so, int64_
  * with a transposed operand (NumPy: 25 ms): 128x64 5.5 ms, 64x128 6.0 ms, 256x32 7.7 ms,
  * 64x64 7.2 ms, 32x64 9.8 ms; without the row prefetches 128x64 ran 6.8 ms, and gathering 4-byte
  * tiles with the AVX2 8x8 transpose instead of element by element took it to 4.3 ms. */
-static inline void fk_loop_run(const fk_loop *loop, fk_row_fn row, const void *ctx, const int *itemsizes) {
+__attribute__((noinline)) static void fk_loop_run_rows(const fk_loop *loop, fk_row_fn row, const void *ctx,
+                                                      const int *itemsizes) {
     int nops = loop->nops, nd = loop->ndim, k, tiled = 0;
     int64_t inner_strides[FK_MAX_OPERANDS], index[FK_MAX_DIMS];
     char *ptrs[FK_MAX_OPERANDS];
-    if (loop->rows == 0) return;
-    if (nd == 1) {                     /* one row (the flat case of a planned graph): no walk */
-        for (k = 0; k < nops; k++) inner_strides[k] = loop->strides[k][0];
-        row((char *const *)loop->base, inner_strides, loop->inner, ctx);
-        return;
-    }
     for (k = 0; k < nd; k++) index[k] = 0;
     for (k = 0; k < nops; k++) {
         inner_strides[k] = loop->strides[k][nd - 1];
@@ -486,6 +490,17 @@ static inline void fk_loop_run(const fk_loop *loop, fk_row_fn row, const void *c
             fk_loop_next(&outer, index, ptrs);
         }
     }
+}
+
+static inline void fk_loop_run(const fk_loop *loop, fk_row_fn row, const void *ctx, const int *itemsizes) {
+    if (loop->rows == 0) return;
+    if (loop->ndim == 1) {             /* one row (the flat case of a planned graph): no walk */
+        int64_t inner_strides[FK_MAX_OPERANDS];
+        for (int k = 0; k < loop->nops; k++) inner_strides[k] = loop->strides[k][0];
+        row((char *const *)loop->base, inner_strides, loop->inner, ctx);
+        return;
+    }
+    fk_loop_run_rows(loop, row, ctx, itemsizes);
 }
 
 #endif /* FUEL_KERNEL_STRIDED_H */
