@@ -86,6 +86,7 @@ cdef extern from "operands.h":
     ctypedef struct fk_typenum_map:
         int by_typenum[64]
         int bf16_typenum
+        void *canonical[FK_DTYPE_COUNT]
     int fk_array_dtype(cnp.ndarray arr, const fk_typenum_map *map) noexcept
     int64_t fk_describe_array(cnp.ndarray arr, int dtype, fk_storage *storage, fk_layout *layout) noexcept
     int fk_describe_arrays(PyObject **operands, int n, const uint8_t *dtypes, const fk_typenum_map *map,
@@ -94,6 +95,7 @@ cdef extern from "operands.h":
 
 # ---- dtype and key parsing -------------------------------------------------------------------
 cdef fk_typenum_map DTYPE_MAP
+_CANONICAL_DESCRS = [np.dtype(code.numpy) for code in DType]   # keeps DTYPE_MAP.canonical alive
 
 
 cdef void _init_typenums():
@@ -102,6 +104,7 @@ cdef void _init_typenums():
         DTYPE_MAP.by_typenum[i] = -1
     DTYPE_MAP.bf16_typenum = -1
     for code in DType:
+        DTYPE_MAP.canonical[int(code)] = <void *>_CANONICAL_DESCRS[int(code)]
         num = code.numpy.num
         if num < 64:
             DTYPE_MAP.by_typenum[num] = int(code)
@@ -271,7 +274,7 @@ cdef int64_t fill_operand(object obj, fk_storage *storage, fk_layout *layout, in
     else:
         arr = coerce_operand(obj, index, is_output)
     dtype = array_dtype(arr)
-    if dtype >= 0 and (expected_dtype < 0 or dtype == expected_dtype):
+    if dtype >= 0 and (expected_dtype < 0 or dtype == expected_dtype) and cnp.PyArray_ISNOTSWAPPED(arr):
         numel = fk_describe_array(arr, dtype, storage, layout)
         if numel >= 0:
             return numel

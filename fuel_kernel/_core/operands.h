@@ -10,10 +10,14 @@
 
 #include "fuel_kernel/strided.h"
 
-/* NumPy type number -> fuel_kernel dtype code (-1: none); bfloat16 is a user type (number >= 256). */
+/* NumPy type number -> fuel_kernel dtype code (-1: none); bfloat16 is a user type (number >= 256).
+ * `canonical` holds each dtype's native-byte-order descriptor singleton (borrowed: the module keeps
+ * them alive), which nearly every array shares, so a pointer compare settles its dtype without
+ * the chain of dependent loads (descriptor, type number, table) of the general mapping. */
 typedef struct {
     int by_typenum[64];
     int bf16_typenum;
+    PyArray_Descr *canonical[FK_DTYPE_COUNT];
 } fk_typenum_map;
 
 static inline int fk_array_dtype(PyArrayObject *arr, const fk_typenum_map *map) {
@@ -22,16 +26,15 @@ static inline int fk_array_dtype(PyArrayObject *arr, const fk_typenum_map *map) 
     return num >= 0 && num < 64 ? map->by_typenum[num] : -1;
 }
 
-/* `dtype` is the array's fuel_kernel dtype code (already mapped from its NumPy type).  Returns
- * the element count, or -1 if the general path must decide (and raise). */
+/* `dtype` is the array's fuel_kernel dtype code (already mapped from its NumPy type) and its byte
+ * order is native.  Returns the element count, or -1 if the general path must decide (and raise). */
 static inline int64_t fk_describe_array(PyArrayObject *arr, int dtype, fk_storage *storage,
                                         fk_layout *layout) {
     int ndim = PyArray_NDIM(arr), shift = fk_dtype_shift[dtype];
     int64_t itemsize = fk_dtype_itemsize[dtype], lo = 0, hi = 0, numel = 1;
     const npy_intp *dims = PyArray_DIMS(arr), *strides = PyArray_STRIDES(arr);
     int flags = PyArray_FLAGS(arr);
-    if (ndim > FK_MAX_DIMS || !(flags & NPY_ARRAY_ALIGNED) || !PyArray_ISNOTSWAPPED(arr))
-        return -1;
+    if (ndim > FK_MAX_DIMS || !(flags & NPY_ARRAY_ALIGNED)) return -1;
     for (int d = 0; d < ndim; d++) {
         int64_t n = dims[d], stride = strides[d];
         if (stride & (itemsize - 1)) return -1;
@@ -65,8 +68,12 @@ static inline int fk_describe_arrays(PyObject *const *operands, int n, const uin
         PyArrayObject *arr = (PyArrayObject *)operands[k];
         int dtype;
         if (!PyArray_CheckExact(operands[k])) return k;
-        dtype = fk_array_dtype(arr, map);
-        if (dtype < 0 || (dtypes && dtype != dtypes[k])) return k;
+        if (dtypes && PyArray_DESCR(arr) == map->canonical[dtypes[k]]) {
+            dtype = dtypes[k];
+        } else {
+            dtype = fk_array_dtype(arr, map);
+            if (dtype < 0 || (dtypes && dtype != dtypes[k]) || !PyArray_ISNOTSWAPPED(arr)) return k;
+        }
         numels[k] = fk_describe_array(arr, dtype, &storages[k], &layouts[k]);
         if (numels[k] < 0) return k;
     }
