@@ -494,6 +494,178 @@ ORACLES[fk.OpKind.RMS_NORM] = Oracle(last_dim(_rms_norm), "accumulate", strict=F
 ORACLES[fk.OpKind.LAYER_NORM] = Oracle(last_dim(_layer_norm), "accumulate", strict=False)
 
 
+# ---- shared by the movement, indexing, attention and conv oracles ------------------------------
+def f64(x):
+    return up(x).astype(np.float64)
+
+
+# ---- indexing: INDEX_SELECT, GATHER (exact), SCATTER_ADD, INDEX_ADD (accumulate) -----------------
+def add_at(x, index, src):
+    """numpy.add.at in x's dtype: a copy of x, then out[index] += src with repeated indices
+    adding up (in index order); BOOL ORs."""
+    out = np.array(x, copy=True)
+    with np.errstate(all="ignore"):
+        (np.logical_or if out.dtype == np.bool_ else np.add).at(out, index, src)
+    return out
+
+
+# ---- CONV2D --------------------------------------------------------------------------------------
+def pair(v):
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+def conv2d_reference(x, w, b, stride, padding, dilation, groups):
+    """(expected, scale) in float64: scale = sum |x*w| + |b| per output."""
+    x = f64(x)
+    w = f64(w)
+    (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(padding), pair(dilation)
+    N, C, H, W = x.shape
+    O, Cg, KH, KW = w.shape
+    OH = (H + 2 * ph - dh * (KH - 1) - 1) // sh + 1
+    OW = (W + 2 * pw - dw * (KW - 1) - 1) // sw + 1
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    out = np.zeros((N, O, OH, OW))
+    scale = np.zeros((N, O, OH, OW))
+    Og = O // groups
+    with np.errstate(all="ignore"):
+        for kh in range(KH):
+            for kw in range(KW):
+                win = xp[:, :, kh * dh: kh * dh + (OH - 1) * sh + 1: sh, kw * dw: kw * dw + (OW - 1) * sw + 1: sw]
+                for g in range(groups):
+                    xs = win[:, g * Cg:(g + 1) * Cg]
+                    ws = w[g * Og:(g + 1) * Og, :, kh, kw]
+                    out[:, g * Og:(g + 1) * Og] += np.einsum("nchw,oc->nohw", xs, ws)
+                    scale[:, g * Og:(g + 1) * Og] += np.einsum("nchw,oc->nohw", np.abs(xs), np.abs(ws))
+        if b is not None:
+            b = f64(b)
+            out += b[None, :, None, None]
+            scale += np.abs(b)[None, :, None, None]
+    return out, scale
+
+
+# ---- attention: ROPE, FLASH_ATTN, PAGED_ATTN ------------------------------------------------------
+def rope_reference(x, cos, sin, interleaved):
+    """(out, scale) in float64: pairs (x[i], x[i + D/2]) or, interleaved, (x[2i], x[2i+1]) turned
+    by (cos, sin) of their row; scale = |a c| + |b s| (or |a s| + |b c|) per output."""
+    x, cos, sin = f64(x), f64(cos), f64(sin)
+    if interleaved:
+        a, b = x[..., 0::2], x[..., 1::2]
+    else:
+        half = x.shape[-1] // 2
+        a, b = x[..., :half], x[..., half:]
+    with np.errstate(all="ignore"):
+        ra, rb = a * cos - b * sin, a * sin + b * cos
+        bound_a, bound_b = np.abs(a * cos) + np.abs(b * sin), np.abs(a * sin) + np.abs(b * cos)
+    out = np.empty_like(x)
+    scale = np.empty_like(x)
+    if interleaved:
+        out[..., 0::2], out[..., 1::2] = ra, rb
+        scale[..., 0::2], scale[..., 1::2] = bound_a, bound_b
+    else:
+        out[..., :half], out[..., half:] = ra, rb
+        scale[..., :half], scale[..., half:] = bound_a, bound_b
+    return out, scale
+
+
+def attention_scores(q, k, scale, softcap):
+    """(scores, sum |scale * q * k| per score) in float64 of q [..., Sq, D] against k [..., Sk, D]:
+    scale * q.k, then softcap * tanh(s / softcap) when softcap > 0."""
+    q, k = f64(q), f64(k)
+    with np.errstate(all="ignore"):
+        s = np.einsum("...id,...jd->...ij", q, k) * scale
+        s_abs = np.einsum("...id,...jd->...ij", np.abs(q), np.abs(k)) * abs(scale)
+        if softcap > 0:
+            s = softcap * np.tanh(s / softcap)
+    return s, s_abs
+
+
+def softmax_rows(s, visible):
+    """Softmax over the last axis among the visible entries; a row with none visible is zeros and
+    one whose visible scores are all -inf is NaN (0 / 0, as a plain softmax gives)."""
+    with np.errstate(all="ignore"):
+        m = np.where(visible, s, -np.inf).max(-1, keepdims=True, initial=-np.inf)
+        p = np.where(visible, np.exp(s - m), 0.0)
+        total = p.sum(-1, keepdims=True)
+        return np.where(visible.any(-1, keepdims=True), p / total, 0.0)
+
+
+def attention_error_scale(v, s, s_abs, visible):
+    """Per output row, the magnitude its rounding error scales with: max |v| over the visible keys
+    times (1 + the largest sum |scale * q * k| among them), since an absolute error in a score is a
+    relative error in its weight.  A -inf score weighs exactly 0 and adds no error."""
+    v_abs = np.abs(v).max(-1, initial=0.0)[..., None, :]
+    with np.errstate(invalid="ignore"):         # 0 * inf: NaN, an unbounded error to compare_accumulated
+        v_max = np.where(visible, v_abs, 0.0).max(-1, initial=0.0)
+        s_max = np.where(visible & (s != -np.inf), s_abs, 0.0).max(-1, initial=0.0)
+        return (v_max * (1 + s_max))[..., None]
+
+
+def attend(s, s_abs, v, visible):
+    """(softmax(s) @ v, error scale) with v [..., Sk, Dv] and the scores' rows [..., Sq, Sk]."""
+    with np.errstate(all="ignore"):
+        out = softmax_rows(s, visible) @ v
+    return out, attention_error_scale(v, s, s_abs, visible)
+
+
+def attention_visible(sq, sk, causal, window_left, window_right):
+    """[Sq, Sk]: query i sits at key position i + Sk - Sq (bottom-right aligned)."""
+    pos = np.arange(sq)[:, None] + sk - sq
+    j = np.arange(sk)[None, :]
+    visible = np.ones((sq, sk), bool)
+    if causal:
+        visible &= j <= pos
+    if window_left >= 0:
+        visible &= j >= pos - window_left
+    if window_right >= 0:
+        visible &= j <= pos + window_right
+    return visible
+
+
+def kv_for_query_heads(x, hq):
+    """[B, Hkv, ...] -> [B, Hq, ...]: query head h reads kv head h / (Hq / Hkv)."""
+    return np.repeat(f64(x), hq // x.shape[1], axis=1)
+
+
+def attention_reference(q, k, v, scale, causal=False, window_left=-1, window_right=-1, softcap=0.0):
+    """(out, error scale) of plain attention in float64 with the kernel's masking rules: q [B, Hq,
+    Sq, D], k [B, Hkv, Sk, D], v [B, Hkv, Sk, Dv]."""
+    s, s_abs = attention_scores(q, kv_for_query_heads(k, q.shape[1]), scale, softcap)
+    visible = attention_visible(q.shape[2], k.shape[2], causal, window_left, window_right)
+    return attend(s, s_abs, kv_for_query_heads(v, q.shape[1]), visible)
+
+
+def paged_sequence(q, k_cache, v_cache, block_table, context_lens, alibi, scale, block_size, softcap,
+                   window_left, n):
+    """Sequence n's scores [Hq, 1, T] (and their sum |terms|) over its T visible tokens, and those
+    tokens' values [Hq, T, Dv].  Token t lives in block block_table[n, t / block_size], row
+    t % block_size; the query sits at context_len - 1 and sees tokens >= that - window_left (when
+    window_left >= 0); scores are softcapped, then biased by slope[h] * (t - (context_len - 1))."""
+    ctx, hq = int(context_lens[n]), q.shape[1]
+    t = np.arange(max(ctx - 1 - window_left, 0) if window_left >= 0 else 0, ctx)
+    blocks, rows = np.asarray(block_table[n, t // block_size]).astype(np.int64), t % block_size
+    k = kv_for_query_heads(k_cache[blocks, rows].transpose(1, 0, 2)[None], hq)[0]    # [Hq, T, D]
+    v = kv_for_query_heads(v_cache[blocks, rows].transpose(1, 0, 2)[None], hq)[0]
+    s, s_abs = attention_scores(q[n][:, None, :], k, scale, softcap)
+    if len(alibi):
+        with np.errstate(invalid="ignore"):
+            bias = f64(alibi)[:, None, None] * (t - (ctx - 1))
+            s, s_abs = s + bias, s_abs + np.abs(bias)
+    return s, s_abs, v
+
+
+def paged_reference(q, k_cache, v_cache, block_table, context_lens, alibi, scale, block_size, softcap, window_left):
+    """(out, error scale) in float64: one decode query per sequence against its tokens in the
+    paged caches (see paged_sequence)."""
+    out = np.zeros((q.shape[0], q.shape[1], v_cache.shape[3]))
+    magnitude = np.zeros((q.shape[0], q.shape[1], 1))
+    for n in range(q.shape[0]):
+        s, s_abs, v = paged_sequence(q, k_cache, v_cache, block_table, context_lens, alibi, scale, block_size,
+                                     softcap, window_left, n)
+        values, scale_n = attend(s, s_abs, v, np.ones(s.shape[1:], bool))
+        out[n], magnitude[n] = values[:, 0], scale_n[:, 0]
+    return out, magnitude
+
+
 # ---- comparison ----------------------------------------------------------------------------------
 NAN_CONVENTION_OPS = {fk.OpKind.RELU, fk.OpKind.SIGN, fk.OpKind.STEP, fk.OpKind.CLAMP}
 
