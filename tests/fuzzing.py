@@ -244,6 +244,12 @@ def run_case(case, call=None):
         if oracle.strict:
             raise AssertionError(f"succeeded where {expect.cls.__name__} was due: {case.describe()}")
         return "skip"
+    if isinstance(expected, oracles.Accumulated):
+        try:
+            oracles.compare_accumulated(case.op, actual, expected, out_dtype)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{case.describe()}") from None
+        return "ok"
     reduced = max(1, int(np.prod(in_values[0].shape, dtype=np.int64)) // max(1, actual.size)) \
         if in_values and in_values[0] is not None else 1
     if case.op == fk.OpKind.MATMUL and in_values[0].ndim >= 2:

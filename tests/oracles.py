@@ -495,11 +495,156 @@ ORACLES[fk.OpKind.LAYER_NORM] = Oracle(last_dim(_layer_norm), "accumulate", stri
 
 
 # ---- shared by the movement, indexing, attention and conv oracles ------------------------------
+@dataclass
+class Accumulated:
+    """What an oracle of a summing op returns: the expected values (in the output dtype) and, per
+    element, the magnitude of what was summed (sum of |terms|) and how many roundings can pile up
+    (`terms`), in the dtype the kernel rounds in (`compute`; None: compute_dtype of the output).
+    compare_accumulated() allows the accumulate class's atol (tolerance("accumulate", compute,
+    terms)) times that magnitude, plus the final rounding into the output dtype."""
+    values: np.ndarray
+    magnitude: object
+    terms: int
+    compute: object = None
+
+
+def expect_shape(out_shape, shape):
+    """The kernels take only the output shape their operands imply."""
+    if tuple(out_shape) != tuple(shape):
+        raise ExpectError(fk.ShapeError)
+
+
+def kernel_axis(axis, ndim):
+    """An axis as the movement kernels normalize it: negative counts from the end, out of range
+    (or any axis of a 0-d operand) is a ParamsError."""
+    if ndim == 0 or not -ndim <= axis < ndim:
+        raise ExpectError(fk.ParamsError)
+    return axis % ndim
+
+
+def kernel_dims(dims, ndim):
+    axes = [kernel_axis(d, ndim) for d in dims]
+    if len(set(axes)) != len(axes):             # -1 and ndim - 1 name the same dim
+        raise ExpectError(fk.ParamsError)
+    return axes
+
+
+def fill_value(value, dtype):
+    """A params scalar (PAD's value, MASKED_FILL's) as one element of `dtype`, converted like CAST."""
+    return cast_values(np.asarray(float(value)), D.parse(dtype))
+
+
 def f64(x):
     return up(x).astype(np.float64)
 
 
+# ---- data movement: SLICE, CONCAT, FLIP, ROLL, TRIU, TRIL, PAD, MASKED_FILL (exact) ---------------
+@register([fk.OpKind.SLICE])
+def _slice(inputs, params, out_dtype, out_shape):
+    """Python slice rules on every dim (start, stop and step may be anything but a zero step)."""
+    need_params(params, "slice")
+    (x,) = inputs
+    f = params.fields()
+    if len(f["start"]) != x.ndim:
+        raise ExpectError(fk.ParamsError)
+    r = x[tuple(slice(a, b, s) for a, b, s in zip(f["start"], f["stop"], f["step"]))]
+    expect_shape(out_shape, r.shape)
+    return r
+
+
+@register([fk.OpKind.CONCAT])
+def _concat(inputs, params, out_dtype, out_shape):
+    need_params(params, "concat")
+    axis = kernel_axis(params.fields()["axis"], inputs[0].ndim)
+    first = inputs[0].shape
+    for x in inputs:
+        if x.ndim != len(first) or any(a != b for d, (a, b) in enumerate(zip(x.shape, first)) if d != axis):
+            raise ExpectError(fk.ShapeError)
+    r = np.concatenate(inputs, axis=axis)
+    expect_shape(out_shape, r.shape)
+    return r
+
+
+@register([fk.OpKind.FLIP])
+def _flip(inputs, params, out_dtype, out_shape):
+    need_params(params, "flip")
+    (x,) = inputs
+    expect_shape(out_shape, x.shape)
+    return np.flip(x, kernel_dims(params.fields()["dims"], x.ndim))
+
+
+@register([fk.OpKind.ROLL])
+def _roll(inputs, params, out_dtype, out_shape):
+    """out[(i + shift) mod n] = x[i] on each listed dim; at least one dim."""
+    need_params(params, "roll")
+    (x,) = inputs
+    f = params.fields()
+    expect_shape(out_shape, x.shape)
+    if not f["dims"]:
+        raise ExpectError(fk.ParamsError)
+    return np.roll(x, f["shifts"], kernel_dims(f["dims"], x.ndim))
+
+
+def triangular(upper):
+    def oracle(inputs, params, out_dtype, out_shape):
+        """The last two dims are the matrix: triu keeps j - i >= diagonal, tril j - i <= diagonal."""
+        need_params(params, "none", "triangular")
+        (x,) = inputs
+        diagonal = params.fields()["diagonal"] if params_family(params) == "triangular" else 0
+        expect_shape(out_shape, x.shape)
+        if x.ndim < 2:
+            raise ExpectError(fk.ShapeError)
+        rows, cols = x.shape[-2:]
+        offset = np.arange(cols)[None, :] - np.arange(rows)[:, None]
+        keep = offset >= diagonal if upper else offset <= diagonal
+        return np.where(keep, x, np.zeros((), x.dtype))
+    return oracle
+
+
+ORACLES[fk.OpKind.TRIU] = Oracle(triangular(upper=True))
+ORACLES[fk.OpKind.TRIL] = Oracle(triangular(upper=False))
+
+
+@register([fk.OpKind.PAD])
+def _pad(inputs, params, out_dtype, out_shape):
+    """Widths for the last len(before) dims; reflect (no edge repeat) needs widths below the
+    extent, replicate a non-empty dim, constant converts its value like CAST."""
+    need_params(params, "pad")
+    (x,) = inputs
+    f = params.fields()
+    k = len(f["before"])
+    if k > x.ndim:
+        raise ExpectError(fk.ParamsError)
+    widths = [(0, 0)] * (x.ndim - k) + list(zip(f["before"], f["after"]))
+    for n, (before, after) in zip(x.shape, widths):
+        if (before or after) and (f["mode"] == "reflect" and max(before, after) >= n
+                                  or f["mode"] == "replicate" and n == 0):
+            raise ExpectError(fk.ParamsError)
+    expect_shape(out_shape, tuple(n + b + a for n, (b, a) in zip(x.shape, widths)))
+    if x.ndim == 0:
+        return x
+    if f["mode"] == "constant":
+        return np.pad(x, widths, mode="constant", constant_values=fill_value(f["value"], x.dtype))
+    return np.pad(x, widths, mode="reflect" if f["mode"] == "reflect" else "edge")
+
+
+@register([fk.OpKind.MASKED_FILL])
+def _masked_fill(inputs, params, out_dtype, out_shape):
+    """out = mask ? value : x, x and the BOOL mask broadcast to the output's shape."""
+    need_params(params, "masked_fill")
+    x, mask = broadcast_inputs(inputs, out_shape)
+    return np.where(mask, fill_value(params.fields()["value"], x.dtype), x)
+
+
 # ---- indexing: INDEX_SELECT, GATHER (exact), SCATTER_ADD, INDEX_ADD (accumulate) -----------------
+def checked_indices(idx, extent):
+    """Indices must lie in [0, extent): no negative wrap-around (index_kernels.h)."""
+    idx = np.asarray(idx).astype(np.int64)
+    if ((idx < 0) | (idx >= extent)).any():
+        raise ExpectError(fk.KernelIndexError)
+    return idx
+
+
 def add_at(x, index, src):
     """numpy.add.at in x's dtype: a copy of x, then out[index] += src with repeated indices
     adding up (in index order); BOOL ORs."""
@@ -507,6 +652,74 @@ def add_at(x, index, src):
     with np.errstate(all="ignore"):
         (np.logical_or if out.dtype == np.bool_ else np.add).at(out, index, src)
     return out
+
+
+def indexed_sum(x, index, src, out_dtype):
+    """add_at as the kernels promise it: integers wrap and BOOL ORs in the dtype (exact); floats are
+    summed in F64 and rounded once, against an error bound of one rounding in the output dtype
+    per add (the kernels round every add, F16/BF16 through F32)."""
+    if not D(out_dtype).is_float:
+        return add_at(x, index, src)
+    values = add_at(f64(x), index, f64(src))
+    magnitude = add_at(np.abs(f64(x)), index, np.abs(f64(src)))
+    adds = add_at(np.zeros(x.shape, np.int64), index, np.ones(np.shape(src), np.int64))
+    return Accumulated(to(values, out_dtype), magnitude, 1 + int(adds.max(initial=0)), compute=out_dtype)
+
+
+@register([fk.OpKind.INDEX_SELECT])
+def _index_select(inputs, params, out_dtype, out_shape):
+    """take(x, idx, axis) with 1-d idx."""
+    need_params(params, "index_select")
+    x, idx = inputs
+    axis = kernel_axis(params.fields()["axis"], x.ndim)
+    if idx.ndim != 1:
+        raise ExpectError(fk.ShapeError)
+    expect_shape(out_shape, x.shape[:axis] + idx.shape + x.shape[axis + 1:])
+    return np.take(x, checked_indices(idx, x.shape[axis]), axis=axis)
+
+
+@register([fk.OpKind.GATHER])
+def _gather(inputs, params, out_dtype, out_shape):
+    """torch.gather: idx has x's rank and at most x's extents off the axis; out[i] = x[i with
+    i[axis] = idx[i]]."""
+    need_params(params, "gather")
+    x, idx = inputs
+    axis = kernel_axis(params.fields()["axis"], x.ndim)
+    if idx.ndim != x.ndim or any(i > n for d, (i, n) in enumerate(zip(idx.shape, x.shape)) if d != axis):
+        raise ExpectError(fk.ShapeError)
+    expect_shape(out_shape, idx.shape)
+    idx = checked_indices(idx, x.shape[axis])
+    corner = x[tuple(slice(None) if d == axis else slice(0, i) for d, i in enumerate(idx.shape))]
+    return np.take_along_axis(corner, idx, axis=axis)
+
+
+@register([fk.OpKind.SCATTER_ADD], kind="accumulate")
+def _scatter_add(inputs, params, out_dtype, out_shape):
+    """torch.scatter_add: out = x, then out[i with i[axis] = idx[i]] += src[i] over idx's shape
+    (src at least idx's shape, idx at most x's off the axis)."""
+    need_params(params, "scatter")
+    x, idx, src = inputs
+    axis = kernel_axis(params.fields()["axis"], x.ndim)
+    expect_shape(out_shape, x.shape)
+    if idx.ndim != x.ndim or src.ndim != x.ndim or any(
+            i > s or (d != axis and i > n) for d, (i, s, n) in enumerate(zip(idx.shape, src.shape, x.shape))):
+        raise ExpectError(fk.ShapeError)
+    target = list(np.indices(idx.shape, sparse=True))
+    target[axis] = checked_indices(idx, x.shape[axis])
+    return indexed_sum(x, tuple(target), src[tuple(slice(0, i) for i in idx.shape)], out_dtype)
+
+
+@register([fk.OpKind.INDEX_ADD], kind="accumulate")
+def _index_add(inputs, params, out_dtype, out_shape):
+    """out = x, then out[.., idx[j], ..] += src[.., j, ..] (params scatter or index_select)."""
+    need_params(params, "scatter", "index_select")
+    x, idx, src = inputs
+    axis = kernel_axis(params.fields()["axis"], x.ndim)
+    expect_shape(out_shape, x.shape)
+    if idx.ndim != 1 or src.shape != x.shape[:axis] + idx.shape + x.shape[axis + 1:]:
+        raise ExpectError(fk.ShapeError)
+    index = (slice(None),) * axis + (checked_indices(idx, x.shape[axis]),)
+    return indexed_sum(x, index, src, out_dtype)
 
 
 # ---- CONV2D --------------------------------------------------------------------------------------
@@ -706,3 +919,31 @@ def compare(op, actual, expected, out_dtype, inputs, reduced=1):
             bad &= ~(np.isinf(e) & (np.abs(a) >= big * (1 - 4 * rtol)) & (np.sign(a) == np.sign(e)))
     assert not bad.any(), (f"{op.name} {out_dtype.name}: mismatch at {np.argwhere(bad)[:5].tolist()}: "
                            f"got {a[bad][:5]} expected {e[bad][:5]} (rtol {rtol}, atol {atol})")
+
+
+def compare_accumulated(op, actual, expected, out_dtype):
+    """Assert `actual` matches an Accumulated result: NaN exactly where it has NaN, elsewhere within
+    the accumulate class's atol (it grows with `terms`) times the element's magnitude, plus one
+    rounding into the output dtype.  A per-element magnitude bounds every partial sum, so the
+    class's rtol, there for bounds taken from the largest input alone, is not added."""
+    out_dtype = D(out_dtype)
+    a, e = np.asarray(actual), np.asarray(expected.values)
+    assert a.shape == e.shape, (a.shape, e.shape)
+    if not out_dtype.is_float:
+        np.testing.assert_array_equal(a, e)
+        return
+    a, e = a.astype(np.float64), e.astype(np.float64)
+    nan_a, nan_e = np.isnan(a), np.isnan(e)
+    assert (nan_a == nan_e).all(), f"{op.name}: NaN mismatch at {np.argwhere(nan_a != nan_e)[:5].tolist()}"
+    compute = D.parse(compute_dtype(out_dtype)) if expected.compute is None else D(expected.compute)
+    atol = tolerance("accumulate", compute, expected.terms)[1]
+    rtol = EPS[out_dtype]
+    finfo = ml_dtypes.finfo if out_dtype == D.BF16 else np.finfo
+    floor = float(finfo(out_dtype.numpy).smallest_subnormal)
+    magnitude = np.asarray(expected.magnitude, dtype=np.float64)
+    magnitude = np.broadcast_to(np.where(np.isnan(magnitude), np.inf, magnitude), a.shape)
+    with np.errstate(all="ignore"):
+        bad = ~nan_e & (a != e) & ~(np.abs(a - e) <= atol * magnitude + rtol * np.abs(e) + floor)
+    assert not bad.any(), (f"{op.name} {out_dtype.name}: mismatch at {np.argwhere(bad)[:5].tolist()}: got "
+                           f"{a[bad][:5]} expected {e[bad][:5]} (rtol {rtol}, atol {atol} x magnitude "
+                           f"{magnitude[bad][:5]})")
