@@ -1,7 +1,8 @@
 """Operands inside guarded buffers, the hypothesis case strategy (`cases`) and the outcome check
 (`run_case`) shared by the fuzz suite (test_fuzz.py) and the error-path tests
 (test_no_partial_writes.py).  `cases` builds a plausible valid call of a binding from its op's
-schema and family, then applies one mutation (MODES).
+schema and family (OPERANDS for ops whose operands do not just broadcast, with index operands
+mostly in range), then applies one mutation (MODES).
 
 Every operand is a view into its own `root` byte buffer with guard space around it, filled with
 random bytes first.  After a call the whole root is compared byte for byte: on an exception
@@ -244,6 +245,12 @@ def run_case(case, call=None):
         if oracle.strict:
             raise AssertionError(f"succeeded where {expect.cls.__name__} was due: {case.describe()}")
         return "skip"
+    if isinstance(expected, oracles.Accumulated):
+        try:
+            oracles.compare_accumulated(case.op, actual, expected, out_dtype)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{case.describe()}") from None
+        return "ok"
     reduced = max(1, int(np.prod(in_values[0].shape, dtype=np.int64)) // max(1, actual.size)) \
         if in_values and in_values[0] is not None else 1
     if case.op == fk.OpKind.MATMUL and in_values[0].ndim >= 2:
@@ -358,28 +365,43 @@ def valid_params(draw, family, shapes):
         return getattr(P, family)(draw(st.integers(-max(ndim, 1), max(ndim - 1, 0))))
     if family == "cumsum":
         return P.cumsum(draw(st.integers(-max(ndim, 1), max(ndim - 1, 0))), draw(st.booleans()), draw(st.booleans()))
-    if family in ("flip", "roll"):
-        dims = draw(st.lists(st.integers(0, max(ndim - 1, 0)), max_size=max(ndim, 1), unique=True))
+    if family in ("flip", "roll"):                   # roll needs a dim, flip may list none
+        dims = draw(st.lists(st.integers(0, max(ndim - 1, 0)), min_size=int(family == "roll"),
+                             max_size=max(ndim, 1), unique=True))
         if family == "flip":
             return P.flip(dims)
         return P.roll([draw(st.integers(-9, 9)) for _ in dims], dims)
     if family == "triangular":
-        return P.triangular(draw(st.integers(-4, 4)))
+        return draw(st.sampled_from([None, P.triangular(draw(st.integers(-4, 4)))]))
     if family == "pad":
+        # reflect needs widths below the extent: mostly respect that, sometimes not
         k = draw(st.integers(0, ndim))
-        return P.pad([draw(st.integers(0, 3)) for _ in range(k)], [draw(st.integers(0, 3)) for _ in range(k)],
-                     draw(st.sampled_from(["constant", "reflect", "replicate"])), draw(st.floats(-2, 2)))
+        mode = draw(st.sampled_from(["constant", "reflect", "replicate"]))
+        tail = shapes[0][len(shapes[0]) - k:] if k else ()
+        fit = mode == "reflect" and draw(st.integers(0, 3)) > 0
+        width = lambda n: draw(st.integers(0, max(min(3, n - 1), 0) if fit else 3))
+        return P.pad([width(n) for n in tail], [width(n) for n in tail], mode, draw(st.floats(-2, 2)))
     if family == "masked_fill":
         return P.masked_fill(draw(st.floats(-5, 5)))
     if family == "rope":
-        return P.rope(draw(st.booleans()))
+        return draw(st.sampled_from([None, P.none(), P.rope(False), P.rope(True)]))
+    window = st.sampled_from((-1, -1, 0, 1, 3, 40))
     if family == "flash_attn":
         return P.flash_attn(draw(st.floats(0.01, 2)), causal=draw(st.booleans()),
-                            window_left=draw(st.integers(-1, 4)), window_right=draw(st.integers(-1, 4)))
-    if family == "paged_attn":
-        return P.paged_attn(draw(st.floats(0.01, 2)), draw(st.integers(1, 4)))
+                            softcap=draw(st.sampled_from((0.0, 0.0, 0.5, 5.0))),
+                            window_left=draw(window), window_right=draw(window))
+    if family == "paged_attn":                       # the block size is the caches' (shapes[1])
+        block_size = shapes[1][1] if len(shapes) > 1 and len(shapes[1]) == 4 else draw(st.integers(1, 4))
+        return P.paged_attn(draw(st.floats(0.01, 2)), max(block_size, 1),
+                            softcap=draw(st.sampled_from((0.0, 0.0, 3.0))), window_left=draw(window))
     if family == "conv2d":
-        return P.conv2d(draw(st.integers(1, 2)), draw(st.integers(0, 2)), draw(st.integers(1, 2)), 1)
+        if draw(st.integers(0, 4)) == 0:
+            return draw(st.sampled_from([None, P.none()]))
+
+        def one_or_pair(lo, hi):
+            a = draw(st.integers(lo, hi))
+            return a if draw(st.booleans()) else (a, draw(st.integers(lo, hi)))
+        return P.conv2d(one_or_pair(1, 2), one_or_pair(0, 2), one_or_pair(1, 2), draw(st.integers(1, 3)))
     if family == "matmul":
         return None
     return None
@@ -399,10 +421,143 @@ def nonsense_params(draw):
         return None
 
 
+# ---- operands of the ops whose inputs do not just broadcast together --------------------------------
+# Each builder: (draw, op, number of inputs) -> (input shapes, params, index extents), where index
+# extents maps an index operand's position to the extent its values address.
+def _axis_params(draw, op, x):
+    """params of op's axis family for x, and the axis they name as a non-negative number."""
+    params = valid_params(draw, params_family(op), [x])
+    return params, params.fields()["axis"] % len(x)
+
+
+def _at_most(draw, shape, axis):
+    """A shape of the same rank: any extent on the axis, at most shape's elsewhere."""
+    return tuple(draw(st.sampled_from(SIZES)) if d == axis else draw(st.integers(0, n)) for d, n in enumerate(shape))
+
+
+def _one_input(min_ndim=0, max_ndim=8, max_size=2048):
+    def build(draw, op, n_in):
+        x = draw_shape(draw, min_ndim, max_ndim, max_size)
+        return [x], valid_params(draw, params_family(op), [x]), {}
+    return build
+
+
+def _concat(draw, op, n_in):
+    shape = list(draw_shape(draw, 1, 5, 256))
+    params, axis = _axis_params(draw, op, shape)
+    shapes = []
+    for _ in range(n_in):
+        shape[axis] = draw(st.sampled_from(SIZES))
+        shapes.append(tuple(shape))
+    return shapes, params, {}
+
+
+def _index_select(draw, op, n_in):
+    x = draw_shape(draw, 1, 4, 256)
+    params, axis = _axis_params(draw, op, x)
+    return [x, (draw(st.sampled_from(SIZES)),)], params, {1: x[axis]}
+
+
+def _gather(draw, op, n_in):
+    x = draw_shape(draw, 1, 4, 256)
+    params, axis = _axis_params(draw, op, x)
+    return [x, _at_most(draw, x, axis)], params, {1: x[axis]}
+
+
+def _scatter_add(draw, op, n_in):
+    x = draw_shape(draw, 1, 4, 256)
+    params, axis = _axis_params(draw, op, x)
+    idx = _at_most(draw, x, axis)
+    return [x, idx, tuple(i + draw(st.sampled_from((0, 0, 1))) for i in idx)], params, {1: x[axis]}
+
+
+def _index_add(draw, op, n_in):
+    x = draw_shape(draw, 1, 4, 256)
+    params, axis = _axis_params(draw, op, x)
+    if draw(st.booleans()):                      # index_add also takes index_select's params
+        params = fk.params.index_select(params.fields()["axis"])
+    m = draw(st.sampled_from(SIZES))
+    return [x, (m,), x[:axis] + (m,) + x[axis + 1:]], params, {1: x[axis]}
+
+
+def _rope(draw, op, n_in):
+    """x [..., S, D] with D even, cos and sin [S, D/2]."""
+    s, half = draw(st.sampled_from(SIZES)), draw(st.sampled_from((0, 1, 2, 3, 4, 8)))
+    x = draw_shape(draw, 0, 2, 16) + (s, 2 * half)
+    return [x, (s, half), (s, half)], valid_params(draw, "rope", [x]), {}
+
+
+def _heads(draw):
+    """(query heads, kv heads): grouped-query attention shares a kv head among 1-3 query heads."""
+    kv = draw(st.sampled_from((1, 1, 2)))
+    return kv * draw(st.sampled_from((1, 2, 3))), kv
+
+
+def _flash_attn(draw, op, n_in):
+    """q [B, Hq, Sq, D], k [B, Hkv, Sk, D], v [B, Hkv, Sk, Dv]; a quarter of the sequences are
+    longer than the kernel's 64-row and 64-key tiles."""
+    hq, hkv = _heads(draw)
+    seq = lambda: draw(st.sampled_from((63, 64, 65, 100, 129) if draw(st.integers(0, 3)) == 0 else SIZES))
+    b, sq, sk = draw(st.sampled_from((1, 1, 2, 0))), seq(), seq()
+    d, dv = draw(st.sampled_from((0, 1, 2, 4, 8, 13))), draw(st.sampled_from((0, 1, 3, 8)))
+    shapes = [(b, hq, sq, d), (b, hkv, sk, d), (b, hkv, sk, dv)]
+    return shapes, valid_params(draw, "flash_attn", shapes), {}
+
+
+def _paged_attn(draw, op, n_in):
+    """q [N, Hq, D], k/v caches [blocks, block_size, Hkv, D or Dv], block_table [N, max_blocks] of
+    cache blocks, context_lens [N] up to max_blocks * block_size, alibi slopes [Hq] or [0]."""
+    hq, hkv = _heads(draw)
+    n, d, dv = draw(st.sampled_from((1, 2, 3, 0))), draw(st.sampled_from((0, 1, 4, 8))), draw(st.sampled_from((0, 1, 3, 8)))
+    block_size, blocks, max_blocks = draw(st.integers(1, 4)), draw(st.integers(1, 6)), draw(st.integers(0, 4))
+    shapes = [(n, hq, d), (blocks, block_size, hkv, d), (blocks, block_size, hkv, dv), (n, max_blocks), (n,),
+              (draw(st.sampled_from((hq, 0))),)]
+    return shapes, valid_params(draw, "paged_attn", shapes), {3: blocks, 4: max_blocks * block_size + 1}
+
+
+def _conv2d(draw, op, n_in):
+    """x (N, C, H, W), w (O, C/groups, KH, KW) and, on the 4-operand keys, a bias (O,)."""
+    params = valid_params(draw, "conv2d", [])
+    groups = params.fields()["groups"] if params is not None and params.kind == "conv2d" else 1
+    cg, og = draw(st.sampled_from((1, 2, 3, 0))), draw(st.sampled_from((1, 2, 3)))
+    x = (draw(st.sampled_from((1, 1, 2, 0))), groups * cg, draw(st.integers(1, 9)), draw(st.integers(1, 9)))
+    w = (groups * og, cg, draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    return [x, w, (w[0],)][:n_in], params, {}
+
+
+OPERANDS = {
+    fk.OpKind.SLICE: _one_input(), fk.OpKind.FLIP: _one_input(), fk.OpKind.ROLL: _one_input(),
+    fk.OpKind.CUMSUM: _one_input(), fk.OpKind.TRIU: _one_input(2), fk.OpKind.TRIL: _one_input(2),
+    fk.OpKind.PAD: _one_input(max_ndim=4, max_size=256),       # the output grows by up to 6 per dim
+    fk.OpKind.CONCAT: _concat, fk.OpKind.INDEX_SELECT: _index_select,
+    fk.OpKind.GATHER: _gather, fk.OpKind.SCATTER_ADD: _scatter_add, fk.OpKind.INDEX_ADD: _index_add,
+    fk.OpKind.ROPE: _rope, fk.OpKind.FLASH_ATTN: _flash_attn, fk.OpKind.PAGED_ATTN: _paged_attn,
+    fk.OpKind.CONV2D: _conv2d,
+}
+
+
+def index_values(shape, extent, dtype, rng, mode):
+    """Indices in [0, extent); in 'special' mode, half the time one of them is out of range (negative,
+    one past the end, or an int32 extreme) so the kernels' index checks are exercised too."""
+    size = int(np.prod(shape, dtype=np.int64))
+    flat = rng.integers(0, extent, size) if extent > 0 else np.zeros(size, np.int64)
+    if mode == "special" and size and rng.integers(0, 2):
+        flat[rng.integers(0, size)] = rng.choice([-1, extent, 2 ** 31 - 1, -2 ** 31])
+    return flat.astype(D(dtype).numpy).reshape(shape)
+
+
 def valid_shapes(draw, op, dtypes):
-    """(input shapes, params, output shape) of a plausible valid call of op on this key."""
+    """(input shapes, params, output shape, index extents) of a plausible valid call of op on this
+    key (index extents: see OPERANDS)."""
     n_in = len(dtypes) - 1
     family = params_family(op)
+    if op in OPERANDS:
+        shapes, params, index_extents = OPERANDS[op](draw, op, n_in)
+        try:
+            out = ops.infer_output_shape(op, shapes, params)
+        except Exception:
+            out = shapes[0]                 # operands that do not fit: the kernel must refuse them
+        return shapes, params, tuple(out), index_extents
     if op in REDUCE_OPS and n_in == 1:
         x = draw_shape(draw, 0, 5)
         params = valid_params(draw, "reduce", [x])
@@ -411,7 +566,7 @@ def valid_shapes(draw, op, dtypes):
         except (fk.FuelKernelError, KeyError):
             axes, keep = oracles.reduce_axes(np.empty(x), params)
             out = tuple(1 if d in axes else s for d, s in enumerate(x) if keep or d not in axes)
-        return [x], params, out
+        return [x], params, out, {}
     if op == fk.OpKind.MATMUL and n_in == 2:
         m, k, n = (draw(st.sampled_from((0, 1, 2, 3, 5, 7, 17))) for _ in range(3))
         batch = draw_shape(draw, 0, 2, 16)
@@ -424,22 +579,22 @@ def valid_shapes(draw, op, dtypes):
         else:
             mc = fk.MatmulM.all() if params == "all" else fk.MatmulM.rows(draw(st.integers(0, m)))
             params = fk.params.matmul(m, n, k, batch=batch, m_compute=mc)
-        return [a, b], params, out
+        return [a, b], params, out, {}
     if op in LAST_DIM_OPS:
         x = draw_shape(draw, 1, 4, 1024)
         extras = [(x[-1],)] * (n_in - 1)
-        return [x] + extras, valid_params(draw, family, [x]), x
+        return [x] + extras, valid_params(draw, family, [x]), x, {}
     out = draw_shape(draw)
     shapes = [broadcast_from(draw, out) for _ in range(n_in)]
     params = valid_params(draw, family, shapes or [out])
     if op not in (fk.OpKind.CAST, fk.OpKind.CONTIGUIZE) and op in ops.SCHEMAS:
         if ops.SCHEMAS[op].infer_shape is not ops.broadcast_shape:
-            shapes = [out] * n_in            # movement ops: same-shape inputs, the schema decides
+            shapes = [out] * n_in            # MATMUL with a count operand: the schema decides
         try:
             out = ops.infer_output_shape(op, shapes, params)
         except Exception:
             pass
-    return shapes, params, tuple(out)
+    return shapes, params, tuple(out), {}
 
 
 # ---- cases ---------------------------------------------------------------------------------------
@@ -449,7 +604,7 @@ def cases(draw, bindings, modes=MODES):
     rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
     mode = draw(st.sampled_from(modes))
     in_dtypes, out_dtype = list(dtypes[:-1]), dtypes[-1]
-    shapes, params, out_shape = valid_shapes(draw, op, dtypes)
+    shapes, params, out_shape, index_extents = valid_shapes(draw, op, dtypes)
     value_mode = draw(st.sampled_from(["plain", "plain", "special", "small"]))
     form = draw(st.sampled_from(["call", "call", "run", "dispatch"]))
     in_layouts = [draw(st.sampled_from(INPUT_LAYOUTS)) for _ in shapes]
@@ -501,7 +656,10 @@ def cases(draw, bindings, modes=MODES):
     inputs = []
     for i, (shape, dt, layout) in enumerate(zip(shapes, in_dtypes, in_layouts)):
         o = guarded(shape, D(dt).numpy, layout, rng, misalign=misalign_at == i)
-        fill(o, random_values(shape, dt, rng, value_mode))
+        if i in index_extents and D(dt) in (D.I32, D.I64):
+            fill(o, index_values(shape, index_extents[i], dt, rng, value_mode))
+        else:
+            fill(o, random_values(shape, dt, rng, value_mode))
         inputs.append(o)
     output = None
     aliased = False

@@ -6,6 +6,7 @@ import pytest
 
 import fuel_kernel as fk
 from fuel_kernel import params as P
+from oracles import attention_reference, f64, paged_reference, rope_reference
 from tests.support import FLOAT_DTYPES, LAYOUTS, make_operand, np_dtype
 
 D = fk.DType
@@ -28,31 +29,7 @@ def test_paged_claims_match_flash_claims():
         assert paged.max_abs == ATTN_TOL[d] > 0
 
 
-def f64(a):
-    return np.asarray(a).astype(np.float64)
-
-
 # ---- ROPE ---------------------------------------------------------------------------------------------
-def rope_reference(x, cos, sin, interleaved):
-    x, cos, sin = f64(x), f64(cos), f64(sin)
-    if interleaved:
-        a, b = x[..., 0::2], x[..., 1::2]
-    else:
-        half = x.shape[-1] // 2
-        a, b = x[..., :half], x[..., half:]
-    ra, rb = a * cos - b * sin, a * sin + b * cos
-    bound = np.abs(a * cos) + np.abs(b * sin)
-    out = np.empty_like(x)
-    scale = np.empty_like(x)
-    if interleaved:
-        out[..., 0::2], out[..., 1::2] = ra, rb
-        scale[..., 0::2], scale[..., 1::2] = bound, np.abs(a * sin) + np.abs(b * cos)
-    else:
-        out[..., :half], out[..., half:] = ra, rb
-        scale[..., :half], scale[..., half:] = bound, np.abs(a * sin) + np.abs(b * cos)
-    return out, scale
-
-
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("interleaved", [False, True])
@@ -83,31 +60,6 @@ def test_rope_in_place_and_errors(rng):
 
 
 # ---- FLASH_ATTN -----------------------------------------------------------------------------------------
-def attention_reference(q, k, v, scale, causal=False, window_left=-1, window_right=-1, softcap=0.0):
-    """Plain attention in float64 with the kernel's masking rules (bottom-right aligned)."""
-    q, k, v = f64(q), f64(k), f64(v)
-    sq, sk = q.shape[2], k.shape[2]
-    group = q.shape[1] // k.shape[1]
-    k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
-    s = np.einsum("bhid,bhjd->bhij", q, k) * scale
-    if softcap > 0:
-        s = softcap * np.tanh(s / softcap)
-    pos = np.arange(sq)[:, None] + sk - sq
-    j = np.arange(sk)[None, :]
-    visible = np.ones((sq, sk), bool)
-    if causal:
-        visible &= j <= pos
-    if window_left >= 0:
-        visible &= j >= pos - window_left
-    if window_right >= 0:
-        visible &= j <= pos + window_right
-    s = np.where(visible, s, -np.inf)
-    m = s.max(-1, keepdims=True)
-    p = np.exp(s - np.where(np.isfinite(m), m, 0))
-    l = p.sum(-1, keepdims=True)
-    return np.einsum("bhij,bhjd->bhid", p, v) / np.where(l > 0, l, 1)
-
-
 FLASH_CASES = [
     # (B, Hq, Hkv, Sq, Sk, D, Dv, causal, window_left, window_right, softcap)
     (1, 2, 2, 7, 7, 8, 8, False, -1, -1, 0.0),
@@ -129,7 +81,7 @@ def test_flash_attn(dtype, case, rng):
     scale = d ** -0.5 / 4                     # inputs are N(0, 16): keep the scores moderate
     p = P.flash_attn(scale, causal=causal, softcap=softcap, window_left=wl, window_right=wr)
     out = kernel(OP.FLASH_ATTN, [dtype] * 4)(q, k, v, params=p)
-    expected = attention_reference(q, k, v, scale, causal, wl, wr, softcap)
+    expected, _ = attention_reference(q, k, v, scale, causal, wl, wr, softcap)
     assert out.shape == (b, hq, sq, dv)
     err = np.abs(f64(out) - expected).max()
     assert err <= ATTN_TOL[dtype] * np.abs(f64(v)).max(), err
@@ -144,7 +96,7 @@ def test_flash_attn_layouts(dtype, layout, rng):
     out = make_operand((2, 4, 33, 20), dtype, "transposed" if layout == "transposed" else "strided", rng)
     p = P.flash_attn(0.1, causal=True, window_left=40)
     kernel(OP.FLASH_ATTN, [dtype] * 4)(q, k, v, out=out, params=p)
-    expected = attention_reference(q, k, v, 0.1, True, 40)
+    expected, _ = attention_reference(q, k, v, 0.1, True, 40)
     assert np.abs(f64(out) - expected).max() <= ATTN_TOL[dtype] * np.abs(f64(v)).max()
 
 
@@ -182,32 +134,6 @@ def test_flash_attn_errors(rng):
 
 
 # ---- PAGED_ATTN ----------------------------------------------------------------------------------------
-def paged_reference(q, k_cache, v_cache, block_table, context_lens, alibi, scale, block_size, softcap, window_left):
-    n_seqs, hq, d = q.shape
-    hkv, dv = k_cache.shape[2], v_cache.shape[3]
-    out = np.zeros((n_seqs, hq, dv))
-    for n in range(n_seqs):
-        ctx = int(context_lens[n])
-        if ctx == 0:
-            continue
-        t = np.arange(ctx)
-        blocks = block_table[n, t // block_size]
-        k = f64(k_cache[blocks, t % block_size])            # [ctx, hkv, d]
-        v = f64(v_cache[blocks, t % block_size])
-        for h in range(hq):
-            hk = h // (hq // hkv)
-            s = k[:, hk] @ f64(q[n, h]) * scale
-            if softcap > 0:
-                s = softcap * np.tanh(s / softcap)
-            if len(alibi):
-                s = s + float(alibi[h]) * (t - (ctx - 1))
-            if window_left >= 0:
-                s = np.where(t >= ctx - 1 - window_left, s, -np.inf)
-            p = np.exp(s - s.max())
-            out[n, h] = (p @ v[:, hk]) / p.sum()
-    return out
-
-
 def paged_operands(dtype, rng, layout="contiguous", n_seqs=3, hq=4, hkv=2, d=16, dv=8, block_size=5, n_blocks=11,
                    max_blocks=4, context_lens=(7, 0, 17)):
     q = make_operand((n_seqs, hq, d), dtype, layout, rng, special=False)
@@ -228,7 +154,7 @@ def test_paged_attn(dtype, alibi, softcap, window_left, rng):
     p = P.paged_attn(0.05, block_size=5, softcap=softcap, window_left=window_left)
     out = kernel(OP.PAGED_ATTN, [dtype, dtype, dtype, D.I32, D.I32, D.F32, dtype])(
         q, k_cache, v_cache, block_table, lens, slopes, params=p)
-    expected = paged_reference(q, k_cache, v_cache, block_table, lens, slopes, 0.05, 5, softcap, window_left)
+    expected, _ = paged_reference(q, k_cache, v_cache, block_table, lens, slopes, 0.05, 5, softcap, window_left)
     assert out.shape == expected.shape
     assert np.abs(f64(out) - expected).max() <= ATTN_TOL[dtype] * np.abs(f64(v_cache)).max()
     assert (f64(out[1]) == 0).all()                  # context length 0
@@ -241,7 +167,7 @@ def test_paged_attn_layouts(layout, rng):
     out = make_operand((3, 4, 8), D.F32, "strided", rng)
     p = P.paged_attn(0.05, block_size=5)
     fk.dispatch(OP.PAGED_ATTN, [q, k_cache, v_cache, block_table, lens, slopes], [out], params=p)
-    expected = paged_reference(q, k_cache, v_cache, block_table, lens, slopes, 0.05, 5, 0.0, -1)
+    expected, _ = paged_reference(q, k_cache, v_cache, block_table, lens, slopes, 0.05, 5, 0.0, -1)
     assert np.abs(f64(out) - expected).max() <= ATTN_TOL[D.F32] * np.abs(f64(v_cache)).max()
 
 
@@ -296,5 +222,5 @@ def test_flash_attn_never_materializes_the_score_matrix(rng):
     assert grown_kib < 128 * 1024, grown_kib
     for i in (0, 5, 100, 9999, n - 1):
         lo = max(0, i - window)
-        expected = attention_reference(q[:, :, i:i + 1], k[:, :, lo:i + 1], v[:, :, lo:i + 1], 0.3, causal=True)
+        expected, _ = attention_reference(q[:, :, i:i + 1], k[:, :, lo:i + 1], v[:, :, lo:i + 1], 0.3, causal=True)
         assert np.abs(f64(out[:, :, i:i + 1]) - expected).max() <= ATTN_TOL[D.F32] * np.abs(v).max()
