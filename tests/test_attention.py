@@ -224,3 +224,24 @@ def test_flash_attn_never_materializes_the_score_matrix(rng):
         lo = max(0, i - window)
         expected, _ = attention_reference(q[:, :, i:i + 1], k[:, :, lo:i + 1], v[:, :, lo:i + 1], 0.3, causal=True)
         assert np.abs(f64(out[:, :, i:i + 1]) - expected).max() <= ATTN_TOL[D.F32] * np.abs(v).max()
+
+
+def test_leading_tile_of_minus_inf_scores_weighs_nothing():
+    """F32 scores that overflow to -inf fill the first key tile (block); the online softmax must
+    treat them as weightless, not rescale by exp(-inf - -inf) = NaN, whatever the key order."""
+    q = np.array([[[[-1e20]]]], np.float32)
+    k = np.full((1, 1, 65, 1), 1e20, np.float32)
+    k[0, 0, 64, 0] = 0.0
+    v = np.zeros((1, 1, 65, 1), np.float32)
+    v[0, 0, 64, 0] = 5.0
+    params = fk.params.flash_attn(1.0)
+    assert fk.dispatch(fk.OpKind.FLASH_ATTN, [q, k, v], params=params)[0].item() == 5.0
+    assert fk.dispatch(fk.OpKind.FLASH_ATTN, [q, k[:, :, ::-1], v[:, :, ::-1]], params=params)[0].item() == 5.0
+
+    qp = np.array([[[-1e20]]], np.float32)
+    kc = np.array([1e20, 0.0], np.float32).reshape(2, 1, 1, 1)
+    vc = np.array([1.0, 5.0], np.float32).reshape(2, 1, 1, 1)
+    for table in ([[0, 1]], [[1, 0]]):
+        args = [qp, kc, vc, np.array(table, np.int32), np.array([2], np.int32), np.zeros(0, np.float32)]
+        out = fk.dispatch(fk.OpKind.PAGED_ATTN, args, params=fk.params.paged_attn(1.0, 1))[0]
+        assert out.item() == 5.0                       # the finite-score token, in either block

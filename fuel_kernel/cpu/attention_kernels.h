@@ -195,6 +195,10 @@ static inline double fk_attn_exp_f64(double x) { return exp(x); }
             for (int k = 0; k < VL; k++) part[k] = s[c + k] > part[k] ? s[c + k] : part[k];     \
         mx = *m;                                                                                 \
         for (int k = 0; k < VL; k++) mx = part[k] > mx ? part[k] : mx;                           \
+        if (mx == -INFINITY) {         /* only -inf scores so far: nothing weighs anything yet */ \
+            for (int c = 0; c < FK_ATTN_BK; c++) s[c] = 0;                                       \
+            return;                                                                              \
+        }                                                                                        \
         alpha = EXPF(*m - mx);                                                                   \
         for (int c = 0; c < FK_ATTN_BK; c++) s[c] = EXPF(s[c] - mx);                             \
         for (int k = 0; k < VL; k++) part[k] = 0;                                                \
@@ -450,6 +454,7 @@ static int fk_rope(const fk_storage *inputs, int n_in, fk_storage *outputs, int 
                         scores[t - t0] = s;                                                      \
                         mx = s > mx ? s : mx;                                                    \
                     }                                                                            \
+                    if (mx == -INFINITY) continue;     /* only -inf scores so far: weightless */ \
                     alpha = EXPF(m - mx);                                                        \
                     for (int64_t c = 0; c < dv; c++) acc[c] *= alpha;                            \
                     for (int64_t t = lo_t; t < hi_t; t++) {                                      \
