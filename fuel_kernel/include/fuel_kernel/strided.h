@@ -254,9 +254,12 @@ static inline void fk_loop_next(const fk_loop *loop, int64_t *index, char **ptrs
     }
 }
 
-/* Check operand counts, backends and dtypes against what the kernel was registered for. */
-static inline int fk_check_operands(const fk_storage *inputs, int n_in, const fk_storage *outputs, int n_out,
-                                    int want_in, int want_out, const int *dtypes, int backend) {
+/* Word the first mismatch fk_check_operands found (kept out of line: the common case never
+ * formats anything). */
+__attribute__((noinline, cold)) static int fk_operands_error(const fk_storage *inputs, int n_in,
+                                                             const fk_storage *outputs, int n_out,
+                                                             int want_in, int want_out, const int *dtypes,
+                                                             int backend) {
     if (n_in != want_in || n_out != want_out) {
         fk_set_error(FK_ERR_OPERANDS, "expected %d inputs and %d outputs, got %d and %d", want_in,
                      want_out, n_in, n_out);
@@ -277,6 +280,22 @@ static inline int fk_check_operands(const fk_storage *inputs, int n_in, const fk
             return FK_ERR_DTYPE;
         }
     }
+    return FK_OK;
+}
+
+/* Check operand counts, backends and dtypes against what the kernel was registered for: one
+ * branch-free pass over the operands (want_in is a constant in every kernel, so it unrolls). */
+static inline int fk_check_operands(const fk_storage *inputs, int n_in, const fk_storage *outputs, int n_out,
+                                    int want_in, int want_out, const int *dtypes, int backend) {
+    int bad = n_in != want_in || n_out != want_out;
+    if (!bad) {
+        for (int k = 0; k < want_in; k++)
+            bad |= (inputs[k].backend != backend) | (inputs[k].dtype != dtypes[k]);
+        for (int k = 0; k < want_out; k++)
+            bad |= (outputs[k].backend != backend) | (outputs[k].dtype != dtypes[want_in + k]);
+    }
+    if (__builtin_expect(bad, 0))
+        return fk_operands_error(inputs, n_in, outputs, n_out, want_in, want_out, dtypes, backend);
     return FK_OK;
 }
 
