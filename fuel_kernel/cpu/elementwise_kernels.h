@@ -90,7 +90,7 @@ static inline int fk_check_params_kind(const fk_params *params, int kind, const 
 }
 
 /* Check counts/backends/dtypes and params kind, then plan: everything but data-dependent checks. */
-static inline int fk_elementwise_prepare(fk_loop *loop, const fk_storage *inputs, int n_in,
+FK_INLINE int fk_elementwise_prepare(fk_loop *loop, const fk_storage *inputs, int n_in,
                                          fk_storage *outputs, int n_out, const fk_layout *layouts,
                                          const fk_params *params, int want_in, const int *dtypes,
                                          int params_kind, const char *op) {

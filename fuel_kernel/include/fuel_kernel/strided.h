@@ -106,8 +106,9 @@ static inline int fk_flat_in_bounds(const fk_layout *l, const fk_storage *st, in
 /* The fast path, checked first because it is the common case of a planned graph: every operand
  * C-contiguous with the output's shape and inside its storage -> one flat row.  Returns 1 when
  * it planned the loop.  Small enough to inline into every kernel; the general planner is not. */
-static inline int fk_loop_plan_flat(fk_loop *loop, const fk_storage *inputs, int n_in,
-                                    const fk_storage *output, const fk_layout *layouts) {
+static inline __attribute__((always_inline))
+int fk_loop_plan_flat(fk_loop *loop, const fk_storage *inputs, int n_in, const fk_storage *output,
+                      const fk_layout *layouts) {
     const fk_layout *out = &layouts[n_in];
     int ndim = out->ndim, k, d;
     int64_t numel = 1;
@@ -221,7 +222,7 @@ __attribute__((noinline)) static int fk_loop_plan_general(fk_loop *loop, const f
 }
 
 /* Plan an elementwise loop over n_in inputs broadcast to the single output layouts[n_in]. */
-static inline int fk_loop_plan(fk_loop *loop, const fk_storage *inputs, int n_in,
+static inline __attribute__((always_inline)) int fk_loop_plan(fk_loop *loop, const fk_storage *inputs, int n_in,
                                fk_storage *output, const fk_layout *layouts) {
     if (n_in + 1 > FK_MAX_OPERANDS) {
         fk_set_error(FK_ERR_OPERANDS, "%d operands exceed the limit of %d", n_in + 1, FK_MAX_OPERANDS);
@@ -285,8 +286,9 @@ __attribute__((noinline, cold)) static int fk_operands_error(const fk_storage *i
 
 /* Check operand counts, backends and dtypes against what the kernel was registered for: one
  * branch-free pass over the operands (want_in is a constant in every kernel, so it unrolls). */
-static inline int fk_check_operands(const fk_storage *inputs, int n_in, const fk_storage *outputs, int n_out,
-                                    int want_in, int want_out, const int *dtypes, int backend) {
+static inline __attribute__((always_inline))
+int fk_check_operands(const fk_storage *inputs, int n_in, const fk_storage *outputs, int n_out,
+                      int want_in, int want_out, const int *dtypes, int backend) {
     int bad = n_in != want_in || n_out != want_out;
     if (!bad) {
         for (int k = 0; k < want_in; k++)
