@@ -26,6 +26,7 @@ from libc.string cimport memcmp, memset, strncpy
 
 from fuel_kernel.abi cimport *
 
+import sys
 import threading
 
 import numpy as np
@@ -77,8 +78,10 @@ cdef int N_OUTPUTS = 1
 
 # ---- errors ---------------------------------------------------------------------------------
 cdef int raise_status(int status) except -1:
-    """Turn a failing fk_status plus the thread-local message into a FuelKernelError."""
-    message = fk_error_message().decode("utf-8", "replace")
+    """Turn a failing fk_status plus the thread-local message into a FuelKernelError.  The message
+    is consumed (cleared), so the thread's error state is clear again between calls."""
+    message = fk_error_message().decode("utf-8", "replace") if fk_error_status() == status else ""
+    fk_clear_error()
     raise STATUS_ERRORS.get(status, FuelKernelError)(message or f"kernel failed with status {status}")
 
 
@@ -385,7 +388,11 @@ cdef int call_operands(const fk_entry *entry, const fk_key *key, PyObject **oper
         with nogil:
             status = fk_call(entry, storage, n_in, &storage[n_in], n_out, layouts, cparams)
     else:
-        status = fk_call(entry, storage, n_in, &storage[n_in], n_out, layouts, cparams)
+        # small calls skip fk_call's clearing of the thread's error state (a thread-local write
+        # costs as much as the rest of the kernel's bookkeeping): that state is already clear,
+        # since every error raised here is consumed, and raise_status only uses a message whose
+        # status matches the kernel's.
+        status = entry.kernel(storage, n_in, &storage[n_in], n_out, layouts, cparams)
     if status != FK_OK:
         raise_status(status)
     return 0
@@ -765,6 +772,12 @@ cdef extern from "Python.h":
 
 cdef extern from "vectorcall.h":
     int fk_enable_vectorcall(object type, Py_ssize_t offset) except -1
+    int fk_call_keywords(PyObject *kwnames, PyObject **kwvalues, PyObject *out_name,
+                         PyObject *params_name, PyObject **out, PyObject **params) except -1
+
+
+cdef object OUT_NAME = sys.intern("out")
+cdef object PARAMS_NAME = sys.intern("params")
 
 
 cdef object kernel_vectorcall(object self, PyObject **args, size_t nargsf, PyObject *kwnames):
@@ -772,29 +785,21 @@ cdef object kernel_vectorcall(object self, PyObject **args, size_t nargsf, PyObj
     which is most of the cost of a call on small arrays.  Anything unusual (no out=, a sequence
     of outputs, a wrong count) takes the general path, which also words the errors."""
     cdef Kernel k = <Kernel>self
-    cdef Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), i, n_kw = 0
+    cdef Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), i
     cdef PyObject *out = NULL
+    cdef PyObject *params = NULL
     cdef PyObject *operands[FK_MAX_OPERANDS]
-    params = None
     if kwnames != NULL:
-        names = <tuple>kwnames
-        n_kw = len(names)
-        for i in range(n_kw):
-            name = names[i]
-            if name == "out":
-                out = args[nargs + i]
-            elif name == "params":
-                params = <object>args[nargs + i]
-            else:
-                raise TypeError(f"Kernel() got an unexpected keyword argument {name!r}")
+        fk_call_keywords(kwnames, args + nargs, <PyObject *>OUT_NAME, <PyObject *>PARAMS_NAME, &out, &params)
     if out == NULL or nargs != k.key.ndtypes - N_OUTPUTS or type(<object>out) is tuple or type(<object>out) is list:
         inputs = tuple([<object>args[i] for i in range(nargs)])
         return run_entry(k.snapshot, k.entry, &k.key, inputs, <object>out if out != NULL else None,
-                         params, True)[0]
+                         <object>params if params != NULL else None, True)[0]
     for i in range(nargs):
         operands[i] = args[i]
     operands[nargs] = out
-    call_operands(k.entry, &k.key, operands, <int>nargs, N_OUTPUTS, params, True)
+    call_operands(k.entry, &k.key, operands, <int>nargs, N_OUTPUTS,
+                  <object>params if params != NULL else None, True)
     return <object>out
 
 

@@ -188,5 +188,6 @@ cdef class PlanProgram:
                                &failed)
         if status != FK_OK:
             message = fk_error_message().decode("utf-8", "replace")
+            fk_clear_error()             # consumed: the thread's error state is clear between calls
             name = self.node_names[failed]
             raise STATUS_ERRORS.get(status, FuelKernelError)(f"node {self.steps[failed].node_id} ({name}) failed: {message}")

@@ -224,3 +224,18 @@ def test_kernel_metadata(cast_f32_f64):
     assert cost.bytes_moved == 100 * (4 + 8) and k.has_cost
     assert k.cost((10, 10), (10, 10)).bytes_moved == 100 * 12
     assert "cast(f32, f64) on cpu" in repr(k)
+
+
+def test_call_keywords():
+    """out= and params= are the only keywords; names built at run time (not interned) match too."""
+    add = fk.bindings().lookup(fk.OpKind.ADD, [fk.DType.F32] * 3)
+    a, b = np.arange(4, dtype=np.float32), np.ones(4, dtype=np.float32)
+    out = np.zeros(4, dtype=np.float32)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'outt'"):
+        add(a, b, outt=out)
+    assert not out.any()
+    name = "".join(["o", "u", "t"])
+    add(a, b, **{name: out})
+    np.testing.assert_array_equal(out, a + b)
+    add(a, b, out=out, params=None)
+    np.testing.assert_array_equal(out, a + b)
