@@ -92,8 +92,15 @@ cdef extern from "operands.h":
         void *canonical[FK_DTYPE_COUNT]
     int fk_array_dtype(cnp.ndarray arr, const fk_typenum_map *map) noexcept
     int64_t fk_describe_array(cnp.ndarray arr, int dtype, fk_storage *storage, fk_layout *layout) noexcept
-    int fk_describe_arrays(PyObject **operands, int n, const uint8_t *dtypes, const fk_typenum_map *map,
-                           fk_storage *storages, fk_layout *layouts, int64_t *numels) noexcept
+    enum: FK_OUTPUT_READ_ONLY, FK_OUTPUT_OVERLAPS, FK_CALL_GENERAL
+    int fk_check_outputs(const fk_entry *entry, const fk_storage *storage, const fk_layout *layouts,
+                         const int64_t *numels, int n_in, int n_out, int *output, int *input) noexcept
+    int fk_run_described(const fk_entry *entry, fk_storage *storage, const fk_layout *layouts,
+                         const int64_t *numels, int n_in, int n_out, const fk_params *params,
+                         int64_t nogil_min) noexcept
+    int fk_call_arrays(const fk_entry *entry, PyObject **operands, int n_in, int n_out,
+                       const uint8_t *dtypes, const fk_typenum_map *map, const fk_params *params,
+                       int64_t nogil_min) noexcept
 
 
 # ---- dtype and key parsing -------------------------------------------------------------------
@@ -306,46 +313,17 @@ cdef int raise_operand_error(cnp.ndarray arr, int dtype, int expected_dtype, int
     raise SystemError(f"{role} {index}: fuel_kernel could not describe this array")
 
 
-cdef inline bint same_view(const fk_storage *a, const fk_layout *la, const fk_storage *b, const fk_layout *lb) noexcept nogil:
-    cdef int d
-    if a.data != b.data or la.offset != lb.offset or la.ndim != lb.ndim:
-        return False
-    if fk_dtype_itemsize[a.dtype] != fk_dtype_itemsize[b.dtype]:
-        return False
-    for d in range(la.ndim):
-        if la.shape[d] != lb.shape[d] or la.strides[d] != lb.strides[d]:
-            return False
-    return True
-
-
-cdef int check_outputs(const fk_entry *entry, const fk_storage *inputs, int n_in,
-                       const fk_storage *outputs, int n_out, const fk_layout *layouts,
-                       const int64_t *numels) except -1:
-    """Refuse read-only outputs and outputs that overlap an input (exact in-place views are fine
-    for kernels that declare FK_CAP_INPLACE).  numels[k] is operand k's element count."""
-    cdef int i, o
-    cdef const char *out_lo
-    cdef const char *out_hi
-    cdef const char *in_lo
-    cdef const char *in_hi
-    for o in range(n_out):
-        if outputs[o].flags & FK_STORAGE_READ_ONLY:
-            raise ReadOnlyError(f"output {o} is read-only")
-        if numels[n_in + o] == 0:
-            continue
-        out_lo = <const char *>outputs[o].data
-        out_hi = out_lo + outputs[o].nbytes
-        for i in range(n_in):
-            if numels[i] == 0:
-                continue
-            in_lo = <const char *>inputs[i].data
-            in_hi = in_lo + inputs[i].nbytes
-            if in_lo < out_hi and out_lo < in_hi:
-                if (entry.caps & FK_CAP_INPLACE) and same_view(&inputs[i], &layouts[i], &outputs[o], &layouts[n_in + o]):
-                    continue
-                raise AliasError(f"output {o} overlaps input {i}; this kernel needs disjoint memory"
-                                 + ("" if entry.caps & FK_CAP_INPLACE else " (it does not run in place)")
-                                 + " unless the two are the same view")
+cdef int check_outputs(const fk_entry *entry, const fk_storage *storage, const fk_layout *layouts,
+                       const int64_t *numels, int n_in, int n_out) except -1:
+    """Raise for a read-only output or one that overlaps an input (fk_check_outputs decides)."""
+    cdef int output = 0, input = 0
+    cdef int refusal = fk_check_outputs(entry, storage, layouts, numels, n_in, n_out, &output, &input)
+    if refusal == FK_OUTPUT_READ_ONLY:
+        raise ReadOnlyError(f"output {output} is read-only")
+    if refusal == FK_OUTPUT_OVERLAPS:
+        raise AliasError(f"output {output} overlaps input {input}; this kernel needs disjoint memory"
+                         + ("" if entry.caps & FK_CAP_INPLACE else " (it does not run in place)")
+                         + " unless the two are the same view")
     return 0
 
 
@@ -370,32 +348,33 @@ cdef int call_operands(const fk_entry *entry, const fk_key *key, PyObject **oper
                        int n_out, object params, bint check_dtypes) except -1:
     """Marshal inputs then outputs (borrowed references), validate them against the key, call the
     kernel (without the GIL when large) and raise the matching FuelKernelError on failure."""
-    cdef fk_storage storage[FK_MAX_OPERANDS]             # inputs, then outputs
-    cdef fk_layout layouts[FK_MAX_OPERANDS]
-    cdef int64_t numels[FK_MAX_OPERANDS]
     cdef const fk_params *cparams = params_pointer(params)
-    cdef int n = n_in + n_out, i, status
-    # the common case (exact ndarrays of the key's dtypes) in one C loop, the rest one by one
-    i = fk_describe_arrays(operands, n, key.dtypes if check_dtypes else NULL, &DTYPE_MAP, storage,
-                           layouts, numels)
-    while i < n:
-        numels[i] = fill_operand(<object>operands[i], &storage[i], &layouts[i],
-                                 key.dtypes[i] if check_dtypes else -1,
-                                 i if i < n_in else i - n_in, i >= n_in)
-        i += 1
-    check_outputs(entry, storage, n_in, &storage[n_in], n_out, layouts, numels)
-    if numels[n_in] >= NOGIL_MIN_ELEMENTS:
-        with nogil:
-            status = fk_call(entry, storage, n_in, &storage[n_in], n_out, layouts, cparams)
-    else:
-        # small calls skip fk_call's clearing of the thread's error state (a thread-local write
-        # costs as much as the rest of the kernel's bookkeeping): that state is already clear,
-        # since every error raised here is consumed, and raise_status only uses a message whose
-        # status matches the kernel's.
-        status = entry.kernel(storage, n_in, &storage[n_in], n_out, layouts, cparams)
+    cdef const uint8_t *dtypes = NULL
+    cdef int status
+    if check_dtypes:
+        dtypes = &key.dtypes[0]
+    status = fk_call_arrays(entry, operands, n_in, n_out, dtypes, &DTYPE_MAP, cparams, NOGIL_MIN_ELEMENTS)
+    if status == FK_CALL_GENERAL:
+        status = call_operands_general(entry, dtypes, operands, n_in, n_out, cparams)
     if status != FK_OK:
         raise_status(status)
     return 0
+
+
+cdef int call_operands_general(const fk_entry *entry, const uint8_t *dtypes, PyObject **operands,
+                               int n_in, int n_out, const fk_params *cparams) except -1:
+    """call_operands for anything fk_call_arrays leaves: other array types, and every refusal,
+    which is raised here as its typed error.  Returns the kernel's status."""
+    cdef fk_storage storage[FK_MAX_OPERANDS]             # inputs, then outputs
+    cdef fk_layout layouts[FK_MAX_OPERANDS]
+    cdef int64_t numels[FK_MAX_OPERANDS]
+    cdef int i
+    for i in range(n_in + n_out):
+        numels[i] = fill_operand(<object>operands[i], &storage[i], &layouts[i],
+                                 dtypes[i] if dtypes != NULL else -1,
+                                 i if i < n_in else i - n_in, i >= n_in)
+    check_outputs(entry, storage, layouts, numels, n_in, n_out)
+    return fk_run_described(entry, storage, layouts, numels, n_in, n_out, cparams, NOGIL_MIN_ELEMENTS)
 
 
 cdef object run_entry(const fk_snapshot *snapshot, const fk_entry *entry, const fk_key *key,

@@ -1,5 +1,5 @@
-/* Describe NumPy array operands as fk_storage + fk_layout in C: the per-operand work of every
- * Kernel call.  Anything these cannot take (another type than ndarray, a dtype fuel_kernel lacks or
+/* Describe NumPy array operands as fk_storage + fk_layout in C, check the outputs and run the
+ * kernel: the whole of a Kernel call's common case, with no Python objects built.  Anything these cannot take (another type than ndarray, a dtype fuel_kernel lacks or
  * the kernel does not take, foreign byte order, too many dims, misaligned data, a stride that is
  * not a multiple of the item size) is left to the caller's general path, which also words the
  * error, so the common case runs as one small loop with no error paths of its own. */
@@ -9,6 +9,7 @@
 #include <numpy/arrayobject.h>
 
 #include "fuel_kernel/strided.h"
+#include "table.h"
 
 /* NumPy type number -> fuel_kernel dtype code (-1: none); bfloat16 is a user type (number >= 256).
  * `canonical` holds each dtype's native-byte-order descriptor singleton (borrowed: the module keeps
@@ -78,5 +79,98 @@ static inline int fk_describe_arrays(PyObject *const *operands, int n, const uin
         if (numels[k] < 0) return k;
     }
     return n;
+}
+/* Two descriptions of the same elements in the same order (same data, offset, shape, strides and
+ * item size): an in-place kernel may read and write them at once. */
+static inline int fk_same_view(const fk_storage *a, const fk_layout *la, const fk_storage *b,
+                               const fk_layout *lb) {
+    if (a->data != b->data || la->offset != lb->offset || la->ndim != lb->ndim ||
+        fk_dtype_itemsize[a->dtype] != fk_dtype_itemsize[b->dtype])
+        return 0;
+    for (int d = 0; d < la->ndim; d++)
+        if (la->shape[d] != lb->shape[d] || la->strides[d] != lb->strides[d]) return 0;
+    return 1;
+}
+
+enum { FK_OUTPUTS_OK = 0, FK_OUTPUT_READ_ONLY = 1, FK_OUTPUT_OVERLAPS = 2 };
+
+/* fk_check_outputs' verdict once its quick pass found a read-only output or an overlap. */
+__attribute__((noinline)) static int fk_find_output_conflict(const fk_entry *entry, const fk_storage *storage,
+                                                             const fk_layout *layouts, const int64_t *numels,
+                                                             int n_in, int n_out, int *output, int *input) {
+    for (int o = n_in; o < n_in + n_out; o++) {
+        const char *out_lo = (const char *)storage[o].data, *out_hi = out_lo + storage[o].nbytes;
+        *output = o - n_in;
+        if (storage[o].flags & FK_STORAGE_READ_ONLY) return FK_OUTPUT_READ_ONLY;
+        if (numels[o] == 0) continue;
+        for (int i = 0; i < n_in; i++) {
+            const char *in_lo = (const char *)storage[i].data, *in_hi = in_lo + storage[i].nbytes;
+            if (numels[i] == 0 || in_lo >= out_hi || out_lo >= in_hi) continue;
+            if ((entry->caps & FK_CAP_INPLACE) &&
+                fk_same_view(&storage[i], &layouts[i], &storage[o], &layouts[o]))
+                continue;
+            *input = i;
+            return FK_OUTPUT_OVERLAPS;
+        }
+    }
+    return FK_OUTPUTS_OK;
+}
+
+/* May the kernel write its outputs?  Refused: a read-only output, and an output whose storage
+ * range overlaps an input's (unless the kernel declares FK_CAP_INPLACE and the two are the same
+ * view).  Empty operands address nothing.  Returns FK_OUTPUTS_OK or the first refusal, with the
+ * output's index in *output and, for an overlap, the input's in *input.  The common case (no
+ * conflict) is one branch-free pass; any hit is re-examined out of line. */
+static inline int fk_check_outputs(const fk_entry *entry, const fk_storage *storage,
+                                   const fk_layout *layouts, const int64_t *numels, int n_in,
+                                   int n_out, int *output, int *input) {
+    int hit = 0;
+    for (int o = n_in; o < n_in + n_out; o++) {
+        const char *out_lo = (const char *)storage[o].data, *out_hi = out_lo + storage[o].nbytes;
+        hit |= (storage[o].flags & FK_STORAGE_READ_ONLY) != 0;
+        for (int i = 0; i < n_in; i++) {
+            const char *in_lo = (const char *)storage[i].data, *in_hi = in_lo + storage[i].nbytes;
+            hit |= (in_lo < out_hi) & (out_lo < in_hi);
+        }
+    }
+    if (__builtin_expect(!hit, 1)) return FK_OUTPUTS_OK;
+    return fk_find_output_conflict(entry, storage, layouts, numels, n_in, n_out, output, input);
+}
+
+/* Run the kernel on described operands (inputs, then outputs), without the GIL when the first
+ * output has at least `nogil_min` elements; returns its status.  Small calls call the kernel
+ * directly rather than through fk_call, which clears the thread's error state first (a
+ * thread-local write costs as much as the rest of a small call's bookkeeping): the caller keeps
+ * that state clear, since every error it raises consumes the message, and it only uses a message
+ * whose status matches the kernel's. */
+static inline int fk_run_described(const fk_entry *entry, fk_storage *storage, const fk_layout *layouts,
+                                   const int64_t *numels, int n_in, int n_out,
+                                   const fk_params *params, int64_t nogil_min) {
+    int status;
+    if (numels[n_in] < nogil_min)
+        return entry->kernel(storage, n_in, &storage[n_in], n_out, layouts, params);
+    Py_BEGIN_ALLOW_THREADS
+    status = fk_call(entry, storage, n_in, &storage[n_in], n_out, layouts, params);
+    Py_END_ALLOW_THREADS
+    return status;
+}
+
+#define FK_CALL_GENERAL (-1)
+
+/* A Kernel call whose operands (borrowed; inputs then outputs) are all exact ndarrays that
+ * fk_describe_arrays takes, with writable outputs the kernel may write: describe, check, run, and
+ * return the kernel's status.  Anything else returns FK_CALL_GENERAL before any write, for the
+ * caller's general path to describe the operands one by one and raise the typed error. */
+static inline __attribute__((always_inline)) int fk_call_arrays(const fk_entry *entry, PyObject *const *operands, int n_in, int n_out,
+                                 const uint8_t *dtypes, const fk_typenum_map *map,
+                                 const fk_params *params, int64_t nogil_min) {
+    fk_storage storage[FK_MAX_OPERANDS];
+    fk_layout layouts[FK_MAX_OPERANDS];
+    int64_t numels[FK_MAX_OPERANDS];
+    int n = n_in + n_out, output, input;
+    if (fk_describe_arrays(operands, n, dtypes, map, storage, layouts, numels) != n ||
+        fk_check_outputs(entry, storage, layouts, numels, n_in, n_out, &output, &input) != FK_OUTPUTS_OK)
+        return FK_CALL_GENERAL;
+    return fk_run_described(entry, storage, layouts, numels, n_in, n_out, params, nogil_min);
 }
 #endif

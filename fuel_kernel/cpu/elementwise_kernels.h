@@ -98,7 +98,7 @@ FK_INLINE int fk_elementwise_prepare(fk_loop *loop, const fk_storage *inputs, in
     if (status) return status;
     status = fk_check_params_kind(params, params_kind, op);
     if (status) return status;
-    return fk_loop_plan(loop, inputs, want_in, outputs, layouts);
+    return fk_loop_plan(loop, inputs, want_in, outputs, layouts, dtypes);
 }
 
 /* Pre-write scans over one input operand of a planned loop: is any element zero / negative? */

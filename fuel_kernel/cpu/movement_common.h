@@ -208,7 +208,7 @@ static int fk_mv_copy(const fk_storage *src, const fk_layout *sl, fk_storage *ds
     pair[0] = *sl;
     pair[1] = *dl;
     if (fk_layout_numel(dl) == 0) return FK_OK;
-    status = fk_loop_plan(&loop, src, 1, dst, pair);
+    status = fk_loop_plan(&loop, src, 1, dst, pair, NULL);
     if (status) return status;
     ptrs[0] = loop.base[0];
     ptrs[1] = loop.base[1];
@@ -243,7 +243,7 @@ static int fk_mv_fill(fk_storage *dst, const fk_layout *dl, const void *value) {
     char *ptrs[1];
     int size = fk_dtype_itemsize[dst->dtype], status;
     if (fk_layout_numel(dl) == 0) return FK_OK;
-    status = fk_loop_plan(&loop, NULL, 0, dst, dl);
+    status = fk_loop_plan(&loop, NULL, 0, dst, dl, NULL);
     if (status) return status;
     ptrs[0] = loop.base[0];
     for (int64_t r = 0; r < loop.rows; r++) {

@@ -357,7 +357,7 @@ static int fk_masked_fill(const fk_storage *inputs, int n_in, fk_storage *output
     if (status || (status = fk_mv_want_dtype(inputs, n_in, outputs, 2, inputs[0].dtype))) return status;
     if ((status = fk_mv_want_dtype(inputs, n_in, outputs, 1, FK_BOOL))) return status;
     if ((status = fk_mv_params_kind(params, FK_PARAMS_MASKED_FILL, "masked_fill"))) return status;
-    if ((status = fk_loop_plan(&loop, inputs, 2, outputs, layouts))) return status;
+    if ((status = fk_loop_plan(&loop, inputs, 2, outputs, layouts, NULL))) return status;
     size = fk_dtype_itemsize[inputs[0].dtype];
     fk_mv_scalar_bits(inputs[0].dtype, params->u.masked_fill.value, &value);
     for (int k = 0; k < 3; k++) ptrs[k] = loop.base[k];

@@ -184,7 +184,7 @@ static int fk_norm_prepare(const fk_storage *inputs, int n_in, fk_storage *outpu
         memset(&plan->loop, 0, sizeof(plan->loop));
         return FK_OK;
     }
-    return fk_loop_plan(&plan->loop, inputs, 1, outputs, rows);
+    return fk_loop_plan(&plan->loop, inputs, 1, outputs, rows, NULL);
 }
 
 #define FK_DEFINE_ROW_IO(NAME, CT, T, LD, ST)                                                     \

@@ -83,52 +83,48 @@ typedef struct {
     char *base[FK_MAX_OPERANDS];                     /* address of each operand's first element */
 } fk_loop;
 
-/* Is `l` a C-contiguous view with exactly the output's shape (no extent negative)?  Then its
- * elements are offset .. offset + numel - 1 and one range check covers them. */
-static inline int fk_flat_operand(const fk_layout *l, const fk_layout *out) {
-    int64_t expected = 1;
-    if (l->ndim != out->ndim) return 0;
-    for (int d = out->ndim - 1; d >= 0; d--) {
-        int64_t n = out->shape[d];
-        if (l->shape[d] != n || n < 0 || (n != 1 && l->strides[d] != expected)) return 0;
-        expected *= n;
-    }
-    return 1;
-}
-
-static inline int fk_flat_in_bounds(const fk_layout *l, const fk_storage *st, int64_t numel) {
-    int64_t capacity;
-    if (st->dtype < 0 || st->dtype >= FK_DTYPE_COUNT) return 0;
-    capacity = (int64_t)(st->nbytes >> fk_dtype_shift[st->dtype]);
-    return numel == 0 || (l->offset >= 0 && numel <= capacity && l->offset <= capacity - numel);
-}
-
 /* The fast path, checked first because it is the common case of a planned graph: every operand
  * C-contiguous with the output's shape and inside its storage -> one flat row.  Returns 1 when
- * it planned the loop.  Small enough to inline into every kernel; the general planner is not. */
+ * it planned the loop.  One pass over the axes checks every operand at once, accumulating a
+ * mismatch flag rather than branching, so it stays a few instructions per operand and axis when
+ * inlined into every kernel; the general planner (which words the errors) is not inlined.
+ * `dtypes` (see fk_loop_plan) lets a kernel's constant dtype codes fold the item sizes. */
 static inline __attribute__((always_inline))
 int fk_loop_plan_flat(fk_loop *loop, const fk_storage *inputs, int n_in, const fk_storage *output,
-                      const fk_layout *layouts) {
+                      const fk_layout *layouts, const int *dtypes) {
     const fk_layout *out = &layouts[n_in];
-    int ndim = out->ndim, k, d;
-    int64_t numel = 1;
+    int ndim = out->ndim, k, d, bad = 0;
+    int64_t numel = 1;                 /* after axis d: the contiguous stride axis d-1 must have */
     if (ndim < 0 || ndim > FK_MAX_DIMS) return 0;
-    for (d = 0; d < ndim; d++) numel *= out->shape[d] < 0 ? 0 : out->shape[d];
-    for (k = 0; k <= n_in; k++)
-        if (!fk_flat_operand(&layouts[k], out) ||
-            !fk_flat_in_bounds(&layouts[k], k < n_in ? &inputs[k] : output, numel))
-            return 0;
+    for (k = 0; k < n_in; k++) bad |= layouts[k].ndim != ndim;
+#pragma GCC unroll 1
+    for (d = ndim - 1; d >= 0; d--) {
+        int64_t n = out->shape[d];
+        int strided = n != 1;          /* an axis of extent 1 may have any stride */
+        for (k = 0; k <= n_in; k++)
+            bad |= (layouts[k].shape[d] != n) | (strided & (layouts[k].strides[d] != numel));
+        bad |= (n < 0) | __builtin_mul_overflow(numel, n, &numel);
+    }
+    for (k = 0; k <= n_in; k++) {      /* elements offset .. offset + numel - 1 inside the storage */
+        const fk_storage *st = k < n_in ? &inputs[k] : output;
+        int dtype = dtypes ? dtypes[k] : st->dtype;
+        int64_t offset = layouts[k].offset, capacity;
+        if ((unsigned)dtype >= FK_DTYPE_COUNT) return 0;
+        capacity = (int64_t)(st->nbytes >> fk_dtype_shift[dtype]);
+        bad |= (numel != 0) & ((offset < 0) | (numel > capacity) | (offset > capacity - numel));
+    }
+    if (bad) return 0;
     loop->numel = numel;
     loop->ndim = 1;
     loop->shape[0] = numel;
     loop->inner = numel;
     loop->rows = numel ? 1 : 0;
-    for (k = 0; k < n_in; k++) {
-        loop->base[k] = (char *)inputs[k].data + layouts[k].offset * fk_dtype_itemsize[inputs[k].dtype];
-        loop->strides[k][0] = fk_dtype_itemsize[inputs[k].dtype];
+    for (k = 0; k <= n_in; k++) {
+        const fk_storage *st = k < n_in ? &inputs[k] : output;
+        int64_t itemsize = fk_dtype_itemsize[dtypes ? dtypes[k] : st->dtype];
+        loop->base[k] = (char *)st->data + layouts[k].offset * itemsize;
+        loop->strides[k][0] = itemsize;
     }
-    loop->base[n_in] = (char *)output->data + out->offset * fk_dtype_itemsize[output->dtype];
-    loop->strides[n_in][0] = fk_dtype_itemsize[output->dtype];
     return 1;
 }
 
@@ -221,9 +217,11 @@ __attribute__((noinline)) static int fk_loop_plan_general(fk_loop *loop, const f
     return FK_OK;
 }
 
-/* Plan an elementwise loop over n_in inputs broadcast to the single output layouts[n_in]. */
+/* Plan an elementwise loop over n_in inputs broadcast to the single output layouts[n_in].
+ * `dtypes`, when not NULL, holds the operands' dtype codes (inputs, then the output) as the caller
+ * has already checked them against the storages, typically a kernel's constants. */
 static inline __attribute__((always_inline)) int fk_loop_plan(fk_loop *loop, const fk_storage *inputs, int n_in,
-                               fk_storage *output, const fk_layout *layouts) {
+                               fk_storage *output, const fk_layout *layouts, const int *dtypes) {
     if (n_in + 1 > FK_MAX_OPERANDS) {
         fk_set_error(FK_ERR_OPERANDS, "%d operands exceed the limit of %d", n_in + 1, FK_MAX_OPERANDS);
         return FK_ERR_OPERANDS;
@@ -233,7 +231,7 @@ static inline __attribute__((always_inline)) int fk_loop_plan(fk_loop *loop, con
         return FK_ERR_READ_ONLY;
     }
     loop->nops = n_in + 1;
-    if (fk_loop_plan_flat(loop, inputs, n_in, output, layouts)) return FK_OK;
+    if (fk_loop_plan_flat(loop, inputs, n_in, output, layouts, dtypes)) return FK_OK;
     return fk_loop_plan_general(loop, inputs, n_in, output, layouts);
 }
 
@@ -313,7 +311,7 @@ static inline int fk_run_unary_rows(const fk_storage *inputs, int n_in, fk_stora
     char *ptrs[2];
     int status = fk_check_operands(inputs, n_in, outputs, n_out, 1, 1, dtypes, FK_BACKEND_CPU);
     if (status) return status;
-    status = fk_loop_plan(&loop, inputs, 1, outputs, layouts);
+    status = fk_loop_plan(&loop, inputs, 1, outputs, layouts, dtypes);
     if (status) return status;
     ptrs[0] = loop.base[0];
     ptrs[1] = loop.base[1];
