@@ -344,8 +344,8 @@ cdef const fk_params *params_pointer(object params) except NULL:
     raise ParamsError(f"params must come from fuel_kernel.params, not {type(params).__name__}")
 
 
-cdef int call_operands(const fk_entry *entry, const fk_key *key, PyObject **operands, int n_in,
-                       int n_out, object params, bint check_dtypes) except -1:
+cdef inline int call_operands(const fk_entry *entry, const fk_key *key, PyObject **operands, int n_in,
+                              int n_out, object params, bint check_dtypes) except -1:
     """Marshal inputs then outputs (borrowed references), validate them against the key, call the
     kernel (without the GIL when large) and raise the matching FuelKernelError on failure."""
     cdef const fk_params *cparams = params_pointer(params)
@@ -763,21 +763,25 @@ cdef object kernel_vectorcall(object self, PyObject **args, size_t nargsf, PyObj
     """Kernel.__call__ through the vectorcall protocol: no argument tuple or keyword dict is built,
     which is most of the cost of a call on small arrays.  Anything unusual (no out=, a sequence
     of outputs, a wrong count) takes the general path, which also words the errors."""
-    cdef Kernel k = <Kernel>self
+    cdef const fk_key *key = &(<Kernel>self).key
+    cdef const fk_entry *entry = (<Kernel>self).entry
     cdef Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), i
     cdef PyObject *out = NULL
     cdef PyObject *params = NULL
-    cdef PyObject *operands[FK_MAX_OPERANDS]
+    cdef PyObject **operands = args          # inputs then out, as laid out when out= comes first
+    cdef PyObject *gathered[FK_MAX_OPERANDS]
     if kwnames != NULL:
         fk_call_keywords(kwnames, args + nargs, <PyObject *>OUT_NAME, <PyObject *>PARAMS_NAME, &out, &params)
-    if out == NULL or nargs != k.key.ndtypes - N_OUTPUTS or type(<object>out) is tuple or type(<object>out) is list:
+    if out == NULL or nargs != key.ndtypes - N_OUTPUTS or type(<object>out) is tuple or type(<object>out) is list:
         inputs = tuple([<object>args[i] for i in range(nargs)])
-        return run_entry(k.snapshot, k.entry, &k.key, inputs, <object>out if out != NULL else None,
+        return run_entry((<Kernel>self).snapshot, entry, key, inputs, <object>out if out != NULL else None,
                          <object>params if params != NULL else None, True)[0]
-    for i in range(nargs):
-        operands[i] = args[i]
-    operands[nargs] = out
-    call_operands(k.entry, &k.key, operands, <int>nargs, N_OUTPUTS,
+    if out != args[nargs]:
+        for i in range(nargs):
+            gathered[i] = args[i]
+        gathered[nargs] = out
+        operands = gathered
+    call_operands(entry, key, operands, <int>nargs, N_OUTPUTS,
                   <object>params if params != NULL else None, True)
     return <object>out
 

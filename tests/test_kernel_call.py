@@ -239,3 +239,20 @@ def test_call_keywords():
     np.testing.assert_array_equal(out, a + b)
     add(a, b, out=out, params=None)
     np.testing.assert_array_equal(out, a + b)
+    # params= before out= (out then is not right after the inputs in the call's argument vector)
+    out[:] = 0
+    add(a, b, params=None, out=out)
+    np.testing.assert_array_equal(out, a + b)
+
+
+def test_call_keywords_in_either_order_with_params():
+    affine = fk.bindings().lookup(fk.OpKind.AFFINE, [fk.DType.F32] * 2)
+    x = np.arange(6, dtype=np.float32)
+    first, second = np.zeros(6, np.float32), np.zeros(6, np.float32)
+    affine(x, out=first, params=fk.params.affine(2.0, 1.0))
+    affine(x, params=fk.params.affine(2.0, 1.0), out=second)
+    np.testing.assert_array_equal(first, 2 * x + 1)
+    np.testing.assert_array_equal(second, 2 * x + 1)
+    with pytest.raises(fk.ParamsError):
+        affine(x, params=fk.params.clamp(0.0, 1.0), out=second)
+    np.testing.assert_array_equal(second, 2 * x + 1)

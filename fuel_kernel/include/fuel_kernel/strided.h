@@ -108,10 +108,11 @@ int fk_loop_plan_flat(fk_loop *loop, const fk_storage *inputs, int n_in, const f
     for (k = 0; k <= n_in; k++) {      /* elements offset .. offset + numel - 1 inside the storage */
         const fk_storage *st = k < n_in ? &inputs[k] : output;
         int dtype = dtypes ? dtypes[k] : st->dtype;
-        int64_t offset = layouts[k].offset, capacity;
+        int64_t room;                  /* how far past 0 the first element may start */
         if ((unsigned)dtype >= FK_DTYPE_COUNT) return 0;
-        capacity = (int64_t)(st->nbytes >> fk_dtype_shift[dtype]);
-        bad |= (numel != 0) & ((offset < 0) | (numel > capacity) | (offset > capacity - numel));
+        room = (int64_t)(st->nbytes >> fk_dtype_shift[dtype]) - numel;
+        /* offset in [0, room]: one unsigned compare (a negative offset or room wraps high) */
+        bad |= (numel != 0) & ((room < 0) | ((uint64_t)layouts[k].offset > (uint64_t)room));
     }
     if (bad) return 0;
     loop->numel = numel;
