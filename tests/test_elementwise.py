@@ -473,3 +473,47 @@ def test_tiled_walk_variants(dtype, rng):
         with np.errstate(all="ignore"):
             expected = (a.astype(compute_dtype(dtype)) + b.astype(compute_dtype(dtype))).astype(nd)
         assert_same(out, expected, dtype)
+
+
+# ---- large outputs: streamed stores (strided.h, fk_row_streamed) -------------------------------------
+STREAM_MIN_BYTES = 32 << 20      # FK_STREAM_MIN_BYTES: operands spanning this much stream their output
+STREAMED = [  # memory-bound kernels of each family and output item size
+    (Op.ADD, (D.F32, D.F32, D.F32)), (Op.ADD, (D.BF16, D.BF16, D.BF16)), (Op.AFFINE, (D.F64, D.F64)),
+    (Op.NEG, (D.I8, D.I8)), (Op.LT, (D.F32, D.F32, D.BOOL)), (Op.WHERE, (D.BOOL, D.F64, D.F64, D.F64)),
+]
+
+
+STREAM_VARIANTS = ["offset output", "negative-stride input", "broadcast input", "in place"]
+STREAM_CASES = [(op, dtypes, variant) for op, dtypes in STREAMED for variant in STREAM_VARIANTS
+                if not (variant == "in place" and dtypes[-1] not in dtypes[:-1])      # no such view
+                and not (variant == "broadcast input" and len(dtypes) == 2)]         # nothing would move
+
+
+@pytest.mark.parametrize("op, dtypes, variant", STREAM_CASES,
+                         ids=[f"{op.short_name}-{d[-1].short_name}-{v}" for op, d, v in STREAM_CASES])
+def test_large_outputs_stream_correctly(op, dtypes, variant, rng):
+    """Outputs past the streaming threshold: chunks, the unaligned head and the partial last chunk
+    all land where they belong (checked against the oracle), in place and with broadcast inputs."""
+    kernel = fk.bindings().lookup(op, list(dtypes))
+    n_in = kernel.n_inputs
+    moving = [d.itemsize for d in dtypes]
+    if variant == "broadcast input":
+        moving.pop(n_in - 1)                     # a stride-0 input moves no memory per element
+    n = STREAM_MIN_BYTES // sum(moving) + 1013   # past the threshold, not a whole number of chunks
+    layouts = ["contiguous"] * n_in
+    if variant == "negative-stride input":
+        layouts[0] = "negative"
+    inputs = [make_operand((n,), dtypes[i], layouts[i], rng, values=values(op, i, (n,), dtypes[i], rng))
+              for i in range(n_in)]
+    if variant == "broadcast input":
+        inputs[-1] = inputs[-1][:1]
+    params = params_for(op, dtypes[-1])
+    if variant == "in place":
+        target = list(dtypes[:-1]).index(dtypes[-1])
+        before = [x.copy() for x in inputs]
+        kernel(*inputs, out=inputs[target], params=params)
+        check(kernel, before, inputs[target], params, "large, in place")
+        return
+    out = make_operand((n,), dtypes[-1], "offset" if variant == "offset output" else "contiguous", rng)
+    kernel(*inputs, out=out, params=params)
+    check(kernel, inputs, out, params, f"large, {variant}")
