@@ -77,7 +77,7 @@ FK_GEN_WHERE_SIZE(64)
         int status = fk_elementwise_prepare(&loop, inputs, n_in, outputs, n_out, layouts, params, \
                                             3, dtypes, FK_PARAMS_NONE, "WHERE");                 \
         if (status) return status;                                                               \
-        fk_loop_run(&loop, fk_row_where_##BITS, NULL, sizes, FK_OUTPUT_STREAMS);                 \
+        fk_loop_run(&loop, fk_row_where_##BITS, NULL, sizes);                                    \
         return FK_OK;                                                                            \
     }
 FK_GEN_WHERE(BOOL, 8) FK_GEN_WHERE(U8, 8) FK_GEN_WHERE(I8, 8) FK_GEN_WHERE(I16, 16)

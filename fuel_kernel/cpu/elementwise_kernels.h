@@ -360,23 +360,6 @@ FK_INLINE float fk_bf16_load(uint16_t h) { return fk_bits_f32((uint32_t)h << 16)
         fk_row_##OP##_BF16_chunked(p, s, n, ctx);                                                \
     }
 
-/* How each two-input op writes a large output (see fk_loop_run): POW and REM call the C library
- * per element, so they are compute-bound; the rest move memory. */
-#define FK_OUTPUT_ADD FK_OUTPUT_STREAMS
-#define FK_OUTPUT_SUB FK_OUTPUT_STREAMS
-#define FK_OUTPUT_MUL FK_OUTPUT_STREAMS
-#define FK_OUTPUT_DIV FK_OUTPUT_STREAMS
-#define FK_OUTPUT_MAXIMUM FK_OUTPUT_STREAMS
-#define FK_OUTPUT_MINIMUM FK_OUTPUT_STREAMS
-#define FK_OUTPUT_POW FK_OUTPUT_CACHED
-#define FK_OUTPUT_REM FK_OUTPUT_CACHED
-#define FK_OUTPUT_EQ FK_OUTPUT_STREAMS
-#define FK_OUTPUT_NE FK_OUTPUT_STREAMS
-#define FK_OUTPUT_LT FK_OUTPUT_STREAMS
-#define FK_OUTPUT_LE FK_OUTPUT_STREAMS
-#define FK_OUTPUT_GT FK_OUTPUT_STREAMS
-#define FK_OUTPUT_GE FK_OUTPUT_STREAMS
-
 #define FK_BINARY_KERNEL(OP, D, OD, PRE, N)                                                      \
     static int fk_##OP##_##D(const fk_storage *inputs, int n_in, fk_storage *outputs, int n_out, \
                              const fk_layout *layouts, const fk_params *params) {                \
@@ -387,7 +370,7 @@ FK_INLINE float fk_bf16_load(uint16_t h) { return fk_bits_f32((uint32_t)h << 16)
         if (status) return status;                                                               \
         PRE(OP, N)                                                                               \
         const int sizes[3] = {fk_dtype_itemsize[FK_##D], fk_dtype_itemsize[FK_##D], fk_dtype_itemsize[FK_##OD]}; \
-        fk_loop_run(&loop, fk_row_##OP##_##D, NULL, sizes, FK_OUTPUT_##OP);                      \
+        fk_loop_run(&loop, fk_row_##OP##_##D, NULL, sizes);                                             \
         return FK_OK;                                                                            \
     }
 

@@ -145,9 +145,8 @@ FK_INLINE double fk_round_even_f64(double x) {
         }                                                                                        \
     }
 
-/* PARAMS names the fk_params kind; SETUP(status, params, &ctx, D) fills ctx or fails; STREAMS is
- * FK_OUTPUT_STREAMS or FK_OUTPUT_CACHED (fk_loop_run). */
-#define FK_UNARY_KERNEL(OP, D, PARAMS, SETUP, STREAMS)                                           \
+/* PARAMS names the fk_params kind; SETUP(status, params, &ctx, D) fills ctx or fails. */
+#define FK_UNARY_KERNEL(OP, D, PARAMS, SETUP)                                                    \
     static int fk_##OP##_##D(const fk_storage *inputs, int n_in, fk_storage *outputs, int n_out, \
                              const fk_layout *layouts, const fk_params *params) {                \
         const int dtypes[2] = {FK_##D, FK_##D};                                                  \
@@ -160,7 +159,7 @@ FK_INLINE double fk_round_even_f64(double x) {
         if (status) return status;                                                               \
         status = SETUP(params, &ctx, FK_##D, #OP);                                               \
         if (status) return status;                                                               \
-        fk_loop_run(&loop, fk_urow_##OP##_##D, &ctx, sizes, STREAMS);                            \
+        fk_loop_run(&loop, fk_urow_##OP##_##D, &ctx, sizes);                                     \
         return FK_OK;                                                                            \
     }
 
@@ -211,30 +210,24 @@ static inline int fk_setup_powi(const fk_params *params, fk_unary_ctx *c, int dt
 }
 
 /* ---- instantiation --------------------------------------------------------------------------------- */
-/* A vector loop's build mode says whether it is memory-bound (fk_loop_run streams its large
- * outputs) or compute-bound. */
-#define FK_OUTPUT_OF_FK_MV_STREAM FK_OUTPUT_STREAMS
-#define FK_OUTPUT_OF_FK_MV_COMPUTE FK_OUTPUT_CACHED
-#define FK_OUTPUT_OF_FK_MV_NONE FK_OUTPUT_CACHED
-
 /* float ops: F32 and F64 bodies (K32/K64 pick the definition), F16/BF16 through the F32 body */
 #define FK_GEN_UFLOAT(OP, K32, K64, ATTR32, ATTR64, PARAMS, SETUP)                               \
     FK_UNARY_VEC(OP, F32, float, FK_U_##OP##_##K32, ATTR32)                                      \
     FK_UNARY_ROW_NATIVE(OP, F32, float, FK_U_##OP##_##K32)                                       \
-    FK_UNARY_KERNEL(OP, F32, PARAMS, SETUP, FK_OUTPUT_OF_##ATTR32)                               \
+    FK_UNARY_KERNEL(OP, F32, PARAMS, SETUP)                                                      \
     FK_UNARY_VEC(OP, F64, double, FK_U_##OP##_##K64, ATTR64)                                     \
     FK_UNARY_ROW_NATIVE(OP, F64, double, FK_U_##OP##_##K64)                                      \
-    FK_UNARY_KERNEL(OP, F64, PARAMS, SETUP, FK_OUTPUT_OF_##ATTR64)                               \
+    FK_UNARY_KERNEL(OP, F64, PARAMS, SETUP)                                                      \
     FK_UNARY_ROW_HALF(OP, F16, fk_load_f16_row, fk_store_f16_row)                                \
-    FK_UNARY_KERNEL(OP, F16, PARAMS, SETUP, FK_OUTPUT_OF_##ATTR32)                               \
+    FK_UNARY_KERNEL(OP, F16, PARAMS, SETUP)                                                      \
     FK_UNARY_ROW_HALF(OP, BF16, fk_load_bf16_row, fk_store_bf16_row)                             \
-    FK_UNARY_KERNEL(OP, BF16, PARAMS, SETUP, FK_OUTPUT_OF_##ATTR32)
+    FK_UNARY_KERNEL(OP, BF16, PARAMS, SETUP)
 /* simple float ops (same definition for F32 and F64) */
 #define FK_GEN_UF(OP, ATTR) FK_GEN_UFLOAT(OP, F, F, ATTR, ATTR, FK_PARAMS_NONE, fk_setup_none)
 #define FK_GEN_UINT1(OP, D, T, K, PARAMS, SETUP)                                                 \
     FK_UNARY_VEC(OP, D, T, FK_U_##OP##_##K, FK_MV_STREAM)                                           \
     FK_UNARY_ROW_NATIVE(OP, D, T, FK_U_##OP##_##K)                                               \
-    FK_UNARY_KERNEL(OP, D, PARAMS, SETUP, FK_OUTPUT_STREAMS)
+    FK_UNARY_KERNEL(OP, D, PARAMS, SETUP)
 #define FK_GEN_USINT(OP)                                                                         \
     FK_GEN_UINT1(OP, I8, int8_t, SINT, FK_PARAMS_NONE, fk_setup_none)                            \
     FK_GEN_UINT1(OP, I16, int16_t, SINT, FK_PARAMS_NONE, fk_setup_none)                          \

@@ -18,7 +18,7 @@
 
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <immintrin.h>
-#define FK_X86_SIMD 1      /* x86 intrinsics: AVX2 tile transposes, streamed outputs (fk_row_streamed) */
+#define FK_TILE_GATHER_AVX2 1             /* transposed tiles are gathered with AVX2 shuffles */
 #endif
 
 static const int fk_dtype_itemsize[FK_DTYPE_COUNT] = {1, 1, 1, 2, 4, 8, 4, 2, 2, 4, 8};
@@ -340,7 +340,7 @@ static inline void fk_prefetch_run(const char *p, int64_t stride, int64_t n) {
     for (int64_t off = 0; off <= span; off += 64) __builtin_prefetch(lo + off);
 }
 
-#ifdef FK_X86_SIMD
+#ifdef FK_TILE_GATHER_AVX2
 /* fk_tile_gather for 4-byte elements whose rows are dense (so == 4): 8x8 blocks are read as
  * eight 8-element column runs, transposed in registers and written as eight 8-element rows (a
  * third of the instructions of the element-wise copy).  Integer shuffles: bits are moved as is. */
@@ -391,7 +391,7 @@ static void fk_tile_gather4_avx2(char *buf, const char *src, int64_t si, int64_t
  * into a dense row-major buffer, reading down the rows (the operand's dense direction). */
 static inline void fk_tile_gather(char *buf, const char *src, int64_t so, int64_t si, int64_t rows,
                                   int64_t cols, int itemsize, const char *next) {
-#ifdef FK_X86_SIMD
+#ifdef FK_TILE_GATHER_AVX2
     if (itemsize == 4 && so == 4 && __builtin_cpu_supports("avx2")) {
         fk_tile_gather4_avx2(buf, src, si, rows, cols, next);
         return;
@@ -515,88 +515,11 @@ __attribute__((noinline)) static void fk_loop_run_rows(const fk_loop *loop, fk_r
     }
 }
 
-/* ---- streaming stores for outputs that cannot stay in cache -----------------------------------
- * A one-row loop whose operands together span at least FK_STREAM_MIN_BYTES (more than a large
- * server L3) gains nothing from leaving its output in cache: the row is computed in chunks into an
- * L1-resident buffer and each chunk is copied out with non-temporal stores, which write whole
- * lines without first reading them (a binary op then moves 3 bytes where it moved 4).  Measured
- * on the Zen 4 dev VM, ADD f32 4M: 0.70x the time of ordinary stores, and 1 KB chunks with
- * 32-byte stores streamed as fast as storing straight from registers (16-byte stores: 0.82x). */
-#define FK_STREAM_MIN_BYTES ((int64_t)32 << 20)
-#define FK_STREAM_CHUNK_BYTES 1024
-
-#ifdef FK_X86_SIMD
-__attribute__((target("avx2")))
-static void fk_stream_chunk_avx2(char *dst, const char *chunk) {       /* dst 64-byte aligned */
-    for (int i = 0; i < FK_STREAM_CHUNK_BYTES; i += 32)
-        _mm256_stream_si256((__m256i *)(dst + i), _mm256_load_si256((const __m256i *)(chunk + i)));
-}
-static void fk_stream_chunk_sse2(char *dst, const char *chunk) {
-    for (int i = 0; i < FK_STREAM_CHUNK_BYTES; i += 16)
-        _mm_stream_si128((__m128i *)(dst + i), _mm_load_si128((const __m128i *)(chunk + i)));
-}
-
-/* Run one row of n elements whose output (the last operand) is dense and item-aligned, streaming
- * whole chunks; the elements before the output's first 64-byte boundary and after its last whole
- * chunk are written directly.  In-place calls stay correct: a chunk's inputs are read before any
- * of its output is written. */
-static void fk_row_streamed(char *const *ptrs, const int64_t *strides, int64_t n, int nops,
-                            fk_row_fn row, const void *ctx) {
-    _Alignas(64) char chunk[FK_STREAM_CHUNK_BYTES];
-    char *p[FK_MAX_OPERANDS];
-    const int out = nops - 1, avx2 = __builtin_cpu_supports("avx2");
-    const int64_t size = strides[out], per_chunk = FK_STREAM_CHUNK_BYTES / size;
-    int64_t head = ((64 - ((uintptr_t)ptrs[out] & 63)) & 63) / size, i;
-    if (head > n) head = n;
-    if (head) row(ptrs, strides, head, ctx);
-    for (i = head; i + per_chunk <= n; i += per_chunk) {
-        for (int k = 0; k < out; k++) p[k] = ptrs[k] + i * strides[k];
-        p[out] = chunk;
-        row(p, strides, per_chunk, ctx);
-        if (avx2) fk_stream_chunk_avx2(ptrs[out] + i * size, chunk);
-        else fk_stream_chunk_sse2(ptrs[out] + i * size, chunk);
-    }
-    _mm_sfence();                      /* streamed lines are visible before anything after the call */
-    if (i < n) {
-        for (int k = 0; k <= out; k++) p[k] = ptrs[k] + i * strides[k];
-        row(p, strides, n - i, ctx);
-    }
-}
-
-/* Does a one-row loop qualify for fk_row_streamed? */
-static inline int fk_row_streams(const fk_loop *loop, const int64_t *strides, const int *itemsizes) {
-    int out = loop->nops - 1;
-    int64_t bytes_per_element = 0;
-    if (strides[out] != itemsizes[out] || ((uintptr_t)loop->base[out] & (uintptr_t)(itemsizes[out] - 1)))
-        return 0;
-    for (int k = 0; k <= out; k++) bytes_per_element += strides[k] ? itemsizes[k] : 0;
-    return loop->inner >= FK_STREAM_MIN_BYTES / bytes_per_element;
-}
-#else
-static inline int fk_row_streams(const fk_loop *loop, const int64_t *strides, const int *itemsizes) {
-    (void)loop; (void)strides; (void)itemsizes;
-    return 0;
-}
-#define fk_row_streamed(ptrs, strides, n, nops, row, ctx) ((void)0)
-#endif
-
-/* Walk a planned loop.  `streams` (FK_OUTPUT_STREAMS for memory-bound kernels, FK_OUTPUT_CACHED
- * for compute-bound ones) allows fk_row_streamed on a large one-row loop: for a kernel that spends
- * its time computing, streaming saves no memory time and its chunk copies cost ~7% (EXP, TANH f32
- * 4M on the dev VM). */
-enum { FK_OUTPUT_CACHED = 0, FK_OUTPUT_STREAMS = 1 };
-
-static inline void fk_loop_run(const fk_loop *loop, fk_row_fn row, const void *ctx, const int *itemsizes,
-                               int streams) {
+static inline void fk_loop_run(const fk_loop *loop, fk_row_fn row, const void *ctx, const int *itemsizes) {
     if (loop->rows == 0) return;
     if (loop->ndim == 1) {             /* one row (the flat case of a planned graph): no walk */
         int64_t inner_strides[FK_MAX_OPERANDS];
         for (int k = 0; k < loop->nops; k++) inner_strides[k] = loop->strides[k][0];
-        if (streams && __builtin_expect(loop->inner >= FK_STREAM_MIN_BYTES / (8 * FK_MAX_OPERANDS), 0) &&
-            fk_row_streams(loop, inner_strides, itemsizes)) {
-            fk_row_streamed((char *const *)loop->base, inner_strides, loop->inner, loop->nops, row, ctx);
-            return;
-        }
         row((char *const *)loop->base, inner_strides, loop->inner, ctx);
         return;
     }
