@@ -245,3 +245,27 @@ def test_leading_tile_of_minus_inf_scores_weighs_nothing():
         args = [qp, kc, vc, np.array(table, np.int32), np.array([2], np.int32), np.zeros(0, np.float32)]
         out = fk.dispatch(fk.OpKind.PAGED_ATTN, args, params=fk.params.paged_attn(1.0, 1))[0]
         assert out.item() == 5.0                       # the finite-score token, in either block
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_a_nan_score_makes_its_row_nan(dtype):
+    """A NaN in a query row makes every score of that row NaN: its output is NaN (as the NumPy
+    softmax gives), not the zero a weightless row would get; the other rows stay finite."""
+    nd = np_dtype(dtype)
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((1, 1, 3, 2)).astype(nd)
+    q[0, 0, 1, 1] = np.nan
+    k = rng.standard_normal((1, 1, 70, 2)).astype(nd)       # more keys than one tile
+    v = rng.standard_normal((1, 1, 70, 3)).astype(nd)
+    out = fk.dispatch(OP.FLASH_ATTN, [q, k, v], params=P.flash_attn(1.0))      # [1, 1, 3, 3]
+    assert np.isnan(f64(out[0, 0, 1])).all()
+    assert np.isfinite(f64(out[0, 0, [0, 2]])).all()
+
+    qp = q[0].transpose(1, 0, 2)                            # [tokens=3, heads=1, d]
+    kc = k[0, 0].reshape(35, 2, 1, 2)                       # 35 blocks of 2 tokens
+    vc = v[0, 0].reshape(35, 2, 1, 3)
+    table = np.tile(np.arange(35, dtype=np.int32), (3, 1))
+    args = [qp, kc, vc, table, np.full(3, 70, np.int32), np.zeros(0, np.float32)]
+    out = fk.dispatch(OP.PAGED_ATTN, args, params=P.paged_attn(1.0, 2))          # [3, 1, 3]
+    assert np.isnan(f64(out[1])).all()
+    assert np.isfinite(f64(out[[0, 2]])).all()

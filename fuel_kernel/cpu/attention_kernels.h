@@ -191,10 +191,12 @@ static inline double fk_attn_exp_f64(double x) { return exp(x); }
         for (int c = 0; c < lo; c++) s[c] = -INFINITY;                                           \
         for (int c = hi; c < FK_ATTN_BK; c++) s[c] = -INFINITY;                                  \
         for (int k = 0; k < VL; k++) part[k] = -INFINITY;                                        \
+        /* the max keeps a NaN score (s != s), so the row's softmax is NaN as NumPy's is */        \
         for (int c = 0; c < FK_ATTN_BK; c += VL)                                                 \
-            for (int k = 0; k < VL; k++) part[k] = s[c + k] > part[k] ? s[c + k] : part[k];     \
+            for (int k = 0; k < VL; k++)                                                         \
+                part[k] = s[c + k] > part[k] || s[c + k] != s[c + k] ? s[c + k] : part[k];       \
         mx = *m;                                                                                 \
-        for (int k = 0; k < VL; k++) mx = part[k] > mx ? part[k] : mx;                           \
+        for (int k = 0; k < VL; k++) mx = part[k] > mx || part[k] != part[k] ? part[k] : mx;     \
         if (mx == -INFINITY) {         /* only -inf scores so far: nothing weighs anything yet */ \
             for (int c = 0; c < FK_ATTN_BK; c++) s[c] = 0;                                       \
             return;                                                                              \
@@ -452,7 +454,7 @@ static int fk_rope(const fk_storage *inputs, int n_in, fk_storage *outputs, int 
                         if (softcap > 0) s = softcap * TANHF(s / softcap);                       \
                         s += slope * (T)(t - (ctx - 1));                                         \
                         scores[t - t0] = s;                                                      \
-                        mx = s > mx ? s : mx;                                                    \
+                        mx = s > mx || s != s ? s : mx;    /* a NaN score makes the row NaN */   \
                     }                                                                            \
                     if (mx == -INFINITY) continue;     /* only -inf scores so far: weightless */ \
                     alpha = EXPF(m - mx);                                                        \
