@@ -6,7 +6,7 @@ NumPy contenders use out=.  PyTorch, when importable, runs single-threaded.
 Measured 2026-11-30 on the shared 2-core AMD EPYC (Zen 4) dev VM, where the memory-bound cases move
 by 5-15% between runs with other tenants' bus load; "paired" is the best of 20-25 single calls
 alternating with the baseline in one process:
-  ADD f32 4M                      0.97-1.07x NumPy; 0.98-1.00x back to back in one process  target <= 1.05x
+  ADD f32 4M                      0.97-1.07x NumPy (both at the memory bus's speed)        target <= 1.05x
   ADD f32 2048^2, transposed rhs  0.17-0.19x NumPy (0.205x once on a busy bus)              target <= 0.2x
   ADD BF16 4M                     0.14x NumPy+ml_dtypes; 0.93-0.94x torch (1 thread)        target <= 0.2x, <= 1.2x torch
   ADD F16 4M                      0.023x NumPy; 0.78x torch                                 target <= 0.2x, <= 1.2x torch
