@@ -1,8 +1,9 @@
 /* Describe NumPy array operands as fk_storage + fk_layout in C, check the outputs and run the
- * kernel: the whole of a Kernel call's common case, with no Python objects built.  Anything these cannot take (another type than ndarray, a dtype fuel_kernel lacks or
- * the kernel does not take, foreign byte order, too many dims, misaligned data, a stride that is
- * not a multiple of the item size) is left to the caller's general path, which also words the
- * error, so the common case runs as one small loop with no error paths of its own. */
+ * kernel: the whole of a Kernel call's common case, with no Python objects built.  Anything these
+ * cannot take (another type than ndarray, a dtype fuel_kernel lacks or the kernel does not take,
+ * foreign byte order, too many dims, misaligned data, a stride that is not a multiple of the item
+ * size, a read-only or overlapping output) is left to the caller's general path, which also words
+ * the error, so the common case runs with no error paths of its own. */
 #ifndef FUEL_KERNEL_CORE_OPERANDS_H
 #define FUEL_KERNEL_CORE_OPERANDS_H
 #include <Python.h>
@@ -80,6 +81,7 @@ static inline int fk_describe_arrays(PyObject *const *operands, int n, const uin
     }
     return n;
 }
+
 /* Two descriptions of the same elements in the same order (same data, offset, shape, strides and
  * item size): an in-place kernel may read and write them at once. */
 static inline int fk_same_view(const fk_storage *a, const fk_layout *la, const fk_storage *b,
@@ -95,9 +97,10 @@ static inline int fk_same_view(const fk_storage *a, const fk_layout *la, const f
 enum { FK_OUTPUTS_OK = 0, FK_OUTPUT_READ_ONLY = 1, FK_OUTPUT_OVERLAPS = 2 };
 
 /* fk_check_outputs' verdict once its quick pass found a read-only output or an overlap. */
-__attribute__((noinline)) static int fk_find_output_conflict(const fk_entry *entry, const fk_storage *storage,
-                                                             const fk_layout *layouts, const int64_t *numels,
-                                                             int n_in, int n_out, int *output, int *input) {
+__attribute__((noinline))
+static int fk_find_output_conflict(const fk_entry *entry, const fk_storage *storage,
+                                   const fk_layout *layouts, const int64_t *numels, int n_in,
+                                   int n_out, int *output, int *input) {
     for (int o = n_in; o < n_in + n_out; o++) {
         const char *out_lo = (const char *)storage[o].data, *out_hi = out_lo + storage[o].nbytes;
         *output = o - n_in;
@@ -161,9 +164,10 @@ static inline int fk_run_described(const fk_entry *entry, fk_storage *storage, c
  * fk_describe_arrays takes, with writable outputs the kernel may write: describe, check, run, and
  * return the kernel's status.  Anything else returns FK_CALL_GENERAL before any write, for the
  * caller's general path to describe the operands one by one and raise the typed error. */
-static inline __attribute__((always_inline)) int fk_call_arrays(const fk_entry *entry, PyObject *const *operands, int n_in, int n_out,
-                                 const uint8_t *dtypes, const fk_typenum_map *map,
-                                 const fk_params *params, int64_t nogil_min) {
+static inline __attribute__((always_inline))
+int fk_call_arrays(const fk_entry *entry, PyObject *const *operands, int n_in, int n_out,
+                   const uint8_t *dtypes, const fk_typenum_map *map, const fk_params *params,
+                   int64_t nogil_min) {
     fk_storage storage[FK_MAX_OPERANDS];
     fk_layout layouts[FK_MAX_OPERANDS];
     int64_t numels[FK_MAX_OPERANDS];
