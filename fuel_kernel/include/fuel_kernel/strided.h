@@ -31,6 +31,48 @@ static inline int64_t fk_layout_numel(const fk_layout *layout) {
     return n;
 }
 
+/* Size arithmetic that cannot wrap.  Every extent product, element count, scratch size and index
+ * computed from shapes or params goes through these: on overflow (or a negative operand) they set
+ * a ShapeError naming `what` and return FK_ERR_SHAPE, so an impossible size is refused before
+ * anything is allocated or written. */
+static inline int fk_size_mul(int64_t a, int64_t b, int64_t *result, const char *what) {
+    if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, result)) {
+        fk_set_error(FK_ERR_SHAPE, "%s: size %lld x %lld is impossible (overflows int64)", what,
+                     (long long)a, (long long)b);
+        return FK_ERR_SHAPE;
+    }
+    return FK_OK;
+}
+
+static inline int fk_size_add(int64_t a, int64_t b, int64_t *result, const char *what) {
+    if (a < 0 || b < 0 || __builtin_add_overflow(a, b, result)) {
+        fk_set_error(FK_ERR_SHAPE, "%s: size %lld + %lld is impossible (overflows int64)", what,
+                     (long long)a, (long long)b);
+        return FK_ERR_SHAPE;
+    }
+    return FK_OK;
+}
+
+/* Bytes for `count` items of `itemsize` bytes, as a size_t for malloc; the same error on overflow. */
+static inline int fk_size_bytes(int64_t count, int64_t itemsize, size_t *result, const char *what) {
+    int64_t bytes;
+    int status = fk_size_mul(count, itemsize, &bytes, what);
+    if (status) return status;
+    *result = (size_t)bytes;
+    return FK_OK;
+}
+
+/* Elements of a layout, overflow-checked (a stride-0 view can claim 2**63 elements). */
+static inline int fk_layout_numel_checked(const fk_layout *layout, int64_t *numel, const char *what) {
+    int64_t n = 1;
+    for (int d = 0; d < layout->ndim; d++) {
+        int status = fk_size_mul(n, layout->shape[d], &n, what);
+        if (status) return status;
+    }
+    *numel = n;
+    return FK_OK;
+}
+
 /* log2 of the item size: bounds checks shift instead of dividing (this runs on every call) */
 static const int fk_dtype_shift[FK_DTYPE_COUNT] = {0, 0, 0, 1, 2, 3, 2, 1, 1, 2, 3};
 
