@@ -27,9 +27,12 @@ D = fk.DType
 OUTPUT_LAYOUTS = ("contiguous", "fortran", "strided", "negative", "offset", "random_strides")
 INPUT_LAYOUTS = OUTPUT_LAYOUTS + ("broadcast", "overlapping")
 SIZES = (0, 1, 1, 2, 2, 3, 3, 5, 7, 11, 13)
-MUST_FAIL = ("wrong_dtype", "wrong_count", "read_only", "too_many_dims", "misaligned", "non_array")
+MUST_FAIL = ("wrong_dtype", "wrong_count", "read_only", "too_many_dims", "misaligned", "non_array",
+             "byte_order", "self_overlap", "huge_output")
 MODES = ("valid",) * 8 + MUST_FAIL + ("alias", "alias", "bad_params", "random_shapes",
-                                     "wrong_dtype_dispatch")
+                                     "wrong_dtype_dispatch", "huge_input")
+# extents of the adversarial stride-0 views: past 2**31, 2**52 (doubles stop being exact) and 2**63-1
+HUGE_EXTENTS = (2 ** 31 + 1, 2 ** 52, 2 ** 59 + 1, 2 ** 61, 2 ** 62, 2 ** 63 - 1)
 REDUCE_OPS = {fk.OpKind.SUM, fk.OpKind.MAX, fk.OpKind.MIN, fk.OpKind.MEAN, fk.OpKind.PROD,
               fk.OpKind.ARGMAX, fk.OpKind.ARGMIN}
 LAST_DIM_OPS = {fk.OpKind.SOFTMAX_LAST_DIM, fk.OpKind.LOG_SOFTMAX_LAST_DIM, fk.OpKind.RMS_NORM,
@@ -60,6 +63,7 @@ class Operand:
     view: object                     # what is passed to the call (an ndarray, or a non-array)
     footprint: np.ndarray            # bool per root byte: addressed by the view
     self_overlapping: bool = False   # two elements of the view share memory
+    huge: bool = False               # a stride-0 view too large to copy (no oracle value)
 
     def snapshot(self):
         return self.root.copy()
@@ -188,7 +192,7 @@ def run_case(case, call=None):
     in_before = [o.snapshot() for o in case.inputs]
     out_before = case.output.snapshot() if case.output is not None else None
     extra_before = [o.snapshot() for o in case.extra_outputs]
-    in_values = [np.array(o.view, copy=True) if isinstance(o.view, np.ndarray) else None
+    in_values = [np.array(o.view, copy=True) if isinstance(o.view, np.ndarray) and not o.huge else None
                  for o in case.inputs]
     views = [o.view for o in case.inputs]
     out_view = case.output.view if case.output is not None else None
@@ -223,6 +227,8 @@ def run_case(case, call=None):
         f"mode {case.mode} must fail but the call succeeded: {case.describe()}"
     if case.output is not None:
         assert result is out_view, "the call must return the caller's output"
+        assert not has_zero_stride_axis(out_view), \
+            f"accepted an output that overlaps itself (stride 0 on a written axis): {case.describe()}"
         changed = case.output.root != out_before
         assert not (changed & ~case.output.footprint).any(), \
             f"wrote outside the output view: {case.describe()}"
@@ -718,9 +724,84 @@ def cases(draw, bindings, modes=MODES):
         params = nonsense_params(draw) if draw(st.booleans()) else valid_params(
             draw, draw(st.sampled_from(["reduce", "affine", "powi", "slice", "pad", "matmul", "norm_last_dim", "roll"])),
             shapes or [out_shape])
+    if mode in ("byte_order", "self_overlap", "huge_output", "huge_input"):
+        if form == "dispatch_alloc":
+            form = "call"
+        mode, inputs, output = _adversarial(draw, mode, inputs, output, form)
     if form == "dispatch_alloc" and mode != "valid":
         form = "dispatch"
     return Case(op, tuple(dtypes), mode, form, inputs, output, params, extra_outputs, aliased, tuple(out_shape))
+
+
+def has_zero_stride_axis(view):
+    """A written axis of extent > 1 with stride 0: the output overlaps itself (refused by every kernel)."""
+    if not isinstance(view, np.ndarray) or view.size == 0:
+        return False
+    return any(n > 1 and s == 0 for n, s in zip(view.shape, view.strides))
+
+
+def stride_zero(operand, extents):
+    """`operand` viewed with the given axes set to stride 0 and these extents: the same addressed
+    memory (index 0 on each such axis), so footprint and guards stay valid."""
+    view = operand.view
+    shape, strides = list(view.shape), list(view.strides)
+    for axis, extent in extents.items():
+        shape[axis], strides[axis] = extent, 0
+    huge = int(np.prod([float(n) for n in shape])) > 2 ** 24
+    footprint = np.zeros(operand.root.shape, dtype=bool)
+    corner = view[tuple(slice(0, 1) if a in extents else slice(None) for a in range(view.ndim))]
+    addressed = element_addresses(corner, operand.root)
+    for b in range(view.itemsize):
+        footprint[addressed + b] = True
+    out = np.lib.stride_tricks.as_strided(view, tuple(shape), tuple(strides))
+    return Operand(operand.root, out, footprint, self_overlapping=True, huge=huge)
+
+
+def _adversarial(draw, mode, inputs, output, form):
+    """Apply one of the adversarial-layout mutations; returns (mode, inputs, output)."""
+    if mode == "byte_order":
+        wide = [i for i, o in enumerate(inputs + [output]) if o is not None and o.view.itemsize > 1]
+        if not wide:
+            return "valid", inputs, output
+        i = draw(st.sampled_from(wide))
+        target = inputs[i] if i < len(inputs) else output
+        swapped = Operand(target.root, target.view.view(target.view.dtype.newbyteorder()), target.footprint,
+                          target.self_overlapping)
+        if i < len(inputs):
+            inputs[i] = swapped
+        else:
+            output = swapped
+        return mode, inputs, output
+    if mode in ("self_overlap", "huge_output"):
+        if output is None or output.view.ndim == 0 or 0 in output.view.shape:
+            return "valid", inputs, output
+        # self_overlap keeps the shape (an axis already longer than 1 gets stride 0)
+        axes = [a for a, n in enumerate(output.view.shape) if n > 1 or mode == "huge_output"]
+        if not axes:
+            return "valid", inputs, output
+        axis = draw(st.sampled_from(axes))
+        extent = draw(st.sampled_from(HUGE_EXTENTS)) if mode == "huge_output" else output.view.shape[axis]
+        out_extent = output.view.shape[axis]
+        output = stride_zero(output, {axis: extent})
+        if mode == "huge_output":                # inputs that match the output's axis grow with it
+            back = axis - output.view.ndim
+            for k, o in enumerate(inputs):
+                v = o.view
+                if isinstance(v, np.ndarray) and v.ndim >= -back and v.shape[back] == out_extent \
+                        and 0 not in v.shape and draw(st.booleans()):
+                    inputs[k] = stride_zero(o, {v.ndim + back: extent})
+        return mode, inputs, output
+    if mode == "huge_input":
+        arrays = [k for k, o in enumerate(inputs) if isinstance(o.view, np.ndarray) and o.view.ndim >= 2
+                  and 0 not in o.view.shape]
+        if not arrays:
+            return "valid", inputs, output
+        k = draw(st.sampled_from(arrays))
+        axes = sorted(draw(st.sets(st.integers(0, inputs[k].view.ndim - 1), min_size=2, max_size=2)))
+        # two huge axes: the element count overflows int64, so no kernel may loop over it
+        inputs[k] = stride_zero(inputs[k], {a: 2 ** 32 + draw(st.integers(0, 2 ** 30)) for a in axes})
+        return mode, inputs, output
+    return mode, inputs, output
 
 
 def _c_strides(shape):
