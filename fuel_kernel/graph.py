@@ -254,8 +254,18 @@ def register_runtime_fused(name, decomposition, kernel, dtypes, backend=Backend.
     decomposition on generated inputs, within `precision` (default: exact); only then is it
     registered under BindingKey.runtime_fused(id).  Structurally identical decompositions share
     one id.  Returns the FusedOpId (an int)."""
+    if isinstance(dtypes, (str, bytes)):
+        raise RegistrationError(f"dtypes is a sequence of dtypes (inputs, then the output), not {dtypes!r}")
+    try:
+        dtypes = tuple(dtypes)
+    except TypeError:
+        raise RegistrationError(f"dtypes is a sequence of dtypes, not {type(dtypes).__name__}") from None
     dtypes = tuple(DType.parse(d) for d in dtypes)
+    if len(dtypes) < 2:
+        raise RegistrationError(f"a fused key needs at least one input dtype and the output's, got {len(dtypes)}")
     precision = precision or PrecisionGuarantee(True, 0, notes="fused: exact vs decomposition")
+    if not isinstance(precision, PrecisionGuarantee):
+        raise RegistrationError(f"precision must be a PrecisionGuarantee, not {type(precision).__name__}")
     scratch = Graph(backend)
     inputs = [scratch.input(VERIFY_SHAPE, d) for d in dtypes[:-1]]
     out = decomposition(scratch, *inputs)

@@ -311,3 +311,23 @@ def test_broadcast_to_refusals_are_shape_errors(shape):
     x = g.input((2, 3), F32)
     with pytest.raises(fk.ShapeError):
         g.broadcast_to(x, shape)
+
+
+# ---- runtime fused registration ----------------------------------------------------------------------
+def _neg_capsule():
+    return fk.bindings().lookup(fk.OpKind.NEG, [F32, F32], fk.Backend.CPU).capsule()
+
+
+def _double_neg(g, a):
+    return g.neg(g.neg(a))
+
+
+@pytest.mark.parametrize("dtypes", [[], [F32], "f32", 5])
+def test_register_runtime_fused_refuses_bad_dtypes(dtypes):
+    with pytest.raises(fk.RegistrationError):
+        fg.register_runtime_fused("bad-dtypes", _double_neg, _neg_capsule(), dtypes)
+
+
+def test_register_runtime_fused_refuses_a_precision_that_is_not_a_guarantee():
+    with pytest.raises(fk.RegistrationError):
+        fg.register_runtime_fused("bad-precision", _double_neg, _neg_capsule(), [F32, F32], precision="exact")
