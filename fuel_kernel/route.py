@@ -23,7 +23,7 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
-from .errors import NoKernelError
+from .errors import NoKernelError, ParamsError
 from .records import CostEstimate
 from .types import DType, KernelCaps
 
@@ -223,6 +223,9 @@ def pick(alternatives: Sequence, operands: Sequence, params=None, *, broadcast_i
 
     `operands` are inputs then outputs: arrays or shapes.  Priced alternatives rank before
     unpriced ones.  Raises NoKernelError when the filters leave nothing."""
+    if max_ulp is not None and (isinstance(max_ulp, bool) or not isinstance(max_ulp, (int, float, np.integer, np.floating))
+                                or not max_ulp >= 0):
+        raise ParamsError(f"max_ulp is a non-negative number of ulps or None, not {max_ulp!r}")
     machine = machine_constants()
     shapes = [_shape_of(o) for o in operands]
     verdicts, viable = [], []

@@ -218,3 +218,17 @@ def test_tie_break_does_not_use_registration_order(fixed_machine):
     two = _FakeKernel("same", cost, revision=2)
     assert route.pick([two, one], [(10,), (10,)]).kernel is one
     assert route.pick([one, two], [(10,), (10,)]).kernel is one
+
+
+@pytest.mark.parametrize("max_ulp", ["1", -1, float("nan"), True, [1]])
+def test_bad_precision_floor_is_a_params_error(max_ulp):
+    with pytest.raises(fk.ParamsError):
+        fk.bindings().pick(fk.OpKind.CAST, [F32, F64], CPU, [(10,), (10,)], max_ulp=max_ulp)
+    g = fg.Graph()
+    x = g.input((3,), F32)
+    with pytest.raises(fk.ParamsError):
+        g.compile(g.neg(x), max_ulp=max_ulp)
+
+
+def test_precision_floor_still_filters():
+    assert fk.bindings().pick(fk.OpKind.CAST, [F32, F64], CPU, [(10,), (10,)], max_ulp=0).source
