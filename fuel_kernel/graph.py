@@ -15,6 +15,7 @@ Plan.run     validates the inputs, allocates the outputs and runs every step in 
              (fuel_kernel._executor).  Each thread gets its own arena, so threads may share a plan.
 """
 import itertools
+import operator
 import threading
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
@@ -23,12 +24,78 @@ import numpy as np
 
 from . import _dispatch, ops, route
 from ._executor import PlanProgram
-from .errors import (NoKernelError, OperandCountError, OperandTypeError, RegistrationError,
-                     ShapeError, DTypeError)
+from .errors import (BackendError, DTypeError, KernelIndexError, NoKernelError, OperandCountError,
+                     OperandTypeError, ParamsError, RegistrationError, ShapeError, UnknownOpError)
 from .records import BindingKey, PrecisionGuarantee
 from .types import Backend, DType, KernelCaps, OpKind
 
 ARENA_ALIGNMENT = 64
+MAX_DIMS = 8
+MAX_BYTES = 2 ** 63 - 1          # element counts and byte sizes must fit int64 (the C layouts)
+
+
+# ---- argument checks: every refusal is a FuelKernelError ---------------------------------------
+def _extent(value, what):
+    """An integer argument (an extent, an axis, an index) as a Python int; never truncates 1.5."""
+    if isinstance(value, bool):
+        raise ShapeError(f"{what} must be an integer, not a bool")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ShapeError(f"{what} must be an integer, not {type(value).__name__} {value!r}") from None
+
+
+def _int_sequence(values, what):
+    """A tuple of ints from an int or an iterable of ints (as NumPy accepts shape=5)."""
+    if isinstance(values, (int, np.integer)) and not isinstance(values, bool):
+        values = (values,)
+    if isinstance(values, (str, bytes)):
+        raise ShapeError(f"{what} must be a sequence of integers, not {type(values).__name__}")
+    try:
+        items = tuple(values)
+    except TypeError:
+        raise ShapeError(f"{what} must be a sequence of integers, not {type(values).__name__}") from None
+    return tuple(_extent(v, f"{what} entry {i}") for i, v in enumerate(items))
+
+
+def _check_size(shape, itemsize=1, what="shape"):
+    """Refuse a shape whose element count or byte size does not fit int64 (the C layouts)."""
+    if len(shape) > MAX_DIMS:
+        raise ShapeError(f"{what} {shape} has {len(shape)} dims; at most {MAX_DIMS} are supported")
+    if any(s < 0 for s in shape):
+        raise ShapeError(f"negative extent in {what} {shape}")
+    total = itemsize
+    for s in shape:
+        total *= s
+    if total > MAX_BYTES:
+        raise ShapeError(f"{what} {shape} is too large: {total} {'bytes' if itemsize > 1 else 'elements'} "
+                         f"exceed 2**63-1")
+    return shape
+
+
+def _check_params(params, op):
+    if params is not None and not isinstance(params, _dispatch.OpParams):
+        raise ParamsError(f"params for {op.short_name if isinstance(op, OpKind) else op} must come from "
+                          f"fuel_kernel.params, not {type(params).__name__}")
+    return params
+
+
+def _backend_id(backend):
+    """A backend id from a Backend, an int in [0, 255] or a backend name."""
+    if isinstance(backend, str):
+        return int(_dispatch.backend_from_name(backend))     # BackendError for an unknown name
+    if isinstance(backend, bool) or not isinstance(backend, (int, np.integer)):
+        raise BackendError(f"backend must be a Backend, an int or a name, not {type(backend).__name__}")
+    if not 0 <= int(backend) <= int(Backend.EXTENSION_LAST):
+        raise BackendError(f"backend id {int(backend)} is out of range [0, {int(Backend.EXTENSION_LAST)}]")
+    return int(backend)
+
+
+def _native(array):
+    """`array` with native byte order (a copy when it is byte-swapped)."""
+    if not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="))
+    return array
 
 
 # ---- values and nodes -----------------------------------------------------------------------------
@@ -187,8 +254,18 @@ def register_runtime_fused(name, decomposition, kernel, dtypes, backend=Backend.
     decomposition on generated inputs, within `precision` (default: exact); only then is it
     registered under BindingKey.runtime_fused(id).  Structurally identical decompositions share
     one id.  Returns the FusedOpId (an int)."""
+    if isinstance(dtypes, (str, bytes)):
+        raise RegistrationError(f"dtypes is a sequence of dtypes (inputs, then the output), not {dtypes!r}")
+    try:
+        dtypes = tuple(dtypes)
+    except TypeError:
+        raise RegistrationError(f"dtypes is a sequence of dtypes, not {type(dtypes).__name__}") from None
     dtypes = tuple(DType.parse(d) for d in dtypes)
+    if len(dtypes) < 2:
+        raise RegistrationError(f"a fused key needs at least one input dtype and the output's, got {len(dtypes)}")
     precision = precision or PrecisionGuarantee(True, 0, notes="fused: exact vs decomposition")
+    if not isinstance(precision, PrecisionGuarantee):
+        raise RegistrationError(f"precision must be a PrecisionGuarantee, not {type(precision).__name__}")
     scratch = Graph(backend)
     inputs = [scratch.input(VERIFY_SHAPE, d) for d in dtypes[:-1]]
     out = decomposition(scratch, *inputs)
@@ -229,6 +306,8 @@ def register_runtime_fused(name, decomposition, kernel, dtypes, backend=Backend.
 
 
 def fused_op(fused_id):
+    if isinstance(fused_id, bool) or not isinstance(fused_id, (int, np.integer)):
+        raise UnknownOpError(f"a runtime fused op id is an int, not {type(fused_id).__name__} {fused_id!r}")
     return _fused_by_id.get(int(fused_id))
 
 
@@ -257,7 +336,7 @@ class Graph:
     are built; compile() turns the graph into a Plan."""
 
     def __init__(self, target_backend=Backend.CPU):
-        self.target_backend = int(target_backend)
+        self.target_backend = _backend_id(target_backend)
         self.buffers: List[Buffer] = []
         self.inputs: List[Buffer] = []
         self.nodes: List[Node] = []
@@ -269,17 +348,25 @@ class Graph:
         return Value(self, buffer, buffer.shape, _contiguous_strides(buffer.shape), 0, buffer.dtype)
 
     def constant(self, array, dtype=None):
-        array = np.ascontiguousarray(array, dtype=DType.parse(dtype).numpy if dtype is not None else None)
+        """A constant operand: the graph keeps its own C-contiguous, aligned, native-byte-order
+        copy, so later changes to `array` do not reach the plan; a 0-d array stays 0-d."""
+        target = DType.parse(dtype).numpy if dtype is not None else None
+        try:
+            array = np.array(array, dtype=target, copy=True, order="C")
+        except ValueError as exc:              # a ragged nesting, or a value the dtype cannot parse
+            raise ShapeError(f"graph constant cannot be made a rectangular array: {exc}") from None
+        except (TypeError, OverflowError) as exc:
+            raise DTypeError(f"graph constant cannot be converted to an array: {exc}") from None
+        array = _native(array)
         code = DType.parse(array.dtype)
+        if not (array.flags.c_contiguous and array.flags.aligned):
+            array = np.array(array, order="C", copy=True)
+        array.flags.writeable = False          # the plan's private copy
         buffer = self._buffer("const", array.shape, code, array=array)
         return Value(self, buffer, array.shape, _contiguous_strides(array.shape), 0, code)
 
     def _buffer(self, kind, shape, dtype, array=None, name=""):
-        shape = tuple(int(s) for s in shape)
-        if len(shape) > 8:
-            raise ShapeError(f"{len(shape)} dims; at most 8 are supported")
-        if any(s < 0 for s in shape):
-            raise ShapeError(f"negative extent in shape {shape}")
+        shape = _check_size(_int_sequence(shape, "shape"), DType(dtype).itemsize)
         buffer = Buffer(len(self.buffers), kind, shape, dtype, array, name)
         self.buffers.append(buffer)
         return buffer
@@ -296,6 +383,7 @@ class Graph:
         """Add a node running `op` (an OpKind or a name) on `inputs`; returns its output Value."""
         op = OpKind.parse(op)
         inputs = [self._own(v) for v in inputs]
+        _check_params(params, op)
         schema = ops.schema(op)
         if schema.n_inputs is not None and len(inputs) != schema.n_inputs:
             raise OperandCountError(f"{op.short_name} takes {schema.n_inputs} inputs, got {len(inputs)}")
@@ -308,7 +396,7 @@ class Graph:
         return self._add_node(op, inputs, params, dtypes, shape, backend)
 
     def _add_node(self, key, inputs, params, dtypes, shape, backend):
-        backend = self.target_backend if backend is None else int(backend)
+        backend = self.target_backend if backend is None else _backend_id(backend)
         table = _dispatch.bindings()
         if not table.supports(key, dtypes, backend):
             table.lookup(key, dtypes, backend)          # raises NoKernelError with the nearest keys
@@ -352,16 +440,28 @@ class Graph:
 
     # ---- views (metadata only)
     def transpose(self, x, axes=None):
+        """A permuted view.  `axes` is a permutation of range(ndim); a negative axis counts from
+        the end ([-ndim, ndim)).  Out-of-range or repeated axes are a ShapeError, never wrapped."""
         x = self._own(x)
-        axes = tuple(reversed(range(x.ndim))) if axes is None else tuple(int(a) % max(x.ndim, 1) for a in axes)
-        if sorted(axes) != list(range(x.ndim)):
-            raise ShapeError(f"axes {axes} are not a permutation of {x.ndim} dims")
+        if axes is None:
+            axes = tuple(reversed(range(x.ndim)))
+        else:
+            given = _int_sequence(axes, "transpose axes")
+            if len(given) != x.ndim:
+                raise ShapeError(f"transpose axes {given} do not list {x.ndim} dims")
+            for a in given:
+                if not -x.ndim <= a < x.ndim:
+                    raise ShapeError(f"transpose axis {a} is out of range for {x.ndim} dims")
+            axes = tuple(a + x.ndim if a < 0 else a for a in given)
+            if len(set(axes)) != x.ndim:
+                raise ShapeError(f"transpose axes {given} repeat an axis; they must be a permutation "
+                                 f"of {x.ndim} dims")
         return Value(self, x.buffer, [x.shape[a] for a in axes], [x.strides[a] for a in axes], x.offset,
                      x.dtype, x.producer)
 
     def broadcast_to(self, x, shape):
         x = self._own(x)
-        shape = tuple(int(s) for s in shape)
+        shape = _check_size(_int_sequence(shape, "broadcast shape"), x.dtype.itemsize, "broadcast shape")
         lead = len(shape) - x.ndim
         if lead < 0:
             raise ShapeError(f"cannot broadcast {x.shape} to fewer dims {shape}")
@@ -376,40 +476,62 @@ class Graph:
         return Value(self, x.buffer, shape, strides, x.offset, x.dtype, x.producer)
 
     def slice_view(self, x, index):
+        """x[index] for ints and slices (NumPy basic indexing without ... or None).  An integer out
+        of range is a KernelIndexError (an IndexError); a bad index type or a zero step is a
+        ShapeError."""
         x = self._own(x)
         if not isinstance(index, tuple):
             index = (index,)
         if len(index) > x.ndim:
-            raise ShapeError(f"{len(index)} indices for {x.ndim} dims")
+            raise KernelIndexError(f"{len(index)} indices for {x.ndim} dims")
         shape, strides, offset = [], [], x.offset
         for axis, extent in enumerate(x.shape):
             item = index[axis] if axis < len(index) else slice(None)
-            if isinstance(item, (int, np.integer)):
-                i = int(item) + (extent if item < 0 else 0)
-                if not 0 <= i < extent:
-                    raise IndexError(f"index {item} out of range for axis {axis} of extent {extent}")
-                offset += i * x.strides[axis]
-            elif isinstance(item, slice):
-                start, stop, step = item.indices(extent)
+            if isinstance(item, slice):
+                try:
+                    start, stop, step = item.indices(extent)
+                except TypeError:
+                    raise ShapeError(f"slice {item} on axis {axis}: bounds and step must be integers "
+                                     f"or None") from None
+                except ValueError as exc:
+                    raise ShapeError(f"slice {item} on axis {axis}: {exc}") from None
                 count = len(range(start, stop, step))
                 offset += start * x.strides[axis] if count else 0
                 shape.append(count)
                 strides.append(x.strides[axis] * step)
+            elif isinstance(item, (int, np.integer)) and not isinstance(item, (bool, np.bool_)):
+                i = int(item) + (extent if item < 0 else 0)
+                if not 0 <= i < extent:
+                    raise KernelIndexError(f"index {item} out of range for axis {axis} of extent {extent}")
+                offset += i * x.strides[axis]
             else:
-                raise TypeError(f"graph slicing takes ints and slices, not {type(item).__name__}")
+                raise ShapeError(f"graph slicing takes ints and slices, not {type(item).__name__}")
         return Value(self, x.buffer, shape, strides, offset, x.dtype, x.producer)
 
     def reshape(self, x, shape):
-        """A view when x is contiguous; otherwise a CONTIGUIZE node, then a view of its result."""
+        """A view when x is contiguous; otherwise a CONTIGUIZE node, then a view of its result.
+        One extent may be -1 (inferred); any other negative extent is a ShapeError."""
         x = self._own(x)
-        shape = list(shape)
-        size = int(np.prod(x.shape, dtype=np.int64))
-        if shape.count(-1) == 1:
-            known = int(np.prod([s for s in shape if s != -1], dtype=np.int64))
-            shape[shape.index(-1)] = size // known if known else 0
-        shape = tuple(int(s) for s in shape)
-        if int(np.prod(shape, dtype=np.int64)) != size:
-            raise ShapeError(f"cannot reshape {x.shape} ({size} elements) to {shape}")
+        given = _int_sequence(shape, "reshape shape")
+        size = int(np.prod(x.shape, dtype=object))
+        if any(s < -1 for s in given) or given.count(-1) > 1:
+            raise ShapeError(f"cannot reshape {x.shape} to {given}: only one extent may be -1 and "
+                             f"no other may be negative")
+        shape = list(given)
+        if -1 in shape:
+            known = 1
+            for s in shape:
+                if s != -1:
+                    known *= s
+            if known == 0 or size % known:
+                raise ShapeError(f"cannot reshape {x.shape} ({size} elements) to {given}")
+            shape[shape.index(-1)] = size // known
+        shape = _check_size(tuple(shape), x.dtype.itemsize, "reshape shape")
+        total = 1
+        for s in shape:
+            total *= s
+        if total != size:
+            raise ShapeError(f"cannot reshape {x.shape} ({size} elements) to {given}")
         if not x.is_contiguous:
             x = self.op(OpKind.CONTIGUIZE, x)
         return Value(self, x.buffer, shape, _contiguous_strides(shape), x.offset, x.dtype, x.producer)
@@ -418,7 +540,15 @@ class Graph:
     def compile(self, outputs, *, fuse=True, measure=False, max_ulp=None):
         """A Plan computing `outputs` (a Value or a list of Values) from the graph's inputs."""
         single = isinstance(outputs, Value)
-        outputs = [outputs] if single else [self._own(v) for v in outputs]
+        if single:
+            outputs = [self._own(outputs)]
+        else:
+            try:
+                outputs = list(outputs)
+            except TypeError:
+                raise OperandTypeError(f"compile() takes a Value or a list of Values, not "
+                                       f"{type(outputs).__name__}") from None
+            outputs = [self._own(v) for v in outputs]
         return _Planner(self, outputs, fuse=fuse, measure=measure, max_ulp=max_ulp).build(single)
 
 
@@ -660,22 +790,14 @@ class Plan:
     def run(self, inputs):
         """Run on `inputs` (arrays in the order the graph's inputs were declared); returns the list
         of outputs (fresh arrays), or the single output when compile() was given one Value."""
-        inputs = list(inputs)
+        try:
+            inputs = list(inputs)
+        except TypeError:
+            raise OperandTypeError(f"Plan.run takes a list of arrays, not {type(inputs).__name__}") from None
         if len(inputs) != len(self.input_buffers):
             raise OperandCountError(f"the plan takes {len(self.input_buffers)} inputs, got {len(inputs)}")
-        bases = []
-        for i, (array, buffer) in enumerate(zip(inputs, self.input_buffers)):
-            if not isinstance(array, np.ndarray):
-                try:
-                    array = np.asarray(memoryview(array)) if not hasattr(array, "__dlpack__") else np.from_dlpack(array)
-                except TypeError:
-                    raise OperandTypeError(f"plan input {i} is a {type(array).__name__}, not an array") from None
-            if array.dtype != buffer.dtype.numpy:
-                raise DTypeError(f"plan input {i} ({buffer.name}) has dtype {array.dtype}, expected "
-                                 f"{buffer.dtype.short_name}")
-            if array.shape != buffer.shape:
-                raise ShapeError(f"plan input {i} ({buffer.name}) has shape {array.shape}, expected {buffer.shape}")
-            bases.append(np.ascontiguousarray(array))
+        bases = [self._input_base(i, array, buffer)
+                 for i, (array, buffer) in enumerate(zip(inputs, self.input_buffers))]
         bases.extend(b.array for b in self._constants)
         arena = getattr(self._local, "arena", None)
         if arena is None:
@@ -691,6 +813,32 @@ class Plan:
 
     def __call__(self, *inputs):
         return self.run(inputs)
+
+    @staticmethod
+    def _input_base(i, array, buffer):
+        """Plan input i as the base array the executor reads: C-contiguous, aligned for its dtype
+        and in native byte order.  Anything else is copied first (kernels assume aligned, native
+        loads); a byte-swapped array of the right dtype is converted, not refused."""
+        if not isinstance(array, np.ndarray):
+            try:
+                array = np.from_dlpack(array) if hasattr(array, "__dlpack__") else np.asarray(memoryview(array))
+            except (TypeError, ValueError, BufferError, RuntimeError) as exc:
+                raise OperandTypeError(f"plan input {i} ({buffer.name}) is a {type(array).__name__} "
+                                       f"that is not a usable array: {exc}") from None
+        expected = buffer.dtype.numpy
+        if array.dtype != expected and not array.dtype.isnative \
+                and array.dtype.newbyteorder("=") == expected:
+            array = array.astype(expected)
+        if array.dtype != expected:
+            raise DTypeError(f"plan input {i} ({buffer.name}) has dtype {array.dtype}, expected "
+                             f"{buffer.dtype.short_name}")
+        if array.shape != buffer.shape:
+            raise ShapeError(f"plan input {i} ({buffer.name}) has shape {array.shape}, expected {buffer.shape}")
+        if type(array) is not np.ndarray:
+            array = np.asarray(array)                 # a subclass: its plain ndarray view
+        if not (array.flags.c_contiguous and array.flags.aligned):
+            array = np.array(array, dtype=expected, order="C", copy=True)
+        return array
 
     @property
     def n_steps(self):

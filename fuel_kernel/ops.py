@@ -9,7 +9,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from .errors import ParamsError, ShapeError
+from .errors import OperandCountError, ParamsError, ShapeError
 from .types import DType, OpKind
 
 
@@ -26,7 +26,7 @@ class OpSchema:
 def broadcast_shape(shapes, params=None):
     try:
         return tuple(np.broadcast_shapes(*shapes))
-    except ValueError as exc:
+    except (ValueError, TypeError) as exc:
         raise ShapeError(f"shapes {', '.join(map(str, shapes))} do not broadcast: {exc}") from None
 
 
@@ -104,6 +104,8 @@ def _slice_shape(shapes, params):
 
 
 def _concat_shape(shapes, params):
+    if not shapes:
+        raise OperandCountError("concat takes at least one input")
     axis = _axis(_fields(params, "concat")["axis"], len(shapes[0]))
     for s in shapes[1:]:
         if len(s) != len(shapes[0]) or any(a != b for d, (a, b) in enumerate(zip(s, shapes[0])) if d != axis):
@@ -153,17 +155,48 @@ _add(OpKind.PAGED_ATTN, 6, "paged_attn", _attention_shape, same_as_first)
 def schema(op):
     try:
         return SCHEMAS[OpKind(op)]
-    except (KeyError, ValueError):
+    except (KeyError, ValueError, TypeError):
         raise ShapeError(f"op {op!r} has no schema yet; pass its output explicitly") from None
+
+
+MAX_BYTES = 2 ** 63 - 1
+
+
+def check_params(op, params, family):
+    """params must be None or an OpParams of `family` (or of the "none" family)."""
+    if params is None:
+        return
+    from ._dispatch import OpParams
+    if not isinstance(params, OpParams):
+        raise ParamsError(f"params for {OpKind(op).short_name} must come from fuel_kernel.params, "
+                          f"not {type(params).__name__}")
+    if params.kind not in ("none", family):
+        raise ParamsError(f"{OpKind(op).short_name} takes "
+                          + ("no params" if family == "none" else f"params.{family}(...)")
+                          + f", not params.{params.kind}(...)")
+
+
+def check_output_shape(shape, itemsize=1):
+    """A ShapeError for an inferred shape no array can have: a negative extent, or an element
+    count or byte size past int64."""
+    shape = tuple(int(s) for s in shape)
+    if any(s < 0 for s in shape):
+        raise ShapeError(f"the output shape {shape} has a negative extent")
+    total = itemsize
+    for s in shape:
+        total *= s
+    if total > MAX_BYTES:
+        raise ShapeError(f"the output shape {shape} is too large: {total} bytes exceed 2**63-1")
+    return shape
 
 
 def infer_output_shape(op, input_shapes, params=None):
     """The output shape of op on inputs of these shapes (a ShapeError if they do not fit)."""
     s = schema(op)
     if s.n_inputs is not None and len(input_shapes) != s.n_inputs:
-        from .errors import OperandCountError
         raise OperandCountError(f"{OpKind(op).short_name} takes {s.n_inputs} inputs, got {len(input_shapes)}")
-    return tuple(s.infer_shape([tuple(x) for x in input_shapes], params))
+    check_params(op, params, s.params)
+    return check_output_shape(s.infer_shape([tuple(x) for x in input_shapes], params))
 
 
 def infer_output_dtype(op, input_dtypes, params=None):
@@ -221,7 +254,6 @@ def matmul_shape(shapes, params=None):
     """[A, B] or [A, B, count] -> (*batch, m, n): batch and m, n from params.matmul, else from the
     shapes (A (..., m, k) @ B (..., k, n), batch dims broadcast)."""
     if len(shapes) not in (2, 3):
-        from .errors import OperandCountError
         raise OperandCountError(f"matmul takes [A, B] or [A, B, count], got {len(shapes)} inputs")
     a, b = shapes[0], shapes[1]
     if len(a) < 2 or len(b) < 2:
@@ -252,7 +284,6 @@ _add(OpKind.LAYER_NORM, 3, "norm_last_dim", same_shape_as_first, same_as_first)
 def conv2d_shape(shapes, params=None):
     """[x (N, C, H, W), w (O, C/groups, KH, KW)] or with a bias (O,) -> (N, O, OH, OW)."""
     if len(shapes) not in (2, 3):
-        from .errors import OperandCountError
         raise OperandCountError(f"conv2d takes [x, w] or [x, w, bias], got {len(shapes)} inputs")
     x, w = shapes[0], shapes[1]
     if len(x) != 4 or len(w) != 4:

@@ -4,23 +4,31 @@ For each candidate Kernel the picker turns its CostEstimate for the actual opera
 time with the machine's constants (peak flop/s and memory bandwidth, measured once and cached on
 disk): max(flops / peak_flops, bytes / bandwidth) + overhead.  Candidates are filtered by caps
 (requires_broadcast only when an input is broadcast; strided_input when the caller cannot
-materialize operands) and by an optional precision floor.  Ties break on the kernel's stable
-identity (source, revision), never on registration order.  A measured mode times the candidates
+materialize operands) and by an optional precision floor.  An alternative registered without a
+cost (or whose cost function gives no usable time) is priced by the op family's default, as
+Transaction.fill_unset_cost would price it, and ranks after every priced alternative.  Ties break
+on stable registration data (source, precision claim, caps, revision), never on registration
+order or an address.  A measured mode times the candidates
 on the real shapes instead and caches the choice on disk.  Graph.compile and BindingTable.pick
 both call pick().
 """
 import json
+import math
 import os
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence
 
 import numpy as np
 
-from .errors import NoKernelError
+from .errors import NoKernelError, ParamsError
+from .records import CostEstimate
 from .types import DType, KernelCaps
 
+# Where machine.json and measured_routes.json live: $FUEL_KERNEL_CACHE_DIR at import, else
+# ~/.cache/fuel_kernel.  Tests point it (and reset _machine) at a temporary folder.
 CACHE_DIR = os.environ.get("FUEL_KERNEL_CACHE_DIR",
                            os.path.join(os.path.expanduser("~"), ".cache", "fuel_kernel"))
 _machine_lock = threading.Lock()
@@ -36,6 +44,46 @@ class MachineConstants:
 MACHINE_FORMAT = 2       # bump when the measurement changes, so old caches are re-measured
 
 
+class CacheWarning(RuntimeWarning):
+    """A cache file under CACHE_DIR is unreadable or corrupt; it is ignored and re-measured."""
+
+
+def _warn_corrupt(path, why):
+    warnings.warn(f"ignoring the route cache {path}: {why}; re-measuring", CacheWarning, stacklevel=3)
+
+
+def _usable_constants(constants):
+    return all(math.isfinite(v) and v > 0 for v in (constants.peak_flops, constants.bandwidth))
+
+
+def _read_machine(path):
+    """The cached constants, or None: silently when the file is missing or from an older format,
+    with a CacheWarning when it is corrupt (not JSON, not an object, missing or non-positive
+    values)."""
+    try:
+        with open(path) as handle:
+            data = json.load(handle)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        _warn_corrupt(path, f"unreadable ({exc})")
+        return None
+    if not isinstance(data, dict):
+        _warn_corrupt(path, f"a JSON {type(data).__name__}, not an object")
+        return None
+    if data.get("format") != MACHINE_FORMAT:
+        return None
+    try:
+        constants = MachineConstants(float(data["peak_flops"]), float(data["bandwidth"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        _warn_corrupt(path, f"bad or missing constants ({exc!r})")
+        return None
+    if not _usable_constants(constants):
+        _warn_corrupt(path, f"constants must be finite and positive, got {constants}")
+        return None
+    return constants
+
+
 def machine_constants():
     """Measured once per machine (about 0.2 s) and cached in CACHE_DIR/machine.json."""
     global _machine
@@ -43,14 +91,10 @@ def machine_constants():
         if _machine is not None:
             return _machine
         path = os.path.join(CACHE_DIR, "machine.json")
-        try:
-            with open(path) as handle:
-                data = json.load(handle)
-            if data.get("format") == MACHINE_FORMAT:
-                _machine = MachineConstants(float(data["peak_flops"]), float(data["bandwidth"]))
-                return _machine
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
+        cached = _read_machine(path)
+        if cached is not None:
+            _machine = cached
+            return _machine
         _machine = _measure_machine()
         try:
             os.makedirs(CACHE_DIR, exist_ok=True)
@@ -68,7 +112,7 @@ def _best_time(fn, repeats=5):
         start = time.perf_counter()
         fn()
         best = min(best, time.perf_counter() - start)
-    return best
+    return max(best, 1e-9)            # a coarse clock can read 0; never divide by it
 
 
 def _measure_machine():
@@ -104,6 +148,7 @@ class Verdict:
     verdict: str                  # "chosen", "slower", "filtered: ...", "measured ..."
     flops: float = 0.0
     bytes_moved: float = 0.0
+    priced: bool = True           # False: no cost claim, estimated by the family default
 
 
 @dataclass
@@ -122,13 +167,67 @@ def _shape_of(operand):
     return tuple(operand) if isinstance(operand, tuple) else tuple(np.shape(operand))
 
 
+DEFAULT_OVERHEAD_NS = 50.0
+
+
+def default_cost(kernel, shapes, params=None):
+    """The op-family default estimate, as DEFAULT_COST (the cost fill_unset_cost installs)
+    computes it: every operand read or written once, one flop per output element, 2*k flops per
+    output element for a matmul with params.matmul, and a 50 ns call overhead."""
+    bytes_moved = 0.0
+    for shape, dtype in zip(shapes, kernel.dtypes):
+        numel = 1
+        for extent in shape:
+            numel *= int(extent)
+        bytes_moved += float(numel) * DType(dtype).itemsize
+    flops = 0.0
+    if shapes:
+        flops = 1.0
+        for extent in shapes[-1]:
+            flops *= int(extent)
+        if params is not None and getattr(params, "kind", None) == "matmul":
+            flops *= 2.0 * params.fields()["k"]
+    return CostEstimate(flops, bytes_moved, DEFAULT_OVERHEAD_NS)
+
+
+def _priced_estimate(kernel, shapes, params, machine):
+    """(cost, estimate in ns, priced).  An entry without a cost claim, or whose cost function
+    yields no usable time (zero, negative or not finite), gets the family default and
+    priced=False: it must never win at 0 ns."""
+    if getattr(kernel, "has_cost", True):
+        cost = kernel.cost(*shapes, params=params)
+        ns = estimate_ns(cost, machine)
+        if math.isfinite(ns) and ns > 0:
+            return cost, ns, True
+    cost = default_cost(kernel, shapes, params)
+    return cost, estimate_ns(cost, machine), False
+
+
+def _precision_rank(precision):
+    if precision is None:
+        return (2, math.inf)
+    return (0 if precision.exact else 1, float(precision.max_ulp))
+
+
+def tie_break(kernel):
+    """A deterministic order among equally estimated alternatives, from registration data only:
+    source tag, then the stronger precision claim, then caps, then the revision.  Never the
+    registration order or an address.  (A Python registration's default revision must itself be
+    stable across runs for same-source ties to be.)"""
+    return (kernel.source, _precision_rank(kernel.precision), int(kernel.caps), int(kernel.revision))
+
+
 def pick(alternatives: Sequence, operands: Sequence, params=None, *, broadcast_inputs=False,
          require_strided_input=False, max_ulp=None, measure=False, describe=None):
     """Choose one of `alternatives` (Kernel handles of one key) for these operands.
 
-    `operands` are inputs then outputs: arrays or shapes.  Raises NoKernelError when the filters
-    leave nothing."""
+    `operands` are inputs then outputs: arrays or shapes.  Priced alternatives rank before
+    unpriced ones.  Raises NoKernelError when the filters leave nothing."""
+    if max_ulp is not None and (isinstance(max_ulp, bool) or not isinstance(max_ulp, (int, float, np.integer, np.floating))
+                                or not max_ulp >= 0):
+        raise ParamsError(f"max_ulp is a non-negative number of ulps or None, not {max_ulp!r}")
     machine = machine_constants()
+    shapes = [_shape_of(o) for o in operands]
     verdicts, viable = [], []
     for k in alternatives:
         reason = None
@@ -141,8 +240,9 @@ def pick(alternatives: Sequence, operands: Sequence, params=None, *, broadcast_i
         if reason:
             verdicts.append(Verdict(k.source, k.identity, None, reason))
             continue
-        cost = k.cost(*[_shape_of(o) for o in operands], params=params)
-        verdict = Verdict(k.source, k.identity, estimate_ns(cost, machine), "", cost.flops, cost.bytes_moved)
+        cost, ns, priced = _priced_estimate(k, shapes, params, machine)
+        verdict = Verdict(k.source, k.identity, ns, "" if priced else " (unpriced: family default)",
+                          cost.flops, cost.bytes_moved, priced)
         verdicts.append(verdict)
         viable.append((verdict, k))
     if not viable:
@@ -151,7 +251,7 @@ def pick(alternatives: Sequence, operands: Sequence, params=None, *, broadcast_i
     if measure and len(viable) > 1:
         viable = _measured_order(viable, operands, params)
     else:
-        viable.sort(key=lambda vk: (vk[0].estimate_ns, vk[0].identity))
+        viable.sort(key=lambda vk: (not vk[0].priced, vk[0].estimate_ns, tie_break(vk[1])))
     winner_verdict, winner = viable[0]
     winner_verdict.verdict = "chosen" + winner_verdict.verdict
     for v, _ in viable[1:]:
@@ -167,6 +267,10 @@ def _measured_order(viable, operands, params):
                       sorted(str(v.identity) for v, _ in viable), repr(params)])
     cache = _load_measure_cache()
     timings = cache.get(key)
+    wanted = {str(v.identity) for v, _ in viable}
+    if timings is not None and not _valid_timings(timings, wanted):
+        _warn_corrupt(_measure_cache_path(), "an entry with missing or non-numeric timings")
+        timings = None
     if timings is None:
         rng = np.random.default_rng(0)
         arrays = []
@@ -184,8 +288,14 @@ def _measured_order(viable, operands, params):
         cache[key] = timings
         _store_measure_cache(cache)
     for v, _ in viable:
-        v.verdict = f" (measured {timings[str(v.identity)]:.0f} ns)"
-    return sorted(viable, key=lambda vk: (timings[str(vk[0].identity)], vk[0].identity))
+        v.verdict = f" (measured {timings[str(v.identity)]:.0f} ns)" + v.verdict
+    return sorted(viable, key=lambda vk: (timings[str(vk[0].identity)], tie_break(vk[1])))
+
+
+def _valid_timings(timings, wanted):
+    return isinstance(timings, dict) and all(
+        isinstance(timings.get(name), (int, float)) and not isinstance(timings.get(name), bool)
+        and math.isfinite(timings[name]) and timings[name] >= 0 for name in wanted)
 
 
 def _measure_cache_path():
@@ -193,11 +303,21 @@ def _measure_cache_path():
 
 
 def _load_measure_cache():
+    """The measured-route cache (a JSON object); a corrupt file is ignored with a CacheWarning
+    and overwritten by the next measurement."""
+    path = _measure_cache_path()
     try:
-        with open(_measure_cache_path()) as handle:
-            return json.load(handle)
-    except (OSError, ValueError):
+        with open(path) as handle:
+            cache = json.load(handle)
+    except FileNotFoundError:
         return {}
+    except (OSError, ValueError) as exc:
+        _warn_corrupt(path, f"unreadable ({exc})")
+        return {}
+    if not isinstance(cache, dict):
+        _warn_corrupt(path, f"a JSON {type(cache).__name__}, not an object")
+        return {}
+    return cache
 
 
 def _store_measure_cache(cache):
