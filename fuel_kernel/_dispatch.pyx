@@ -732,7 +732,7 @@ cdef fk_kernel_fn kernel_from_capsule(object kernel) except NULL:
 
 
 def kernel_address(kernel):
-    """The address of the KernelRef in a 'fuel_kernel.kernel' capsule (compare with Kernel.kernel_address)."""
+    """The fk_kernel_fn address in a 'fuel_kernel.kernel' capsule (compare with Kernel.kernel_address)."""
     return <uintptr_t>kernel_from_capsule(kernel)
 
 
@@ -885,7 +885,7 @@ cdef class Kernel:
 
     @property
     def kernel_address(self):
-        """The kernel function's address: equal for two handles of the same KernelRef."""
+        """The kernel function's address (fk_entry.kernel): equal for two handles of the same function."""
         return <uintptr_t>self.entry.kernel
 
     def capsule(self):

@@ -8,7 +8,7 @@ raised).  An expected array is compared elementwise by `compare`; ops that sum t
 index adds, CONV2D, ROPE, attention) return an `Accumulated` instead, compared by
 `compare_accumulated` against a bound scaled by each element's own magnitude.
 
-Semantics follow DESIGN.md, fuel_kernel/ops.py and the family headers: F16/BF16 compute in F32 and
+Semantics follow the README's kernels table, fuel_kernel/ops.py and the family headers: F16/BF16 compute in F32 and
 round once; integer arithmetic wraps; integer DIV/REM are floor division/remainder and fail on a
 zero divisor; reductions over empty dims reduce everything; data movement copies exactly, and an
 out-of-range axis in its params is a ParamsError; indices must lie in [0, extent), no negative

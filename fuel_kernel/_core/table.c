@@ -184,7 +184,7 @@ static const char *op_name_for_error(const fk_key *key, char *buffer, size_t siz
     return buffer;
 }
 
-/* The same KernelRef twice at one key is a registration mistake, not an alternative. */
+/* The same kernel function twice at one key is a registration mistake, not an alternative. */
 static int snapshot_validate(const fk_snapshot *s) {
     for (int64_t k = 0; k < s->n_keys; k++) {
         const fk_slot *slot = &s->slots[s->key_slots[k]];
