@@ -33,11 +33,16 @@
  *                                   >= that - window_left (window_left >= 0).  The ALiBi bias is
  *                                   slope[h] * (t - (context_len - 1)).  Block indices and
  *                                   context lengths are bounds-checked before any write.
- * Every operand may be strided (packing walks the strides); out is written through its strides.
+ * Every operand may be strided (packing walks the strides); out is written through its strides
+ * but may not overlap itself (stride 0 on an axis of extent > 1: FK_ERR_ALIAS).  FLASH_ATTN and
+ * PAGED_ATTN need their params (NULL is FK_ERR_PARAMS).  A window that reaches past every key
+ * (up to 2**63-1) is the unbounded window.  Scratch sizes are overflow-checked: an impossible size
+ * is FK_ERR_SHAPE before anything is allocated or written.
  */
 #ifndef FUEL_KERNEL_CPU_ATTENTION_KERNELS_H
 #define FUEL_KERNEL_CPU_ATTENTION_KERNELS_H
 
+#include "compute_common.h"
 #include "movement_common.h"
 
 #define FK_ATTN_BQ 64      /* query rows per block */
@@ -215,18 +220,15 @@ static inline double fk_attn_exp_f64(double x) { return exp(x); }
     static int fk_flash_attn_##SUF(const fk_storage *inputs, fk_storage *outputs, const fk_layout *layouts, \
                                    const fk_fa_shape *sh, const fk_flash_attn_params *fa) {     \
         const fk_layout *lq = &layouts[0], *lk = &layouts[1], *lv = &layouts[2], *lo_ = &layouts[3]; \
-        int64_t nkb = (sh->sk + FK_ATTN_BK - 1) / FK_ATTN_BK, D = sh->d;                         \
-        int64_t Dvp = (sh->dv + VL - 1) / VL * VL, group = sh->hq / sh->hkv, off = sh->sk - sh->sq; \
+        int64_t D = sh->d, Dvp, group = sh->hq / sh->hkv, off = sh->sk - sh->sq;                 \
         int dt = inputs[0].dtype, osize = fk_dtype_itemsize[dt];                                 \
-        size_t bytes_k = (size_t)(nkb * D * FK_ATTN_BK) * sizeof(T);                             \
-        size_t bytes_v = (size_t)(nkb * FK_ATTN_BK * Dvp) * sizeof(T);                           \
-        size_t bytes_q = (size_t)(FK_ATTN_BQ * (D ? D : 1)) * sizeof(T);                         \
+        size_t bytes_k, bytes_v, bytes_q, bytes_o, total;                                        \
         size_t bytes_s = (size_t)(FK_ATTN_BQ * FK_ATTN_BK) * sizeof(T);                          \
-        size_t bytes_o = (size_t)(FK_ATTN_BQ * Dvp) * sizeof(T);                                 \
-        size_t total = bytes_k + bytes_v + bytes_q + bytes_s + bytes_o + 2 * FK_ATTN_BQ * sizeof(T) + 6 * 64; \
         char *scratch = NULL;                                                                    \
         T *kt, *vp, *qp, *sp, *op, *mrow, *lrow;                                                 \
         T scale = (T)fa->scale, softcap = (T)fa->softcap;                                        \
+        if (fk_flash_attn_scratch(sh, (int64_t)sizeof(T), VL, &Dvp, &bytes_k, &bytes_v, &bytes_q, &bytes_o, &total)) \
+            return FK_ERR_SHAPE;                                                                 \
         if (posix_memalign((void **)&scratch, 64, total) != 0) {                                 \
             fk_set_error(FK_ERR_NO_MEMORY, "flash_attn could not allocate %zu bytes of scratch", total); \
             return FK_ERR_NO_MEMORY;                                                             \
@@ -308,6 +310,40 @@ static inline double fk_attn_exp_f64(double x) { return exp(x); }
 
 typedef struct { int64_t b, hq, hkv, sq, sk, d, dv; } fk_fa_shape;
 
+/* FLASH_ATTN scratch, overflow-checked: K^T panels (nkb x D x BK), V rows (nkb x BK x Dvp, Dv
+ * padded to whole vectors of vl), the query block (BQ x D), one score tile, the output block
+ * (BQ x Dvp) and the running max / sum, each rounded up to 64 bytes.  FK_ERR_SHAPE (set) when a
+ * size overflows. */
+static int fk_flash_attn_scratch(const fk_fa_shape *sh, int64_t tsize, int64_t vl, int64_t *Dvp, size_t *bytes_k,
+                                 size_t *bytes_v, size_t *bytes_q, size_t *bytes_o, size_t *total) {
+    const char *what = "flash_attn scratch";
+    int64_t nkb, dvp, n, sum;
+    int status;
+    if ((status = fk_size_add(sh->sk, FK_ATTN_BK - 1, &nkb, what)) ||
+        (status = fk_size_add(sh->dv, vl - 1, &dvp, what)))
+        return status;
+    nkb /= FK_ATTN_BK;
+    dvp = dvp / vl * vl;
+    sum = FK_ATTN_BQ * FK_ATTN_BK * tsize + 2 * FK_ATTN_BQ * tsize + 6 * 64;     /* tile, max, sum, pads */
+    if ((status = fk_size_mul(nkb, sh->d, &n, what)) || (status = fk_size_mul(n, FK_ATTN_BK * tsize, &n, what)) ||
+        (status = fk_size_add(sum, n, &sum, what)))
+        return status;
+    *bytes_k = (size_t)n;
+    if ((status = fk_size_mul(nkb, dvp, &n, what)) || (status = fk_size_mul(n, FK_ATTN_BK * tsize, &n, what)) ||
+        (status = fk_size_add(sum, n, &sum, what)))
+        return status;
+    *bytes_v = (size_t)n;
+    if ((status = fk_size_mul(sh->d ? sh->d : 1, FK_ATTN_BQ * tsize, &n, what)) || (status = fk_size_add(sum, n, &sum, what)))
+        return status;
+    *bytes_q = (size_t)n;
+    if ((status = fk_size_mul(dvp, FK_ATTN_BQ * tsize, &n, what)) || (status = fk_size_add(sum, n, &sum, what)))
+        return status;
+    *bytes_o = (size_t)n;
+    *total = (size_t)sum;
+    *Dvp = dvp;
+    return FK_OK;
+}
+
 FK_ATTN_CORE(f32, float, 16, 4, fk_attn_exp_f32, tanhf)
 FK_ATTN_CORE(f64, double, 8, 2, fk_attn_exp_f64, tanh)
 
@@ -316,6 +352,7 @@ static int fk_flash_attn(const fk_storage *inputs, int n_in, fk_storage *outputs
     int status = fk_mv_prologue(inputs, n_in, outputs, n_out, 3, layouts);
     const fk_layout *q = &layouts[0], *k = &layouts[1], *v = &layouts[2], *o = &layouts[3];
     fk_fa_shape sh;
+    fk_flash_attn_params fa;
     if (status || (status = fk_attn_float_dtypes(inputs, n_in, outputs, 3))) return status;
     if ((status = fk_mv_params_kind(params, FK_PARAMS_FLASH_ATTN, "flash_attn"))) return status;
     if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || o->ndim != 4) {
@@ -341,9 +378,16 @@ static int fk_flash_attn(const fk_storage *inputs, int n_in, fk_storage *outputs
         int64_t want[4] = {sh.b, sh.hq, sh.sq, sh.dv};
         if ((status = fk_mv_out_shape(o, want, 4, "flash_attn"))) return status;
     }
-    if (sh.b * sh.hq * sh.sq * sh.dv == 0) return FK_OK;
-    if (inputs[0].dtype == FK_F64) return fk_flash_attn_f64(inputs, outputs, layouts, &sh, &params->u.flash_attn);
-    return fk_flash_attn_f32(inputs, outputs, layouts, &sh, &params->u.flash_attn);
+    if ((status = fk_output_self_overlap_check(o, "flash_attn"))) return status;
+    if (fk_layout_empty(o)) return FK_OK;
+    /* A window reaching past every key is unbounded, so the band arithmetic stays far from int64's
+     * limits: query positions p lie in [Sk - Sq, Sk - 1] and keys in [0, Sk - 1], so p - left <= 0
+     * for every row once left >= Sk, and p + right >= Sk - 1 for every row once right >= Sq. */
+    fa = params->u.flash_attn;
+    if (fa.window_left >= sh.sk) fa.window_left = -1;
+    if (fa.window_right >= sh.sq) fa.window_right = -1;
+    if (inputs[0].dtype == FK_F64) return fk_flash_attn_f64(inputs, outputs, layouts, &sh, &fa);
+    return fk_flash_attn_f32(inputs, outputs, layouts, &sh, &fa);
 }
 
 /* ---- ROPE ------------------------------------------------------------------------------------------ */
@@ -410,7 +454,8 @@ static int fk_rope(const fk_storage *inputs, int n_in, fk_storage *outputs, int 
                          (long long)x->shape[nb], (long long)(x->shape[nb + 1] / 2));
             return FK_ERR_SHAPE;
         }
-    if (fk_layout_numel(x) == 0) return FK_OK;
+    if ((status = fk_output_self_overlap_check(&layouts[3], "rope"))) return status;
+    if (fk_layout_empty(x)) return FK_OK;
     switch (inputs[0].dtype) {
     case FK_F16: fk_rope_rows_F16(inputs, outputs, layouts, interleaved); break;
     case FK_BF16: fk_rope_rows_BF16(inputs, outputs, layouts, interleaved); break;
@@ -433,7 +478,8 @@ static int fk_rope(const fk_storage *inputs, int n_in, fk_storage *outputs, int 
         T scale = (T)pa->scale, softcap = (T)pa->softcap;                                        \
         for (int64_t n = 0; n < N; n++) {                                                        \
             int64_t ctx = *(const int32_t *)((const char *)inputs[4].data + (lcl->offset + n * lcl->strides[0]) * 4); \
-            int64_t first = pa->window_left >= 0 && ctx - 1 - pa->window_left > 0 ? ctx - 1 - pa->window_left : 0; \
+            /* window_left < ctx: no overflow for any window up to 2**63-1 */                    \
+            int64_t first = pa->window_left >= 0 && pa->window_left < ctx - 1 ? ctx - 1 - pa->window_left : 0; \
             for (int64_t h = 0; h < hq; h++) {                                                   \
                 int64_t hk = h / group;                                                          \
                 T m = -INFINITY, l = 0;                                                          \
@@ -485,7 +531,7 @@ static int fk_paged_attn(const fk_storage *inputs, int n_in, fk_storage *outputs
     int status = fk_mv_prologue(inputs, n_in, outputs, n_out, 6, layouts);
     const fk_layout *q = &layouts[0], *k = &layouts[1], *v = &layouts[2], *bt = &layouts[3];
     const fk_layout *cl = &layouts[4], *al = &layouts[5];
-    int64_t N, hq, D, nblocks, bs, hkv, dv, maxb;
+    int64_t N, hq, D, nblocks, bs, hkv, dv, maxb, max_ctx, n_scratch = 0;
     size_t bytes;
     char *scratch;
     if (status) return status;
@@ -525,12 +571,15 @@ static int fk_paged_attn(const fk_storage *inputs, int n_in, fk_storage *outputs
         int64_t want[3] = {N, hq, dv};
         if ((status = fk_mv_out_shape(&layouts[6], want, 3, "paged_attn"))) return status;
     }
+    if ((status = fk_output_self_overlap_check(&layouts[6], "paged_attn"))) return status;
+    /* the longest context the block table can hold; saturates (a context length is an i32) */
+    if (__builtin_mul_overflow(maxb, bs, &max_ctx)) max_ctx = INT64_MAX;
     /* every context length and every block index it reaches, before any write */
     for (int64_t n = 0; n < N; n++) {
         int64_t ctx = *(const int32_t *)((const char *)inputs[4].data + (cl->offset + n * cl->strides[0]) * 4);
-        if (ctx < 0 || ctx > maxb * bs) {
+        if (ctx < 0 || ctx > max_ctx) {
             fk_set_error(FK_ERR_INDEX, "paged_attn: context length %lld at position (%lld,) is outside [0, %lld] "
-                         "(max_blocks %lld x block_size %lld)", (long long)ctx, (long long)n, (long long)(maxb * bs),
+                         "(max_blocks %lld x block_size %lld)", (long long)ctx, (long long)n, (long long)max_ctx,
                          (long long)maxb, (long long)bs);
             return FK_ERR_INDEX;
         }
@@ -543,8 +592,13 @@ static int fk_paged_attn(const fk_storage *inputs, int n_in, fk_storage *outputs
             }
         }
     }
-    if (N * hq * dv == 0) return FK_OK;
-    bytes = (size_t)(D + dv + bs + 3) * sizeof(double);
+    if (fk_layout_empty(&layouts[6])) return FK_OK;
+    /* the scaled query row (D), the output accumulator (dv) and one block's scores (bs) */
+    if ((status = fk_size_add(D, dv, &n_scratch, "paged_attn scratch")) ||
+        (status = fk_size_add(n_scratch, bs, &n_scratch, "paged_attn scratch")) ||
+        (status = fk_size_add(n_scratch, 3, &n_scratch, "paged_attn scratch")) ||
+        (status = fk_size_bytes(n_scratch, (int64_t)sizeof(double), &bytes, "paged_attn scratch")))
+        return status;
     scratch = (char *)malloc(bytes);
     if (scratch == NULL) {
         fk_set_error(FK_ERR_NO_MEMORY, "paged_attn could not allocate %zu bytes of scratch", bytes);
@@ -566,7 +620,7 @@ static fk_cost fk_flash_attn_cost(const fk_layout *layouts, int n_layouts, const
     fk_cost cost = fk_mv_copy_cost(layouts, n_layouts, dtypes, params);
     if (n_layouts >= 4 && layouts[0].ndim == 4 && layouts[1].ndim == 4 && layouts[2].ndim == 4) {
         double pairs = (double)layouts[0].shape[0] * layouts[0].shape[1] * layouts[0].shape[2] * layouts[1].shape[2];
-        if (params->kind == FK_PARAMS_FLASH_ATTN && params->u.flash_attn.causal) pairs *= 0.5;
+        if (params != NULL && params->kind == FK_PARAMS_FLASH_ATTN && params->u.flash_attn.causal) pairs *= 0.5;
         cost.flops = pairs * (2.0 * layouts[0].shape[3] + 2.0 * layouts[2].shape[3] + 4.0);
     }
     cost.overhead_ns = 500.0;

@@ -1,8 +1,8 @@
 /* Helpers shared by the compute kernel families (reductions, matmul, softmax/norms, conv2d).
  *
  * Element loads/stores to the compute types (F16/BF16 compute in F32), the run-time ISA
- * dispatch attribute for hot loops, and the storage-overlap check every family runs before it
- * writes.  Header-only and static: each kernel module includes it once in its translation unit.
+ * dispatch attribute for hot loops, the storage-overlap check every family runs before it
+ * writes, and the checks for a self-overlapping output and for params = NULL.  Header-only and static: each kernel module includes it once in its translation unit.
  */
 #ifndef FUEL_KERNEL_CPU_COMPUTE_COMMON_H
 #define FUEL_KERNEL_CPU_COMPUTE_COMMON_H
@@ -53,6 +53,37 @@ static inline int fk_storage_overlap(const fk_storage *a, const fk_storage *b) {
     return a0 < b0 + b->nbytes && b0 < a0 + a->nbytes;
 }
 
+/* 1 if the layout has no elements.  Tested per axis: the product of a stride-0 view's extents can
+ * overflow int64 (and wrap to 0 or a negative count). */
+static inline int fk_layout_empty(const fk_layout *layout) {
+    for (int d = 0; d < layout->ndim; d++)
+        if (layout->shape[d] == 0) return 1;
+    return 0;
+}
+
+/* A written operand must not overlap itself: stride 0 on an axis of extent > 1 would store several
+ * results in one element.  FK_ERR_ALIAS, before anything is written. */
+static inline int fk_output_self_overlap_check(const fk_layout *out, const char *op) {
+    if (fk_layout_empty(out)) return FK_OK;
+    for (int d = 0; d < out->ndim; d++) {
+        if (out->strides[d] == 0 && out->shape[d] > 1) {
+            fk_set_error(FK_ERR_ALIAS, "%s output overlaps itself (stride 0 on axis %d of extent %lld)", op, d,
+                         (long long)out->shape[d]);
+            return FK_ERR_ALIAS;
+        }
+    }
+    return FK_OK;
+}
+
+/* A C caller may pass params = NULL; a kernel that reads params refuses it before dereferencing. */
+static inline int fk_params_present(const fk_params *params, const char *op, const char *takes) {
+    if (params == NULL) {
+        fk_set_error(FK_ERR_PARAMS, "%s got params = NULL; it takes %s", op, takes);
+        return FK_ERR_PARAMS;
+    }
+    return FK_OK;
+}
+
 /* The common operand checks of a compute kernel: counts, backend and dtypes, every layout inside
  * its storage, a writable output that overlaps no input.  Runs before anything is written. */
 static inline int fk_compute_check(const fk_storage *inputs, int n_in, fk_storage *outputs, int n_out,
@@ -69,9 +100,9 @@ static inline int fk_compute_check(const fk_storage *inputs, int n_in, fk_storag
         fk_set_error(FK_ERR_READ_ONLY, "output 0 is read-only");
         return FK_ERR_READ_ONLY;
     }
-    if (fk_layout_numel(&layouts[n_in]) > 0) {
+    if (!fk_layout_empty(&layouts[n_in])) {
         for (int k = 0; k < n_in; k++) {
-            if (fk_layout_numel(&layouts[k]) > 0 && fk_storage_overlap(&inputs[k], &outputs[0])) {
+            if (!fk_layout_empty(&layouts[k]) && fk_storage_overlap(&inputs[k], &outputs[0])) {
                 fk_set_error(FK_ERR_ALIAS, "output 0 overlaps input %d; this kernel needs disjoint memory", k);
                 return FK_ERR_ALIAS;
             }

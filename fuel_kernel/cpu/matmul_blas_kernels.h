@@ -6,7 +6,8 @@
  * A row-major C = A*B is the column-major C^T = B^T * A^T, so each operand whose last or
  * second-to-last stride is 1 (with a valid leading dimension) goes to ?gemm without a copy, as
  * 'N' or 'T'; any other layout (broadcast, negative, doubly strided) is first copied to a
- * contiguous scratch block, and so is a C that BLAS cannot write in place.
+ * contiguous scratch block, and so is a C that BLAS cannot write in place.  Extents past the
+ * BLAS integer range and a scratch size that overflows are FK_ERR_SHAPE before any write.
  *
  * Why a module-level function pointer: the ?gemm address lives in another shared library and is
  * only known at run time.  fk_blas_sgemm/fk_blas_dgemm are written once, at module import with
@@ -55,7 +56,9 @@ static inline char fk_blas_trans(int64_t rows, int64_t cols, int64_t rs, int64_t
         char ta = fk_blas_trans(rows, k, p->a_rs, p->a_cs, &lda);                                 \
         char tb = fk_blas_trans(k, n, p->b_rs, p->b_cs, &ldb);                                    \
         int c_direct = (p->c_cs == 1 || n <= 1) && (rows <= 1 || p->c_rs >= (n > 1 ? n : 1));     \
-        size_t scratch = 0;                                                                       \
+        int64_t scratch = 0, part;                                                                \
+        size_t bytes;                                                                             \
+        int status;                                                                               \
         T *buf = NULL, *abuf = NULL, *bbuf = NULL, *cbuf = NULL;                                  \
         char *a = p->a, *b = p->b, *c = p->c;                                                     \
         if (GEMM == NULL) {                                                                       \
@@ -64,17 +67,25 @@ static inline char fk_blas_trans(int64_t rows, int64_t cols, int64_t rs, int64_t
         }                                                                                         \
         if (p->batch_count == 0 || p->m == 0 || n == 0) return FK_OK;                             \
         int a_copy = !ta, b_copy = !tb;                                                           \
-        if (a_copy) { ta = 'N'; lda = k > 1 ? k : 1; scratch += (size_t)(rows * k); }            \
-        if (b_copy) { tb = 'N'; ldb = n > 1 ? n : 1; scratch += (size_t)(k * n); }               \
-        if (!c_direct) scratch += (size_t)(rows * n);                                             \
+        if (a_copy) { ta = 'N'; lda = k > 1 ? k : 1; }                                            \
+        if (b_copy) { tb = 'N'; ldb = n > 1 ? n : 1; }                                            \
         ldc = c_direct ? (rows <= 1 ? (n > 1 ? n : 1) : p->c_rs) : (n > 1 ? n : 1);               \
         if (rows > INT_MAX || n > INT_MAX || k > INT_MAX || lda > INT_MAX || ldb > INT_MAX || ldc > INT_MAX) { \
             fk_set_error(FK_ERR_SHAPE, "matmul extents exceed the BLAS integer range");           \
             return FK_ERR_SHAPE;                                                                  \
         }                                                                                         \
+        /* copies of A (rows x k), B (k x n) and C (rows x n) where BLAS cannot take them */      \
+        if ((a_copy && ((status = fk_size_mul(rows, k, &part, "matmul A copy")) ||                \
+                        (status = fk_size_add(scratch, part, &scratch, "matmul scratch")))) ||    \
+            (b_copy && ((status = fk_size_mul(k, n, &part, "matmul B copy")) ||                   \
+                        (status = fk_size_add(scratch, part, &scratch, "matmul scratch")))) ||    \
+            (!c_direct && ((status = fk_size_mul(rows, n, &part, "matmul C copy")) ||             \
+                           (status = fk_size_add(scratch, part, &scratch, "matmul scratch")))) || \
+            (status = fk_size_bytes(scratch, (int64_t)sizeof(T), &bytes, "matmul scratch")))      \
+            return status;                                                                        \
         if (scratch) {                                                                            \
             T *next;                                                                              \
-            buf = (T *)fk_scratch_alloc(scratch * sizeof(T));                                     \
+            buf = (T *)fk_scratch_alloc(bytes);                                                   \
             if (buf == NULL) return FK_ERR_NO_MEMORY;                                             \
             next = buf;                                                                           \
             if (a_copy) { abuf = next; next += rows * k; }                                        \

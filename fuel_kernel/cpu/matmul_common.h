@@ -10,7 +10,9 @@
  *   scalar I32/I64 count operand (one element, any rank); rows r..m-1 of every batch are zeroed.
  *   A count outside [0, m] is FK_ERR_INDEX, with nothing written.
  * Any input strides are accepted (stride 0, negative, transposed); C is written through its
- * strides but may not overlap itself.
+ * strides but may not overlap itself (FK_ERR_ALIAS).  params = NULL is FK_ERR_PARAMS (no params
+ * is a params block of kind none).  Batch counts and every scratch size are overflow-checked
+ * (FK_ERR_SHAPE) before anything is allocated or written.
  */
 #ifndef FUEL_KERNEL_CPU_MATMUL_COMMON_H
 #define FUEL_KERNEL_CPU_MATMUL_COMMON_H
@@ -39,6 +41,10 @@ static int fk_matmul_prepare(const fk_storage *inputs, int n_in, fk_storage *out
     int nb;
     if (count_dtype < 0) dtypes[2] = dtype;
     status = fk_compute_check(inputs, n_in, outputs, n_out, layouts, want_in, dtypes);
+    if (status) return status;
+    status = fk_params_present(params, "matmul", count_dtype >= 0
+                               ? "params.matmul(..., m_compute=MatmulM.deferred(2))"
+                               : "params.matmul(...) or a params block of kind none");
     if (status) return status;
     A = &layouts[0];
     B = &layouts[1];
@@ -154,14 +160,10 @@ static int fk_matmul_prepare(const fk_storage *inputs, int n_in, fk_storage *out
         plan->a_bs[d] = da >= 0 && A->shape[da] != 1 ? A->strides[da] : 0;
         plan->b_bs[d] = db >= 0 && B->shape[db] != 1 ? B->strides[db] : 0;
         plan->c_bs[d] = C->strides[d];
-        plan->batch_count *= batch[d];
+        if ((status = fk_size_mul(plan->batch_count, batch[d], &plan->batch_count, "matmul batch count")))
+            return status;
     }
-    for (d = 0; d < C->ndim && fk_layout_numel(C) > 0; d++) {
-        if (C->strides[d] == 0 && C->shape[d] > 1) {
-            fk_set_error(FK_ERR_ALIAS, "matmul output overlaps itself (stride 0 on axis %d)", d);
-            return FK_ERR_ALIAS;
-        }
-    }
+    if ((status = fk_output_self_overlap_check(C, "matmul"))) return status;
     plan->a_rs = A->strides[A->ndim - 2];
     plan->a_cs = A->strides[A->ndim - 1];
     plan->b_rs = B->strides[B->ndim - 2];
@@ -173,10 +175,11 @@ static int fk_matmul_prepare(const fk_storage *inputs, int n_in, fk_storage *out
     plan->c = fk_elem_ptr(&outputs[0], C->offset);
     if (plan->rows < 0) {                        /* DEFERRED: the run-time count */
         const fk_layout *L = &layouts[2];
-        int64_t count;
-        if (fk_layout_numel(L) != 1) {
+        int64_t count, numel;
+        if ((status = fk_layout_numel_checked(L, &numel, "matmul row count operand"))) return status;
+        if (numel != 1) {
             fk_set_error(FK_ERR_SHAPE, "the matmul row count operand must hold exactly one element, not %lld",
-                         (long long)fk_layout_numel(L));
+                         (long long)numel);
             return FK_ERR_SHAPE;
         }
         if (count_dtype == FK_I32) count = *(const int32_t *)fk_elem_ptr(&inputs[2], L->offset);

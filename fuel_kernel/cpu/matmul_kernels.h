@@ -5,7 +5,9 @@
  * round once when stored.  Integer dtypes (I8, I16, I32, I64, U8, U32) return the same dtype with
  * two's-complement wrap-around, exactly as NumPy's integer matmul (accumulating modulo 2^32 or
  * 2^64 gives the same low bits).  Every variant packs A and B from their strides, so transposed,
- * broadcast and negative-stride operands are handled without a separate copy.
+ * broadcast and negative-stride operands are handled without a separate copy.  Scratch sizes
+ * (the GEMM work area plus a rows x n buffer; the integer packed B plus one accumulator row) are
+ * overflow-checked: an impossible size is FK_ERR_SHAPE before anything is allocated or written.
  */
 #ifndef FUEL_KERNEL_CPU_MATMUL_KERNELS_H
 #define FUEL_KERNEL_CPU_MATMUL_KERNELS_H
@@ -40,13 +42,20 @@ FK_DEFINE_FEW_ROWS(f64, double)
         int64_t batch;                                                                            \
         char *a = p->a, *b = p->b, *c = p->c;                                                     \
         T *work, *cbuf = NULL;                                                                    \
-        size_t work_elems;                                                                        \
+        int64_t work_elems, c_elems = 0;                                                          \
+        size_t bytes;                                                                             \
+        int status;                                                                               \
         if (p->batch_count == 0 || p->m == 0 || p->n == 0) return FK_OK;                         \
         int few = direct && p->rows <= FK_MM_FEW_ROWS && p->b_cs == 1;                            \
         direct = direct && p->c_cs == 1;                                                          \
-        work_elems = fk_gemm_work_##SUF(p->rows, p->n, p->k);                                     \
-        if (!direct || few) work_elems += (size_t)(p->rows * p->n);                               \
-        work = (T *)fk_scratch_alloc(work_elems * sizeof(T));                                     \
+        work_elems = (int64_t)fk_gemm_work_##SUF(p->rows, p->n, p->k);  /* bounded by the blocking */ \
+        if ((!direct || few) &&                                                                   \
+            (status = fk_size_mul(p->rows, p->n, &c_elems, "matmul output buffer")))              \
+            return status;                                                                        \
+        if ((status = fk_size_add(work_elems, c_elems, &work_elems, "matmul scratch")) ||         \
+            (status = fk_size_bytes(work_elems, (int64_t)sizeof(T), &bytes, "matmul scratch")))  \
+            return status;                                                                        \
+        work = (T *)fk_scratch_alloc(bytes);                                                      \
         if (work == NULL) return FK_ERR_NO_MEMORY;                                                \
         if (!direct || few) cbuf = work + fk_gemm_work_##SUF(p->rows, p->n, p->k);                \
         for (batch = 0; batch < p->batch_count; batch++) {                                        \
@@ -87,8 +96,16 @@ FK_DEFINE_MATMUL_FLOAT(F64, double, f64, double)
         const int isz = (int)sizeof(CT);                                                          \
         char *a = p->a, *b = p->b, *c = p->c;                                                     \
         ACC *bp, *acc;                                                                            \
+        int64_t elems;                                                                            \
+        size_t bytes;                                                                             \
+        int status;                                                                               \
         if (p->batch_count == 0 || p->m == 0 || p->n == 0) return FK_OK;                         \
-        bp = (ACC *)fk_scratch_alloc((size_t)(p->k * p->n + p->n) * sizeof(ACC));                 \
+        /* packed B (k x n) and one accumulator row (n) */                                        \
+        if ((status = fk_size_mul(p->k, p->n, &elems, "matmul packed B")) ||                      \
+            (status = fk_size_add(elems, p->n, &elems, "matmul accumulator")) ||                  \
+            (status = fk_size_bytes(elems, (int64_t)sizeof(ACC), &bytes, "matmul accumulator")))  \
+            return status;                                                                        \
+        bp = (ACC *)fk_scratch_alloc(bytes);                                                      \
         if (bp == NULL) return FK_ERR_NO_MEMORY;                                                  \
         acc = bp + p->k * p->n;                                                                   \
         for (int64_t batch = 0; batch < p->batch_count; batch++) {                                \

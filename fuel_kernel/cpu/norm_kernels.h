@@ -11,6 +11,9 @@
  * Compute types: softmax computes F16/BF16/F32 in F32 (a vectorized exp, F64 row sums) and F64
  * in F64; the norms compute every dtype in F64 and round once.  Inputs (x, weight, bias) are
  * read through any strides; rows that are not unit-stride F32 are gathered to scratch first.
+ * The output is written through its strides but may not overlap itself (FK_ERR_ALIAS); params =
+ * NULL is FK_ERR_PARAMS (no params is a params block of kind none); a row scratch whose size
+ * overflows (a stride-0 last dim of 2**59 and more) is FK_ERR_SHAPE, before anything is written.
  */
 #ifndef FUEL_KERNEL_CPU_NORM_KERNELS_H
 #define FUEL_KERNEL_CPU_NORM_KERNELS_H
@@ -119,6 +122,7 @@ typedef struct {
     fk_loop loop;                                    /* over rows: x, out with the last dim dropped */
     int64_t d;                                       /* last-dim extent */
     int64_t xs, os;                                  /* last-dim byte strides of x and out */
+    size_t scratch_bytes;                            /* the row scratch the run allocates */
     double eps;
 } fk_norm_plan;
 
@@ -131,6 +135,10 @@ static int fk_norm_prepare(const fk_storage *inputs, int n_in, fk_storage *outpu
     const fk_layout *x, *out;
     fk_layout rows[2];
     int status = fk_compute_check(inputs, n_in, outputs, n_out, layouts, want_in, dtypes);
+    if (status) return status;
+    status = fk_params_present(params, names[kind], kind <= FK_NORM_LOG_SOFTMAX
+                               ? "params.softmax_last_dim() or a params block of kind none"
+                               : "params.norm_last_dim(eps) or a params block of kind none");
     if (status) return status;
     x = &layouts[0];
     out = &layouts[want_in];
@@ -146,6 +154,13 @@ static int fk_norm_prepare(const fk_storage *inputs, int n_in, fk_storage *outpu
         }
     }
     plan->d = x->shape[x->ndim - 1];
+    /* row scratch: softmax keeps x and y in its compute type (F64 for F64, else F32), the norms x,
+     * y, weight and bias in F64; a stride-0 last dim of 2**60 overflows it */
+    status = kind <= FK_NORM_LOG_SOFTMAX
+        ? fk_size_bytes(plan->d, 2 * (dtype == FK_F64 ? 8 : 4), &plan->scratch_bytes, "softmax row scratch")
+        : fk_size_bytes(plan->d, 4 * 8, &plan->scratch_bytes, "norm row scratch");
+    if (status) return status;
+    if ((status = fk_output_self_overlap_check(out, names[kind]))) return status;
     for (int k = 1; k < want_in; k++) {
         if (layouts[k].ndim != 1 || layouts[k].shape[0] != plan->d) {
             fk_set_error(FK_ERR_SHAPE, "%s %s must be 1-d of extent %lld (the last dim)", names[kind],
@@ -230,7 +245,7 @@ static int fk_softmax_run(const fk_storage *inputs, int n_in, fk_storage *output
     char *scratch;
     if (status) return status;
     if (plan.d == 0 || plan.loop.numel == 0) return FK_OK;
-    scratch = (char *)fk_scratch_alloc(2 * (size_t)plan.d * csz);
+    scratch = (char *)fk_scratch_alloc(plan.scratch_bytes);       /* x and y rows */
     if (scratch == NULL) return FK_ERR_NO_MEMORY;
     {
         void *xs = scratch, *ys = scratch + plan.d * csz;
@@ -259,7 +274,7 @@ static int fk_norm_run(const fk_storage *inputs, int n_in, fk_storage *outputs, 
     int isz = fk_dtype_itemsize[dtype];
     if (status) return status;
     if (plan.d == 0 || plan.loop.numel == 0) return FK_OK;
-    scratch = (double *)fk_scratch_alloc(4 * (size_t)plan.d * sizeof(double));
+    scratch = (double *)fk_scratch_alloc(plan.scratch_bytes);     /* x, y, weight, bias rows */
     if (scratch == NULL) return FK_ERR_NO_MEMORY;
     xs = scratch;
     ys = xs + plan.d;
