@@ -123,18 +123,20 @@ def test_an_empty_output_with_a_stride_0_axis_is_not_an_overlap():
 
 
 # ---- NULL params and per-axis params bounds, through the C API --------------------------------
-def c_call(op, dtypes, arrays, params_bytes, layouts=None, source=None):
+def c_call(op, dtypes, arrays, params_bytes, layouts=None, source=None, nbytes=None):
     """Call the kernel's C function on `arrays` (inputs, then the output) with a raw params buffer
     (None: NULL).  `layouts` ((shape, element strides) per operand) defaults to each array's own
     layout; a 1-element array with a layout of huge extents and stride 0 is how a C caller
-    describes a broadcast scalar.  Returns the status."""
+    describes a broadcast scalar.  `nbytes` overrides the storage sizes the kernel is told.
+    Returns the status."""
     if source is None:
         k = fk.bindings().lookup(op, dtypes)
     else:
         k = {a.source: a for a in fk.bindings().alternatives(op, dtypes, fk.Backend.CPU)}[source]
     fn = KERNEL_FN(ctypes.pythonapi.PyCapsule_GetPointer(k.capsule(), b"fuel_kernel.kernel"))
-    storages = (Storage * len(arrays))(*[Storage(a.ctypes.data, a.nbytes, 0, int(dt), 0, 0)
-                                         for a, dt in zip(arrays, dtypes)])
+    nbytes = nbytes or [a.nbytes for a in arrays]
+    storages = (Storage * len(arrays))(*[Storage(a.ctypes.data, n, 0, int(dt), 0, 0)
+                                         for a, n, dt in zip(arrays, nbytes, dtypes)])
     if layouts is None:
         layouts = [(a.shape, [s // a.itemsize for s in a.strides]) for a in arrays]
     lays = (Layout * len(arrays))()
@@ -190,6 +192,17 @@ def test_a_reduced_count_past_int64_is_a_shape_error(op):
     layouts = [((2 ** 32, 2 ** 32), (0, 0)), ((), ())]
     assert c_call(op, [D.F64] * 2, [x, out], None, layouts) == SHAPE_STATUS
     assert out.tolist() == [7.0]
+
+
+def test_an_elementwise_output_count_past_int64_is_a_shape_error():
+    # strides (1, 1) over 2**32 x 2**32 stay inside 2**33 bytes yet count 2**64 elements: the old
+    # planner's count wrapped to 0 and ADD returned success having computed nothing.  The storage
+    # only claims 2**33 bytes; a refused call reads and writes none of them.
+    one, out = np.ones(1, np.uint8), np.full(16, 7, np.uint8)
+    layouts = [((2 ** 32, 2 ** 32), (0, 0))] * 2 + [((2 ** 32, 2 ** 32), (1, 1))]
+    status = c_call(Op.ADD, [D.U8] * 3, [one, one, out], None, layouts, nbytes=[1, 1, 2 ** 33])
+    assert status == SHAPE_STATUS
+    assert (out == 7).all()
 
 
 def test_conv2d_im2col_scratch_past_int64_is_a_shape_error_not_a_heap_overflow():

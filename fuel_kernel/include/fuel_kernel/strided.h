@@ -200,7 +200,10 @@ __attribute__((noinline)) static int fk_loop_plan_general(fk_loop *loop, const f
         int status = fk_layout_check(out, output, "output", 0);
         if (status) return status;
     }
-    loop->numel = fk_layout_numel(out);
+    {   /* inside its storage does not bound the count: strides (1, 1) reach 2**64 elements */
+        int status = fk_layout_numel_checked(out, &loop->numel, "output 0");
+        if (status) return status;
+    }
     for (k = 0; k < n_in; k++)
         loop->base[k] = (char *)inputs[k].data + layouts[k].offset * fk_dtype_itemsize[inputs[k].dtype];
     loop->base[n_in] = (char *)output->data + out->offset * fk_dtype_itemsize[output->dtype];
