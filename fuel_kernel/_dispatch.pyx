@@ -590,8 +590,8 @@ cdef OpParams _build_params(str family, dict fields):
         c.u.affine.add = fields["add"]
     elif family == "clamp":
         c.kind = FK_PARAMS_CLAMP
-        if not fields["min"] <= fields["max"]:          # also refuses NaN bounds
-            raise ParamsError(f"clamp min {fields['min']} exceeds max {fields['max']}")
+        if fields["min"] != fields["min"] or fields["max"] != fields["max"]:
+            raise ParamsError(f"clamp bounds must be numbers, not NaN (min {fields['min']}, max {fields['max']})")
         c.u.clamp.min = fields["min"]
         c.u.clamp.max = fields["max"]
     elif family == "powi":

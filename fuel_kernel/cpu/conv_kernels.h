@@ -4,9 +4,12 @@
  * Operands (NCHW, one float dtype T in F16, BF16, F32, F64):
  *   [x, w, out]        x (N, C, H, W), w (O, C/groups, KH, KW), out (N, O, OH, OW)
  *   [x, w, b, out]     plus a bias b of shape (O,)
- *   params.conv2d(stride, padding, dilation, groups) (params none = 1, 0, 1, 1).
+ *   params.conv2d(stride, padding, dilation, groups) (params none or NULL = 1, 0, 1, 1).
  *   OH = (H + 2*pad_h - dil_h*(KH-1) - 1) / stride_h + 1 (floor), likewise OW; a negative
- *   numerator (kernel larger than the padded input) is FK_ERR_SHAPE.  C and O divide by groups.
+ *   numerator (kernel larger than the padded input) is FK_ERR_SHAPE, and so is any of these sizes
+ *   or the scratch overflowing int64.  C and O divide by groups.  out must not overlap itself.
+ *   Padding is zeros that take part in the sum: a tap on padding adds w*0, so a NaN or inf weight
+ *   that meets padding gives NaN in both siblings (as PyTorch and the ONNX reference do).
  * F16/BF16 compute in F32 and round once; F32 accumulates in F32, F64 in F64.  x, w and b are read
  * through any strides; out is written through its strides.  Cost functions let a route picker
  * choose: direct has no packing or per-GEMM overhead (small problems), im2col runs at GEMM speed.
@@ -31,7 +34,7 @@ static int fk_conv_prepare(const fk_storage *inputs, int n_in, fk_storage *outpu
     int dtypes[4] = {dtype, dtype, dtype, dtype};
     int want_in = has_bias ? 3 : 2, status;
     const fk_layout *x, *w, *out;
-    int64_t num_h, num_w;
+    int64_t num_h, num_w, span_h, span_w, P = 0, wsize = 0, osize = 0;
     status = fk_compute_check(inputs, n_in, outputs, n_out, layouts, want_in, dtypes);
     if (status) return status;
     x = &layouts[0];
@@ -44,7 +47,7 @@ static int fk_conv_prepare(const fk_storage *inputs, int n_in, fk_storage *outpu
     }
     p->sh = p->sw = p->dh = p->dw = 1;
     p->G = 1;
-    if (params->kind == FK_PARAMS_CONV2D) {
+    if (params != NULL && params->kind == FK_PARAMS_CONV2D) {
         const fk_conv2d_params *cp = &params->u.conv2d;
         p->sh = cp->stride[0]; p->sw = cp->stride[1];
         p->ph = cp->padding[0]; p->pw = cp->padding[1];
@@ -54,22 +57,31 @@ static int fk_conv_prepare(const fk_storage *inputs, int n_in, fk_storage *outpu
             fk_set_error(FK_ERR_PARAMS, "conv2d stride and dilation must be >= 1, padding >= 0, groups >= 1");
             return FK_ERR_PARAMS;
         }
-    } else if (params->kind != FK_PARAMS_NONE) {
+    } else if (params != NULL && params->kind != FK_PARAMS_NONE) {
         fk_set_error(FK_ERR_PARAMS, "conv2d takes params.conv2d(stride, padding, dilation, groups) or none");
         return FK_ERR_PARAMS;
     }
     p->N = x->shape[0]; p->C = x->shape[1]; p->H = x->shape[2]; p->W = x->shape[3];
     p->O = w->shape[0]; p->Cg = w->shape[1]; p->KH = w->shape[2]; p->KW = w->shape[3];
-    if (p->C % p->G || p->O % p->G || p->Cg * p->G != p->C) {
+    if (p->C % p->G || p->O % p->G || p->C / p->G != p->Cg) {
         fk_set_error(FK_ERR_SHAPE, "conv2d: input channels %lld and output channels %lld must be groups (%lld) times "
                      "the weight's in-channels %lld and a multiple of groups", (long long)p->C, (long long)p->O,
                      (long long)p->G, (long long)p->Cg);
         return FK_ERR_SHAPE;
     }
     p->Og = p->O / p->G;
-    num_h = p->H + 2 * p->ph - p->dh * (p->KH - 1) - 1;
-    num_w = p->W + 2 * p->pw - p->dw * (p->KW - 1) - 1;
-    if (num_h < 0 || num_w < 0 || p->KH == 0 || p->KW == 0) {
+    if (p->KH == 0 || p->KW == 0) {
+        num_h = num_w = -1;
+    } else {    /* padded extent and dilated kernel span, overflow-checked (extents reach 2**63 - 1) */
+        if ((status = fk_size_add(p->H, 2 * p->ph, &num_h, "conv2d padded height")) ||
+            (status = fk_size_add(p->W, 2 * p->pw, &num_w, "conv2d padded width")) ||
+            (status = fk_size_mul(p->dh, p->KH - 1, &span_h, "conv2d dilated kernel height")) ||
+            (status = fk_size_mul(p->dw, p->KW - 1, &span_w, "conv2d dilated kernel width")))
+            return status;
+        num_h = num_h - span_h - 1;    /* both >= 0: the difference cannot wrap */
+        num_w = num_w - span_w - 1;
+    }
+    if (num_h < 0 || num_w < 0) {
         fk_set_error(FK_ERR_SHAPE, "conv2d: the %lldx%lld kernel (dilated) does not fit the padded %lldx%lld input",
                      (long long)p->KH, (long long)p->KW, (long long)p->H, (long long)p->W);
         return FK_ERR_SHAPE;
@@ -85,7 +97,13 @@ static int fk_conv_prepare(const fk_storage *inputs, int n_in, fk_storage *outpu
         fk_set_error(FK_ERR_SHAPE, "conv2d bias must be 1-d of extent %lld", (long long)p->O);
         return FK_ERR_SHAPE;
     }
-    p->K = p->Cg * p->KH * p->KW;
+    if ((status = fk_size_mul(p->Cg, p->KH, &p->K, "conv2d depth C/groups*KH*KW")) ||
+        (status = fk_size_mul(p->K, p->KW, &p->K, "conv2d depth C/groups*KH*KW")) ||
+        (status = fk_size_mul(p->OH, p->OW, &P, "conv2d output plane OH*OW")) ||
+        (status = fk_size_mul(p->O, p->K, &wsize, "conv2d weight O*K")) ||
+        (status = fk_size_mul(p->O, P, &osize, "conv2d output N*O*OH*OW")) ||
+        (status = fk_size_mul(p->N, osize, &osize, "conv2d output N*O*OH*OW")))
+        return status;              /* the runs compute OH*OW and O*K again, knowing they fit */
     for (int d = 0; d < 4; d++) {
         p->xs[d] = x->strides[d];
         p->ws[d] = w->strides[d];
@@ -185,11 +203,19 @@ typedef struct { const fk_conv_plan *p; const char *x_img; } fk_conv_cols;   /* 
     static int fk_conv_im2col_run_##NAME(const fk_conv_plan *p) {                                 \
         int64_t P = p->OH * p->OW;                                                                \
         int direct = FK_##NAME == (sizeof(T) == 4 ? FK_F32 : FK_F64) && p->os[3] == 1 && p->os[2] == p->OW; \
-        size_t wm_elems = (size_t)(p->O * p->K), work_elems = fk_gemm_work_##SUF(p->Og, P, p->K); \
-        size_t c_elems = direct ? 0 : (size_t)(p->Og * P);                                        \
+        int64_t wm_elems, c_elems = 0, work_elems = (int64_t)fk_gemm_work_##SUF(p->Og, P, p->K), total; \
+        size_t bytes;                                                                             \
         T *wm, *work, *cbuf;                                                                      \
         if (p->N == 0 || p->O == 0 || P == 0) return FK_OK;                                      \
-        wm = (T *)fk_scratch_alloc((wm_elems + work_elems + c_elems + 16) * sizeof(T));           \
+        /* scratch: packed weight O*K, GEMM work, and an Og*P result block unless out is dense */ \
+        if (fk_size_mul(p->O, p->K, &wm_elems, "conv2d packed weight") ||                         \
+            (!direct && fk_size_mul(p->Og, P, &c_elems, "conv2d result block")) ||                \
+            fk_size_add(wm_elems, work_elems, &total, "conv2d scratch") ||                        \
+            fk_size_add(total, c_elems, &total, "conv2d scratch") ||                              \
+            fk_size_add(total, 16, &total, "conv2d scratch") ||                                   \
+            fk_size_bytes(total, (int64_t)sizeof(T), &bytes, "conv2d scratch"))                   \
+            return FK_ERR_SHAPE;                                                                  \
+        wm = (T *)fk_scratch_alloc(bytes);                                                        \
         if (wm == NULL) return FK_ERR_NO_MEMORY;                                                  \
         work = wm + (wm_elems + 15) / 16 * 16;                                                    \
         cbuf = work + work_elems;                                                                 \
@@ -225,9 +251,11 @@ typedef struct { const fk_conv_plan *p; const char *x_img; } fk_conv_cols;   /* 
     /* direct: one output plane at a time, a tap at a time, vectorized along ow */               \
     static int fk_conv_direct_run_##NAME(const fk_conv_plan *p) {                                 \
         int64_t P = p->OH * p->OW;                                                                \
+        size_t bytes;                                                                             \
         T *acc;                                                                                   \
         if (p->N == 0 || p->O == 0 || P == 0) return FK_OK;                                      \
-        acc = (T *)fk_scratch_alloc((size_t)P * sizeof(T));                                      \
+        if (fk_size_bytes(P, (int64_t)sizeof(T), &bytes, "conv2d accumulator")) return FK_ERR_SHAPE; \
+        acc = (T *)fk_scratch_alloc(bytes);                                                       \
         if (acc == NULL) return FK_ERR_NO_MEMORY;                                                 \
         for (int64_t n = 0; n < p->N; n++) {                                                      \
             for (int64_t o = 0; o < p->O; o++) {                                                  \
@@ -240,12 +268,24 @@ typedef struct { const fk_conv_plan *p; const char *x_img; } fk_conv_cols;   /* 
                             T wv = (T)FK_LD_##NAME(((const CT *)p->w)[o * p->ws[0] + c * p->ws[1] + \
                                                                       kh * p->ws[2] + kw * p->ws[3]]); \
                             int64_t off = kw * p->dw - p->pw, lo, hi, step = p->sw * p->xs[3];   \
+                            /* a NaN or inf weight times a padded zero is NaN, as in im2col: only \
+                             * then do the taps that meet padding change the sum */               \
+                            T pad_term = wv * (T)0;                                               \
+                            int pad_matters = pad_term != pad_term;                               \
                             fk_conv_valid(p, off, 0, p->OW, &lo, &hi);                            \
                             for (int64_t oh = 0; oh < p->OH; oh++) {                              \
                                 int64_t ih = oh * p->sh - p->ph + kh * p->dh;                     \
                                 const CT *xr;                                                     \
                                 T *ar = acc + oh * p->OW;                                         \
-                                if (ih < 0 || ih >= p->H || hi <= lo) continue;                   \
+                                if (ih < 0 || ih >= p->H || hi <= lo) {                           \
+                                    if (pad_matters)                                              \
+                                        for (int64_t t = 0; t < p->OW; t++) ar[t] += pad_term;    \
+                                    continue;                                                     \
+                                }                                                                 \
+                                if (pad_matters) {                                                \
+                                    for (int64_t t = 0; t < lo; t++) ar[t] += pad_term;           \
+                                    for (int64_t t = hi; t < p->OW; t++) ar[t] += pad_term;       \
+                                }                                                                 \
                                 xr = xc + ih * p->xs[2] + (lo * p->sw + off) * p->xs[3];          \
                                 if (step == 1) for (int64_t t = lo; t < hi; t++) ar[t] += wv * (T)FK_LD_##NAME(xr[t - lo]); \
                                 else for (int64_t t = lo; t < hi; t++) ar[t] += wv * (T)FK_LD_##NAME(xr[(t - lo) * step]); \

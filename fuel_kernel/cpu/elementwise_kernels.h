@@ -89,7 +89,9 @@ static inline int fk_check_params_kind(const fk_params *params, int kind, const 
     return FK_OK;
 }
 
-/* Check counts/backends/dtypes and params kind, then plan: everything but data-dependent checks. */
+/* Check counts/backends/dtypes and params kind, then plan: everything but data-dependent checks.
+ * An output that overlaps itself (stride 0 on an axis of extent > 1) is an AliasError; the plan
+ * has dropped extent-1 axes, so the flat case costs one compare. */
 FK_INLINE int fk_elementwise_prepare(fk_loop *loop, const fk_storage *inputs, int n_in,
                                          fk_storage *outputs, int n_out, const fk_layout *layouts,
                                          const fk_params *params, int want_in, const int *dtypes,
@@ -98,7 +100,12 @@ FK_INLINE int fk_elementwise_prepare(fk_loop *loop, const fk_storage *inputs, in
     if (status) return status;
     status = fk_check_params_kind(params, params_kind, op);
     if (status) return status;
-    return fk_loop_plan(loop, inputs, want_in, outputs, layouts, dtypes);
+    status = fk_loop_plan(loop, inputs, want_in, outputs, layouts, dtypes);
+    if (status) return status;
+    for (int d = 0; d < loop->ndim; d++)
+        if (loop->strides[want_in][d] == 0 && loop->shape[d] > 1)
+            return fk_output_self_overlap_check(&layouts[want_in], "output 0");
+    return FK_OK;
 }
 
 /* Pre-write scans over one input operand of a planned loop: is any element zero / negative? */

@@ -48,8 +48,10 @@ static void fk_ix_position(char *buf, size_t cap, const int64_t *index, int ndim
 /* Check every index of idx (iteration shape `shape`) lies in [0, extent). */
 static int fk_ix_check(const fk_layout *idx_layout, const fk_storage *idx, int64_t extent, int axis, const char *op) {
     int ndim = idx_layout->ndim, size = fk_dtype_itemsize[idx->dtype], is64 = idx->dtype == FK_I64;
-    int64_t index[FK_MAX_DIMS] = {0}, n = fk_layout_numel(idx_layout);
+    int64_t index[FK_MAX_DIMS] = {0}, n;
     const char *base = (const char *)idx->data + idx_layout->offset * size;
+    int status = fk_layout_numel_checked(idx_layout, &n, op);   /* a stride-0 view can claim 2**64 */
+    if (status) return status;
     if (n == 0) return FK_OK;
     if (ndim == 1) {
         int64_t s = idx_layout->strides[0] * size, bad = -1, value = 0;
@@ -201,7 +203,7 @@ static int fk_index_select(const fk_storage *inputs, int n_in, fk_storage *outpu
                            const fk_layout *layouts, const fk_params *params) {
     int status = fk_mv_prologue(inputs, n_in, outputs, n_out, 2, layouts), axis, size;
     const fk_layout *x = &layouts[0], *idx = &layouts[1], *out = &layouts[2];
-    int64_t shape[FK_MAX_DIMS];
+    int64_t shape[FK_MAX_DIMS], numel;
     fk_ix_index ix;
     if (status || (status = fk_mv_want_dtype(inputs, n_in, outputs, 2, inputs[0].dtype))) return status;
     if ((status = fk_mv_index_dtype(&inputs[1], 1))) return status;
@@ -214,7 +216,8 @@ static int fk_index_select(const fk_storage *inputs, int n_in, fk_storage *outpu
     for (int d = 0; d < x->ndim; d++) shape[d] = d == axis ? idx->shape[0] : x->shape[d];
     if ((status = fk_mv_out_shape(out, shape, x->ndim, "index_select"))) return status;
     if ((status = fk_ix_check(idx, &inputs[1], x->shape[axis], axis, "index_select"))) return status;
-    if (fk_layout_numel(out) == 0) return FK_OK;
+    if ((status = fk_layout_numel_checked(out, &numel, "index_select output"))) return status;
+    if (numel == 0) return FK_OK;
     size = fk_dtype_itemsize[inputs[0].dtype];
     ix.is64 = inputs[1].dtype == FK_I64;
     ix.base = (const char *)inputs[1].data + idx->offset * fk_dtype_itemsize[inputs[1].dtype];
@@ -390,6 +393,10 @@ static int fk_index_add_run(const fk_storage *inputs, int n_in, fk_storage *outp
             return FK_ERR_SHAPE;
         }
     if ((status = fk_ix_check(idx, &inputs[1], x->shape[axis], axis, "index_add"))) return status;
+    {   /* the walk below runs over src's shape */
+        int64_t numel;
+        if ((status = fk_layout_numel_checked(src, &numel, "index_add src"))) return status;
+    }
     if ((status = fk_ix_prepare_out(inputs, outputs, layouts, "index_add"))) return status;
     ix.is64 = inputs[1].dtype == FK_I64;
     ix.base = (const char *)inputs[1].data + idx->offset * fk_dtype_itemsize[inputs[1].dtype];

@@ -20,7 +20,8 @@
 #include "fuel_kernel/half.h"
 #include "fuel_kernel/strided.h"
 
-/* Counts, backend, layout extents and a writable output: everything but dtypes and shapes. */
+/* Counts, backend, layout extents and a writable output that does not overlap itself: everything
+ * but dtypes and shapes. */
 static int fk_mv_prologue(const fk_storage *inputs, int n_in, fk_storage *outputs, int n_out,
                           int want_in, const fk_layout *layouts) {
     if (n_in != want_in || n_out != 1) {
@@ -42,7 +43,7 @@ static int fk_mv_prologue(const fk_storage *inputs, int n_in, fk_storage *output
         fk_set_error(FK_ERR_READ_ONLY, "output 0 is read-only");
         return FK_ERR_READ_ONLY;
     }
-    return FK_OK;
+    return fk_output_self_overlap_check(&layouts[n_in], "output 0");
 }
 
 /* Operand k (inputs then the output) must have dtype `want`. */

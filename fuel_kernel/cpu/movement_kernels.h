@@ -41,6 +41,7 @@ static int fk_mv_data_dtypes(const fk_storage *inputs, int n_in, const fk_storag
 /* ---- SLICE ------------------------------------------------------------------------------------- */
 /* Python's slice.indices(n) followed by len(range(...)). */
 static int64_t fk_slice_adjust(int64_t n, int64_t *start, int64_t *stop, int64_t step) {
+    if (step == INT64_MIN) step = -INT64_MAX;   /* -step must not wrap; the length is the same */
     if (*start < 0) { *start += n; if (*start < 0) *start = step < 0 ? -1 : 0; }
     else if (*start >= n) *start = step < 0 ? n - 1 : n;
     if (*stop < 0) { *stop += n; if (*stop < 0) *stop = step < 0 ? -1 : 0; }
@@ -69,7 +70,9 @@ static int fk_slice(const fk_storage *inputs, int n_in, fk_storage *outputs, int
         }
         shape[d] = fk_slice_adjust(view.shape[d], &start, &stop, step);
         if (shape[d] > 0) view.offset += start * view.strides[d];
-        view.strides[d] *= step;
+        /* with two or more elements |step| * (count - 1) < extent, so the product stays inside the
+         * validated span; a huge step leaves one element, whose stride is never used */
+        view.strides[d] = shape[d] > 1 ? view.strides[d] * step : 0;
         view.shape[d] = shape[d];
     }
     if ((status = fk_mv_out_shape(&layouts[1], shape, view.ndim, "slice"))) return status;
@@ -101,7 +104,7 @@ static int fk_concat(const fk_storage *inputs, int n_in, fk_storage *outputs, in
             fk_set_error(FK_ERR_SHAPE, "concat input %d does not match input 0 on the dims other than axis %d", k, axis);
             return FK_ERR_SHAPE;
         }
-        shape[axis] += l->shape[axis];
+        if ((status = fk_size_add(shape[axis], l->shape[axis], &shape[axis], "concat axis extent"))) return status;
     }
     if ((status = fk_mv_out_shape(&layouts[n_in], shape, ndim, "concat"))) return status;
     for (int k = 0; k < n_in; k++) {
@@ -120,6 +123,10 @@ static int fk_flip(const fk_storage *inputs, int n_in, fk_storage *outputs, int 
     if (status || (status = fk_mv_data_dtypes(inputs, n_in, outputs, 1, 1))) return status;
     if ((status = fk_mv_params_kind(params, FK_PARAMS_FLIP, "flip"))) return status;
     if ((status = fk_mv_same_shape(&layouts[0], &layouts[1], "flip input", "output"))) return status;
+    if (params->u.flip.ndims > FK_MAX_DIMS) {
+        fk_set_error(FK_ERR_PARAMS, "flip lists %d dims; at most %d fit its params", (int)params->u.flip.ndims, FK_MAX_DIMS);
+        return FK_ERR_PARAMS;
+    }
     view = layouts[0];
     for (int i = 0; i < params->u.flip.ndims; i++) {
         int d;
@@ -148,8 +155,8 @@ static int fk_roll(const fk_storage *inputs, int n_in, fk_storage *outputs, int 
     if ((status = fk_mv_params_kind(params, FK_PARAMS_ROLL, "roll"))) return status;
     if ((status = fk_mv_same_shape(&layouts[0], &layouts[1], "roll input", "output"))) return status;
     n_dims = params->u.roll.ndims;
-    if (n_dims < 1) {
-        fk_set_error(FK_ERR_PARAMS, "roll needs at least one dim");
+    if (n_dims < 1 || n_dims > FK_MAX_DIMS) {
+        fk_set_error(FK_ERR_PARAMS, "roll lists %d dims; it needs 1 to %d", n_dims, FK_MAX_DIMS);
         return FK_ERR_PARAMS;
     }
     for (int i = 0; i < n_dims; i++) {
@@ -161,7 +168,8 @@ static int fk_roll(const fk_storage *inputs, int n_in, fk_storage *outputs, int 
                 return FK_ERR_PARAMS;
             }
         n = layouts[0].shape[dims[i]];
-        shift[i] = n ? ((params->u.roll.shifts[i] % n) + n) % n : 0;
+        shift[i] = n ? params->u.roll.shifts[i] % n : 0;     /* in (-n, n): adding n cannot wrap */
+        if (shift[i] < 0) shift[i] += n;
     }
     /* piece p takes, on each rolled dim i, the tail [n - s, n) -> [0, s) if bit i is set, else
      * the head [0, n - s) -> [s, n) */
@@ -206,8 +214,9 @@ static int fk_triangular(const fk_storage *inputs, int n_in, fk_storage *outputs
     nb = x->ndim - 2;
     rows = x->shape[nb];
     cols = x->shape[nb + 1];
-    for (int d = 0; d < nb; d++) batch *= x->shape[d];
-    if (batch * rows * cols == 0) return FK_OK;
+    for (int d = 0; d < nb; d++)
+        if ((status = fk_size_mul(batch, x->shape[d], &batch, "triangular batch"))) return status;
+    if (batch == 0 || rows == 0 || cols == 0) return FK_OK;
     size = fk_dtype_itemsize[inputs[0].dtype];
     xb = (const char *)inputs[0].data + x->offset * size;
     ob = (char *)outputs[0].data + o->offset * size;
@@ -219,11 +228,14 @@ static int fk_triangular(const fk_storage *inputs, int n_in, fk_storage *outputs
             om += index[d] * o->strides[d] * size;
         }
         for (int64_t i = 0; i < rows; i++) {
-            /* columns [0, edge) are zero for triu and kept for tril */
-            int64_t edge = upper ? i + diagonal : i + diagonal + 1;
+            /* columns [0, edge) are zero for triu and kept for tril; edge = i + diagonal (+ 1 for
+             * tril) saturates instead of wrapping (i >= 0, so only a positive sum overflows) */
+            int64_t edge;
             const char *xr = xm + i * x->strides[nb] * size;
             char *orow = om + i * o->strides[nb] * size;
             int64_t cs = x->strides[nb + 1] * size, os = o->strides[nb + 1] * size;
+            if (__builtin_add_overflow(i, diagonal, &edge) || (!upper && __builtin_add_overflow(edge, 1, &edge)))
+                edge = cols;
             edge = edge < 0 ? 0 : edge > cols ? cols : edge;
             if (upper) {
                 fk_mv_fill_row(orow, os, edge, size, &zero);
@@ -262,7 +274,7 @@ static int fk_pad(const fk_storage *inputs, int n_in, fk_storage *outputs, int n
     if ((status = fk_mv_params_kind(params, FK_PARAMS_PAD, "pad"))) return status;
     ndim = x->ndim;
     mode = params->u.pad.mode;
-    if (params->u.pad.ndim > ndim || mode < FK_PAD_CONSTANT || mode > FK_PAD_REPLICATE) {
+    if (params->u.pad.ndim < 0 || params->u.pad.ndim > ndim || mode < FK_PAD_CONSTANT || mode > FK_PAD_REPLICATE) {
         fk_set_error(FK_ERR_PARAMS, "pad lists %d dims (mode %d) for an input of %d dims",
                      (int)params->u.pad.ndim, mode, ndim);
         return FK_ERR_PARAMS;
@@ -286,7 +298,9 @@ static int fk_pad(const fk_storage *inputs, int n_in, fk_storage *outputs, int n
             fk_set_error(FK_ERR_PARAMS, "replicate padding cannot pad the empty dim %d", d);
             return FK_ERR_PARAMS;
         }
-        shape[d] = x->shape[d] + before[d] + after[d];
+        if ((status = fk_size_add(x->shape[d], before[d], &shape[d], "pad extent")) ||
+            (status = fk_size_add(shape[d], after[d], &shape[d], "pad extent")))
+            return status;
     }
     if ((status = fk_mv_out_shape(&layouts[1], shape, ndim, "pad"))) return status;
     interior = layouts[1];
@@ -314,7 +328,7 @@ static int fk_pad(const fk_storage *inputs, int n_in, fk_storage *outputs, int n
         for (int64_t p = 0; p < before[d] + after[d]; p++) {
             int64_t dst = p < before[d] ? p : before[d] + n + (p - before[d]);
             int64_t rel = dst - before[d], src;      /* position relative to the interior */
-            if (mode == FK_PAD_REFLECT) src = rel < 0 ? -rel : 2 * (n - 1) - rel;
+            if (mode == FK_PAD_REFLECT) src = rel < 0 ? -rel : (n - 1) - (rel - (n - 1));   /* no 2n */
             else src = rel < 0 ? 0 : n - 1;
             fk_layout to = fk_mv_narrow(&slab, d, dst, 1), from = fk_mv_narrow(&slab, d, before[d] + src, 1);
             if ((status = fk_mv_copy(&outputs[0], &from, &outputs[0], &to))) return status;
@@ -402,7 +416,7 @@ static int fk_cumsum_run(const fk_storage *inputs, int n_in, fk_storage *outputs
                          const fk_layout *layouts, const fk_params *params, int dtype, fk_cumsum_line_fn line) {
     int status = fk_mv_prologue(inputs, n_in, outputs, n_out, 1, layouts), axis, size;
     const fk_layout *x = &layouts[0], *o = &layouts[1];
-    int64_t lines = 1, index[FK_MAX_DIMS] = {0}, n, xs, os;
+    int64_t lines = 1, numel, index[FK_MAX_DIMS] = {0}, n, xs, os;
     const char *xb;
     char *ob;
     if (status || (status = fk_mv_want_dtype(inputs, n_in, outputs, 0, dtype))) return status;
@@ -410,7 +424,8 @@ static int fk_cumsum_run(const fk_storage *inputs, int n_in, fk_storage *outputs
     if ((status = fk_mv_params_kind(params, FK_PARAMS_CUMSUM, "cumsum"))) return status;
     if ((status = fk_mv_same_shape(x, o, "cumsum input", "output"))) return status;
     if ((status = fk_mv_axis(params->u.cumsum.axis, x->ndim, &axis, "cumsum"))) return status;
-    if (fk_layout_numel(x) == 0) return FK_OK;
+    if ((status = fk_layout_numel_checked(x, &numel, "cumsum input"))) return status;
+    if (numel == 0) return FK_OK;
     size = fk_dtype_itemsize[dtype];
     n = x->shape[axis];
     xs = x->strides[axis] * size;

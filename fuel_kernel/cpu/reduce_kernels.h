@@ -71,7 +71,7 @@ static int fk_reduce_run(const fk_storage *inputs, int n_in, fk_storage *outputs
     int64_t isz = fk_dtype_itemsize[in_dt], osz = fk_dtype_itemsize[out_dt], n_out_elems = 1;
 
     status = fk_compute_check(inputs, n_in, outputs, n_out, layouts, 1, dtypes);
-    if (status) return status;
+    if (status || (status = fk_output_self_overlap_check(&layouts[1], "output 0"))) return status;
     x = &layouts[0];
     out = &layouts[1];
     nd = x->ndim;
@@ -122,7 +122,7 @@ static int fk_reduce_run(const fk_storage *inputs, int n_in, fk_storage *outputs
                 kshape[nk] = x->shape[d];
                 kin[nk] = x->strides[d] * isz;
                 kout[nk] = out->strides[o] * osz;
-                n_out_elems *= x->shape[d];
+                if ((status = fk_size_mul(n_out_elems, x->shape[d], &n_out_elems, opname))) return status;
                 nk++;
             }
             o++;
@@ -135,7 +135,7 @@ static int fk_reduce_run(const fk_storage *inputs, int n_in, fk_storage *outputs
     ax.count = 1;
     for (d = 0; d < nd; d++) {
         if (!reduced[d]) continue;
-        ax.count *= x->shape[d];
+        if ((status = fk_size_mul(ax.count, x->shape[d], &ax.count, opname))) return status;
         if (x->shape[d] == 1) continue;
         ax.shape[ax.n] = x->shape[d];
         ax.stride[ax.n] = x->strides[d] * isz;

@@ -18,9 +18,10 @@
  * Params ops:
  *   AFFINE(mul, add)  floats only: x*mul + add, each operation rounded in the compute type
  *                     (F32 with mul and add rounded to F32, F64 in F64; never fused).
- *   CLAMP(min, max)   every numeric dtype: min(max(x, lo), hi), NaN kept.  Floats use the bounds
- *                     rounded to the compute type; integers use ceil(min) and floor(max)
- *                     saturated to the dtype's range.
+ *   CLAMP(min, max)   every numeric dtype: min(max(x, lo), hi), NaN kept; min > max gives max
+ *                     everywhere (as np.clip, torch.clamp, ONNX Clip); NaN bounds are a
+ *                     ParamsError.  Floats use the bounds rounded to the compute type; integers
+ *                     use ceil(min) and floor(max) saturated to the dtype's range.
  *   POWI(exp)         every numeric dtype: x**exp.  Floats: C pow in F64, rounded once (to F32
  *                     first for F16/BF16).  Integers wrap around; a negative exp is a ParamsError
  *                     (as NumPy refuses integers to negative integer powers).
@@ -181,10 +182,13 @@ static inline int fk_setup_clamp(const fk_params *params, fk_unary_ctx *c, int d
     static const double lo_of[FK_DTYPE_COUNT] = {0, 0, -128.0, -32768.0, -2147483648.0, -9223372036854775808.0, 0};
     static const double hi_of[FK_DTYPE_COUNT] = {1, 255.0, 127.0, 32767.0, 2147483647.0, 9223372036854775807.0, 4294967295.0};
     double lo = params->u.clamp.min, hi = params->u.clamp.max;
-    if (lo != lo || hi != hi || lo > hi) {
-        fk_set_error(FK_ERR_PARAMS, "%s: min %g and max %g must be ordered numbers", op, lo, hi);
+    if (lo != lo || hi != hi) {
+        fk_set_error(FK_ERR_PARAMS, "%s: min %g and max %g must be numbers, not NaN", op, lo, hi);
         return FK_ERR_PARAMS;
     }
+    /* min(max(x, lo), hi) is hi for every x when lo > hi: the row functions test lo first, so
+     * lowering lo to hi gives exactly that (here and for the integer bounds below) */
+    if (lo > hi) lo = hi;
     c->lo_d = lo;
     c->hi_d = hi;
     c->lo_f = (float)lo;
@@ -196,6 +200,7 @@ static inline int fk_setup_clamp(const fk_params *params, fk_unary_ctx *c, int d
                 : l >= hi_of[dtype] ? (dtype == FK_I64 ? INT64_MAX : (int64_t)hi_of[dtype]) : (int64_t)l;
         c->hi_i = h <= lo_of[dtype] ? (dtype == FK_I64 ? INT64_MIN : (int64_t)lo_of[dtype])
                 : h >= hi_of[dtype] ? (dtype == FK_I64 ? INT64_MAX : (int64_t)hi_of[dtype]) : (int64_t)h;
+        if (c->lo_i > c->hi_i) c->lo_i = c->hi_i;     /* e.g. clamp(0.5, 0.7): ceil 1 > floor 0 */
     }
     return FK_OK;
 }

@@ -73,6 +73,20 @@ static inline int fk_layout_numel_checked(const fk_layout *layout, int64_t *nume
     return FK_OK;
 }
 
+/* A written view must not overlap itself: stride 0 on an axis of extent > 1 would write one
+ * element several times (an empty view writes nothing and passes).  AliasError, before any write. */
+static inline int fk_output_self_overlap_check(const fk_layout *out, const char *what) {
+    for (int d = 0; d < out->ndim; d++)
+        if (out->shape[d] == 0) return FK_OK;
+    for (int d = 0; d < out->ndim; d++)
+        if (out->strides[d] == 0 && out->shape[d] > 1) {
+            fk_set_error(FK_ERR_ALIAS, "%s overlaps itself (stride 0 on axis %d of extent %lld)", what, d,
+                         (long long)out->shape[d]);
+            return FK_ERR_ALIAS;
+        }
+    return FK_OK;
+}
+
 /* log2 of the item size: bounds checks shift instead of dividing (this runs on every call) */
 static const int fk_dtype_shift[FK_DTYPE_COUNT] = {0, 0, 0, 1, 2, 3, 2, 1, 1, 2, 3};
 
@@ -186,7 +200,10 @@ __attribute__((noinline)) static int fk_loop_plan_general(fk_loop *loop, const f
         int status = fk_layout_check(out, output, "output", 0);
         if (status) return status;
     }
-    loop->numel = fk_layout_numel(out);
+    {   /* inside its storage does not bound the count: strides (1, 1) reach 2**64 elements */
+        int status = fk_layout_numel_checked(out, &loop->numel, "output 0");
+        if (status) return status;
+    }
     for (k = 0; k < n_in; k++)
         loop->base[k] = (char *)inputs[k].data + layouts[k].offset * fk_dtype_itemsize[inputs[k].dtype];
     loop->base[n_in] = (char *)output->data + out->offset * fk_dtype_itemsize[output->dtype];
@@ -345,7 +362,8 @@ int fk_check_operands(const fk_storage *inputs, int n_in, const fk_storage *outp
 /* A row function: n elements from src (byte stride ss) to dst (byte stride ds). */
 typedef void (*fk_unary_row_fn)(const char *src, int64_t ss, char *dst, int64_t ds, int64_t n);
 
-/* Run a one-input, one-output elementwise kernel on the CPU: validate, plan, then walk rows. */
+/* Run a one-input, one-output elementwise kernel on the CPU: validate, plan (an output that
+ * overlaps itself is an AliasError), then walk rows. */
 static inline int fk_run_unary_rows(const fk_storage *inputs, int n_in, fk_storage *outputs, int n_out,
                                     const fk_layout *layouts, int in_dtype, int out_dtype, fk_unary_row_fn row) {
     int dtypes[2] = {in_dtype, out_dtype};
@@ -356,6 +374,9 @@ static inline int fk_run_unary_rows(const fk_storage *inputs, int n_in, fk_stora
     if (status) return status;
     status = fk_loop_plan(&loop, inputs, 1, outputs, layouts, dtypes);
     if (status) return status;
+    for (int d = 0; d < loop.ndim; d++)            /* planned axes: the flat case is one compare */
+        if (loop.strides[1][d] == 0 && loop.shape[d] > 1)
+            return fk_output_self_overlap_check(&layouts[1], "output 0");
     ptrs[0] = loop.base[0];
     ptrs[1] = loop.base[1];
     for (int64_t r = 0; r < loop.rows; r++) {
