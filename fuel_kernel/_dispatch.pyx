@@ -173,14 +173,17 @@ def backend_from_name(str name):
     raise BackendError(f"unknown backend {name!r}")
 
 
-def backend_name(int backend):
+def backend_name(backend):
     """The short name of a backend id ("cpu", or the name an extension claimed it under)."""
-    cdef const char *name = fk_backend_name(backend)
+    cdef long value = as_long_or(backend, -1) if PyLong_Check(backend) else -1
+    cdef const char *name = fk_backend_name(value) if 0 <= value <= FK_BACKEND_EXTENSION_LAST else NULL
     return name.decode() if name != NULL else f"backend#{backend}"
 
 
-def claim_backend(str name):
+def claim_backend(name):
     """Claim a backend id in the extension range for `name` (the same name gets the same id)."""
+    if not isinstance(name, str):
+        raise RegistrationError(f"a backend name is a str, not {type(name).__name__}")
     cdef bytes encoded = name.encode()
     cdef int backend = fk_claim_backend(encoded)
     if backend < 0:
@@ -1365,7 +1368,8 @@ def call_kernel_capsule(capsule, dtypes, inputs, outputs, params=None):
     entry.cost = fk_unknown_cost
     parse_dtypes(dtypes, &codes)
     key = fk_key_make(FK_KEY_RUNTIME_FUSED, 0, &codes, FK_BACKEND_CPU)
-    return run_entry(NULL, &entry, &key, tuple(inputs), tuple(outputs), params, True)
+    return run_entry(NULL, &entry, &key, operand_tuple(inputs, "inputs"),
+                     operand_tuple(outputs, "outputs"), params, True)
 
 
 def bindings():
@@ -1561,10 +1565,19 @@ cdef uint64_t dispatch_generation = <uint64_t>-1
 dispatch_lock = threading.Lock()
 
 
-cdef int operand_dtype(object obj) except -2:
+cdef int operand_dtype(object obj, int index, bint is_output) except -2:
+    """The fk_dtype of a dispatch operand: an array's own, else that of its NumPy view."""
+    cdef int code
+    cdef cnp.ndarray arr
     if cnp.PyArray_Check(obj):
-        return array_dtype(<cnp.ndarray>obj)
-    return -1
+        arr = <cnp.ndarray>obj
+    else:
+        arr = coerce_operand(obj, index, is_output)
+    code = array_dtype(arr)
+    if code < 0 or not cnp.PyArray_ISNOTSWAPPED(arr):
+        raise DTypeError(f"{'output' if is_output else 'input'} {index} has dtype {arr.dtype}, "
+                         f"which fuel_kernel does not support")
+    return code
 
 
 def dispatch(op, inputs, outputs=None, params=None, backend=0):
@@ -1586,17 +1599,11 @@ def dispatch(op, inputs, outputs=None, params=None, backend=0):
         raise OperandCountError(f"dispatch takes 1 to {FK_MAX_OPERANDS - N_OUTPUTS} inputs, got {n_in}")
     dts.n = n_in + N_OUTPUTS
     for i in range(n_in):
-        code = operand_dtype(inputs[i])
-        if code < 0:
-            code = int(DType.parse(np.asarray(coerce_operand(inputs[i], i, False)).dtype))
-        dts.v[i] = code
+        dts.v[i] = operand_dtype(inputs[i], i, False)
     if outputs is not None:
         if len(outputs) != N_OUTPUTS:
             raise OperandCountError(f"dispatch writes {N_OUTPUTS} output, got {len(outputs)}")
-        code = operand_dtype(outputs[0])
-        if code < 0:
-            code = int(DType.parse(np.asarray(coerce_operand(outputs[0], 0, True)).dtype))
-        dts.v[n_in] = code
+        dts.v[n_in] = operand_dtype(outputs[0], 0, True)
     if fk_published_generation() != dispatch_generation:
         with dispatch_lock:
             if fk_published_generation() != dispatch_generation:

@@ -182,3 +182,27 @@ def test_dlpack_producer_that_refuses_export_is_an_operand_type_error():
 def test_kernel_cost_with_bad_shapes_is_a_shape_error(shapes):
     with pytest.raises(fk.ShapeError):
         fk.bindings().lookup(fk.OpKind.ADD, KEY3).cost(*shapes)
+
+
+def test_backend_helpers_are_typed():
+    from fuel_kernel import _dispatch
+    with pytest.raises(fk.RegistrationError):
+        fk.claim_backend(5)
+    assert _dispatch.backend_name(2 ** 40) == f"backend#{2 ** 40}"
+    assert _dispatch.backend_name(0) == "cpu"
+
+
+@pytest.mark.parametrize("operand", [np.ones(3, dtype=object), np.ones(3, dtype=np.complex64),
+                                     np.ones(3, dtype=">f4")])
+def test_dispatch_with_an_unsupported_dtype_is_a_dtype_error(operand):
+    with pytest.raises(fk.DTypeError):
+        fk.dispatch("neg", [operand])
+
+
+def test_call_kernel_capsule_with_non_sequence_operands_is_typed():
+    from fuel_kernel import _dispatch
+    neg = fk.bindings().lookup(fk.OpKind.NEG, [F32, F32])
+    with pytest.raises(fk.OperandTypeError):
+        _dispatch.call_kernel_capsule(neg.capsule(), [F32, F32], [np.ones(2, np.float32)], None)
+    with pytest.raises(fk.OperandTypeError):
+        _dispatch.call_kernel_capsule(neg.capsule(), [F32, F32], 5, [np.ones(2, np.float32)])
