@@ -9,10 +9,10 @@ import os
 from . import params
 from ._dispatch import (BindingTable, Kernel, OpParams, Transaction, bindings, claim_backend,
                         dispatch, edit_bindings, new_runtime_fused_id)
-from .errors import (AliasError, BackendError, DTypeError, FuelKernelError, KernelError,
-                     KernelIndexError, KernelMemoryError, KernelZeroDivisionError, NoKernelError,
-                     OperandCountError, OperandTypeError, ParamsError, ReadOnlyError,
-                     RegistrationError, ShapeError, UnknownOpError)
+from .errors import (AliasError, ArgumentError, BackendError, DTypeError, FuelKernelError,
+                     KernelError, KernelIndexError, KernelMemoryError, KernelZeroDivisionError,
+                     KeyRangeError, NoKernelError, OperandCountError, OperandTypeError, ParamsError,
+                     ReadOnlyError, RegistrationError, ShapeError, UnknownOpError)
 from .records import (Ambiguous, BindingKey, CostEstimate, CoverageBinding, MatmulM, NotFound,
                       PrecisionGuarantee, RuntimeFusedLookup, Unique)
 from .types import Backend, DType, KernelCaps, OpKind

@@ -26,17 +26,21 @@ from libc.string cimport memcmp, memset, strncpy
 
 from fuel_kernel.abi cimport *
 
+import hashlib
+import math
+import operator
 import sys
 import threading
 
 import numpy as np
 
-from fuel_kernel.errors import (STATUS_ERRORS, AliasError, BackendError, DTypeError,
-                                FuelKernelError, NoKernelError, OperandCountError,
-                                OperandTypeError, ParamsError, ReadOnlyError, RegistrationError,
-                                ShapeError, UnknownOpError)
+from fuel_kernel.errors import (STATUS_ERRORS, AliasError, ArgumentError, BackendError,
+                                DTypeError, FuelKernelError, KernelMemoryError, KeyRangeError,
+                                NoKernelError, OperandCountError, OperandTypeError, ParamsError,
+                                ReadOnlyError, RegistrationError, ShapeError, UnknownOpError)
 from fuel_kernel.records import (Ambiguous, BindingKey, CostEstimate, CoverageBinding, MatmulM,
-                                 NotFound, PrecisionGuarantee, Unique, KEY_RUNTIME_FUSED, KEY_STATIC)
+                                 NotFound, PrecisionGuarantee, Unique, KEY_RUNTIME_FUSED, KEY_STATIC,
+                                 FUSED_ID_LIMIT, as_integer)
 from fuel_kernel.types import Backend, DType, KernelCaps, OpKind
 
 cnp.import_array()
@@ -169,14 +173,17 @@ def backend_from_name(str name):
     raise BackendError(f"unknown backend {name!r}")
 
 
-def backend_name(int backend):
+def backend_name(backend):
     """The short name of a backend id ("cpu", or the name an extension claimed it under)."""
-    cdef const char *name = fk_backend_name(backend)
+    cdef long value = as_long_or(backend, -1) if PyLong_Check(backend) else -1
+    cdef const char *name = fk_backend_name(value) if 0 <= value <= FK_BACKEND_EXTENSION_LAST else NULL
     return name.decode() if name != NULL else f"backend#{backend}"
 
 
-def claim_backend(str name):
+def claim_backend(name):
     """Claim a backend id in the extension range for `name` (the same name gets the same id)."""
+    if not isinstance(name, str):
+        raise RegistrationError(f"a backend name is a str, not {type(name).__name__}")
     cdef bytes encoded = name.encode()
     cdef int backend = fk_claim_backend(encoded)
     if backend < 0:
@@ -220,12 +227,42 @@ cdef int parse_key(object op, object dtypes, object backend, fk_key *key) except
         if op_id < 0 or op_id >= FK_OP_COUNT:
             raise UnknownOpError(f"unknown op code {op}")
     elif isinstance(op, BindingKey):
-        kind = op.kind
-        op_id = op.id
+        kind, op_id = check_key_op(op.kind, op.id)
     else:
         op_id = int(OpKind.parse(op))
     key[0] = fk_key_make(kind, <uint32_t>op_id, &codes, parse_backend(backend))
     return 0
+
+
+cdef tuple check_key_op(object kind, object op_id):
+    """(kind, id) of a BindingKey, refused when it does not fit fk_key (never truncated)."""
+    if not PyLong_Check(kind) or not PyLong_Check(op_id):
+        raise UnknownOpError(f"a BindingKey holds an int kind and id, not {kind!r}, {op_id!r}")
+    if kind == FK_KEY_STATIC:
+        if not 0 <= op_id < FK_OP_COUNT:
+            raise KeyRangeError(f"static op id {op_id} is out of range [0, {FK_OP_COUNT})")
+    elif kind == FK_KEY_RUNTIME_FUSED:
+        if not 0 < op_id < FUSED_ID_LIMIT:
+            raise KeyRangeError(f"runtime fused op ids are in [1, 2**32), not {op_id}")
+    else:
+        raise KeyRangeError(f"BindingKey kind is {FK_KEY_STATIC} or {FK_KEY_RUNTIME_FUSED}, not {kind}")
+    return kind, op_id
+
+
+cdef long parse_fused_id(object fused_id, type error) except -1:
+    """A runtime fused op id in [1, 2**32); anything else is `error`."""
+    value = as_integer(fused_id, "a runtime fused op id", error)
+    if not 0 < value < FUSED_ID_LIMIT:
+        raise error(f"runtime fused op ids are in [1, 2**32), not {fused_id}")
+    return value
+
+
+cdef uint32_t parse_caps(object caps) except? 0xFFFFFFFF:
+    """KernelCaps flags as the C field, refused (ArgumentError) when not a non-negative 32-bit int."""
+    value = as_integer(caps, "caps", ArgumentError)
+    if not 0 <= value <= 0xFFFFFFFF:
+        raise ArgumentError(f"caps must be KernelCaps flags, not {caps!r}")
+    return <uint32_t>value
 
 
 cdef object key_op(const fk_key *key):
@@ -260,10 +297,15 @@ cdef cnp.ndarray coerce_operand(object obj, int index, bint is_output):
     if hasattr(obj, "__dlpack__"):
         try:
             return np.from_dlpack(obj)
-        except (TypeError, ValueError, BufferError, RuntimeError) as exc:
-            raise OperandTypeError(f"{role} {index}: DLPack producer could not be viewed on the CPU: {exc}") from None
+        except Exception as exc:         # whatever the producer raises when it refuses export
+            raise OperandTypeError(f"{role} {index}: DLPack producer could not be viewed on the CPU: "
+                                   f"{type(exc).__name__}: {exc}") from None
     try:
         view = memoryview(obj)
+    except ValueError as exc:            # a released memoryview, a buffer that refuses export
+        raise OperandTypeError(f"{role} {index}: its buffer cannot be read: {exc}") from None
+    except BufferError as exc:
+        raise OperandTypeError(f"{role} {index}: its buffer cannot be read: {exc}") from None
     except TypeError:
         raise OperandTypeError(f"{role} {index} is a {type(obj).__name__}, not an array: pass a NumPy "
                                f"array, a buffer-protocol object or a DLPack producer") from None
@@ -327,10 +369,49 @@ cdef int check_outputs(const fk_entry *entry, const fk_storage *storage, const f
     return 0
 
 
-cdef cnp.ndarray allocate_output(const fk_key *key, tuple inputs, OpParams params):
+cdef tuple operand_shape(object obj, int index):
+    """An input's shape as the kernel will see it: a NumPy array's own, else that of its NumPy
+    view (bytes, memoryviews and DLPack-only producers, for which np.shape says ())."""
+    if cnp.PyArray_Check(obj):
+        return (<object>obj).shape
+    if isinstance(obj, tuple):           # Kernel.cost and pick also take plain shapes
+        return obj
+    cdef object view = coerce_operand(obj, index, False)
+    return view.shape
+
+
+cdef object infer_output(object op, str what, object infer, list arguments, object params,
+                         const fk_snapshot *snapshot, const fk_key *key):
+    """Call an fuel_kernel.ops inference function; anything it raises that is not already typed
+    (an IndexError for a missing input, NumPy's RuntimeError past 32 dims, ...) becomes the
+    FuelKernelError that describes it."""
+    try:
+        return infer(op, arguments, params)
+    except FuelKernelError:
+        raise
+    except IndexError:
+        raise OperandCountError(arity_message(snapshot, key, len(arguments))) from None
+    except (TypeError, ValueError, RuntimeError, OverflowError, KeyError, AttributeError) as exc:
+        raise ShapeError(f"cannot infer the output {what} of {op!r} from {arguments}: {exc}") from None
+
+
+cdef cnp.ndarray allocate_output(const fk_snapshot *snapshot, const fk_key *key, tuple inputs, object params):
     from fuel_kernel import ops
-    shape = ops.infer_output_shape(key_op(key), [np.shape(x) for x in inputs], params)
-    return np.empty(shape, dtype=DType(key.dtypes[key.ndtypes - 1]).numpy)
+    cdef int i
+    params_pointer(params)               # a params object of the wrong type is a ParamsError first
+    shapes = []
+    for i in range(len(inputs)):
+        shape = operand_shape(inputs[i], i)
+        if len(shape) > FK_MAX_DIMS:
+            raise ShapeError(f"input {i} has {len(shape)} dims; at most {FK_MAX_DIMS} are supported")
+        shapes.append(shape)
+    shape = infer_output(key_op(key), "shape", ops.infer_output_shape, shapes, params, snapshot, key)
+    try:
+        return np.empty(shape, dtype=DType(key.dtypes[key.ndtypes - 1]).numpy)
+    except MemoryError:
+        raise KernelMemoryError(f"cannot allocate an output of shape {shape}") from None
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise ShapeError(f"cannot allocate an output of shape {shape}: {exc}") from None
 
 
 cdef fk_params NO_PARAMS             # zero-filled static storage: what a kernel sees for params=None
@@ -387,7 +468,7 @@ cdef object run_entry(const fk_snapshot *snapshot, const fk_entry *entry, const 
         raise OperandCountError(f"{describe_key(key)} takes {n_in} input{'s' if n_in != 1 else ''}, "
                                 f"got {len(inputs)}")
     if outputs is None:
-        outputs = (allocate_output(key, tuple(inputs), params),)
+        outputs = (allocate_output(snapshot, key, tuple(inputs), params),)
     elif type(outputs) is not tuple and type(outputs) is not list:
         outputs = (outputs,)
     n_out = len(outputs)
@@ -494,8 +575,46 @@ PARAMS_KIND_NAMES = ("none", "reduce", "matmul", "conv2d", "slice", "affine", "c
                      "flash_attn", "paged_attn")
 
 
+cdef object _int(object value, str what):
+    """An integer params field: refused (ParamsError) when not integral, never truncated."""
+    return as_integer(value, what)
+
+
+cdef double _float(object value, str what) except? -1.0:
+    """A floating params field: any real number (NumPy scalars included); anything else is a
+    ParamsError rather than float()'s TypeError / ValueError."""
+    if isinstance(value, (str, bytes, bytearray)):
+        raise ParamsError(f"{what} must be a real number, not {value!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ParamsError(f"{what} must be a real number, not {type(value).__name__} {value!r}") from None
+
+
+cdef tuple _ints(object values, str what):
+    if isinstance(values, (str, bytes)):
+        raise ParamsError(f"{what} must be a sequence of integers, not {values!r}")
+    try:
+        values = tuple(values)
+    except TypeError:
+        raise ParamsError(f"{what} must be a sequence of integers, not {type(values).__name__}") from None
+    return tuple([_int(v, what) for v in values])
+
+
+cdef tuple _pair(object value, str what):
+    """A conv2d field: one integer or a pair of integers."""
+    if isinstance(value, (list, tuple)):
+        pair = _ints(value, what)
+    else:
+        v = _int(value, what)
+        pair = (v, v)
+    if len(pair) != 2:
+        raise ParamsError(f"{what} is one int or a pair, not {value!r}")
+    return pair
+
+
 cdef int _dims_into(object dims, int8_t *out, const char *what) except -1:
-    dims = tuple(int(d) for d in dims)
+    dims = _ints(dims, what.decode() + " dims")
     if len(dims) > FK_MAX_DIMS:
         raise ParamsError(f"{what.decode()} lists {len(dims)} dims; at most {FK_MAX_DIMS}")
     if len(set(dims)) != len(dims):
@@ -511,12 +630,12 @@ def _make_params(str family, **fields):
     """Build an OpParams of one family; used by fuel_kernel.params (the public constructors).
 
     Every rejected argument is a ParamsError, including values that do not fit the C field
-    (OverflowError) or are not numbers at all (TypeError / ValueError from int())."""
+    (OverflowError), are not numbers at all, or are not integral where the field is an integer."""
     try:
         return _build_params(family, fields)
     except FuelKernelError:
         raise
-    except (OverflowError, TypeError, ValueError, KeyError) as exc:
+    except (OverflowError, TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
         raise ParamsError(f"invalid {family} params: {exc}") from None
 
 
@@ -532,7 +651,7 @@ cdef OpParams _build_params(str family, dict fields):
         c.u.reduce.keepdim = bool(fields["keepdim"])
     elif family == "matmul":
         c.kind = FK_PARAMS_MATMUL
-        batch = tuple(int(b) for b in fields["batch"])
+        batch = _ints(fields["batch"], "matmul batch")
         if len(batch) > FK_MAX_DIMS - 2:
             raise ParamsError(f"matmul supports at most {FK_MAX_DIMS - 2} batch dims")
         c.u.matmul.batch_ndim = len(batch)
@@ -540,41 +659,49 @@ cdef OpParams _build_params(str family, dict fields):
             if b < 0:
                 raise ParamsError(f"matmul batch extent {b} is negative")
             c.u.matmul.batch[i] = b
-        for name in ("m", "n", "k"):
-            if int(fields[name]) < 0:
-                raise ParamsError(f"matmul {name}={fields[name]} is negative")
-        c.u.matmul.m = fields["m"]
-        c.u.matmul.n = fields["n"]
-        c.u.matmul.k = fields["k"]
-        m_compute = fields["m_compute"] or MatmulM.all()
-        if m_compute.kind == MatmulM.ROWS_KIND and m_compute.value > c.u.matmul.m:
-            raise ParamsError(f"MatmulM.rows({m_compute.value}) exceeds the row capacity m={c.u.matmul.m}")
-        c.u.matmul.m_compute.kind = m_compute.kind
-        c.u.matmul.m_compute.value = m_compute.value
+        m, n, k = (_int(fields[name], f"matmul {name}") for name in ("m", "n", "k"))
+        for name, v in (("m", m), ("n", n), ("k", k)):
+            if v < 0:
+                raise ParamsError(f"matmul {name}={v} is negative")
+        c.u.matmul.m = m
+        c.u.matmul.n = n
+        c.u.matmul.k = k
+        m_compute = fields["m_compute"]
+        if m_compute is None:
+            m_compute = MatmulM.all()
+        if not isinstance(m_compute, MatmulM):
+            raise ParamsError(f"matmul m_compute is a MatmulM (MatmulM.all(), .rows(n), "
+                              f".deferred(i)) or None, not {m_compute!r}")
+        kind = _int(m_compute.kind, "MatmulM kind")
+        value = _int(m_compute.value, "MatmulM value")
+        if kind not in (MatmulM.ALL_KIND, MatmulM.ROWS_KIND, MatmulM.DEFERRED_KIND) or value < 0:
+            raise ParamsError(f"{m_compute!r} is not a valid MatmulM")
+        if kind == MatmulM.ROWS_KIND and value > c.u.matmul.m:
+            raise ParamsError(f"MatmulM.rows({value}) exceeds the row capacity m={c.u.matmul.m}")
+        c.u.matmul.m_compute.kind = kind
+        c.u.matmul.m_compute.value = value
     elif family == "conv2d":
         c.kind = FK_PARAMS_CONV2D
+        pairs = {}
         for name in ("stride", "padding", "dilation"):
-            pair = fields[name]
-            pair = (pair, pair) if isinstance(pair, int) else tuple(pair)
-            if len(pair) != 2:
-                raise ParamsError(f"conv2d {name} is one int or a pair, not {fields[name]!r}")
+            pair = _pair(fields[name], f"conv2d {name}")
             low = 0 if name == "padding" else 1
             if pair[0] < low or pair[1] < low:
                 raise ParamsError(f"conv2d {name} {pair} must be >= {low}")
-        stride = fields["stride"]; padding = fields["padding"]; dilation = fields["dilation"]
-        stride = (stride, stride) if isinstance(stride, int) else tuple(stride)
-        padding = (padding, padding) if isinstance(padding, int) else tuple(padding)
-        dilation = (dilation, dilation) if isinstance(dilation, int) else tuple(dilation)
+            pairs[name] = pair
         for i in range(2):
-            c.u.conv2d.stride[i] = stride[i]
-            c.u.conv2d.padding[i] = padding[i]
-            c.u.conv2d.dilation[i] = dilation[i]
-        if int(fields["groups"]) < 1:
+            c.u.conv2d.stride[i] = pairs["stride"][i]
+            c.u.conv2d.padding[i] = pairs["padding"][i]
+            c.u.conv2d.dilation[i] = pairs["dilation"][i]
+        groups = _int(fields["groups"], "conv2d groups")
+        if groups < 1:
             raise ParamsError(f"conv2d groups must be >= 1, not {fields['groups']}")
-        c.u.conv2d.groups = fields["groups"]
+        c.u.conv2d.groups = groups
     elif family == "slice":
         c.kind = FK_PARAMS_SLICE
-        start, stop, step = (tuple(int(v) for v in fields[n]) for n in ("start", "stop", "step"))
+        start = _ints(fields["start"], "slice start")
+        stop = _ints(fields["stop"], "slice stop")
+        step = (1,) * len(start) if fields["step"] is None else _ints(fields["step"], "slice step")
         if not len(start) == len(stop) == len(step) or len(start) > FK_MAX_DIMS:
             raise ParamsError("slice start, stop and step need one value per dim (at most 8)")
         c.u.slice.ndim = len(start)
@@ -586,25 +713,28 @@ cdef OpParams _build_params(str family, dict fields):
             c.u.slice.step[i] = step[i]
     elif family == "affine":
         c.kind = FK_PARAMS_AFFINE
-        c.u.affine.mul = fields["mul"]
-        c.u.affine.add = fields["add"]
+        c.u.affine.mul = _float(fields["mul"], "affine mul")
+        c.u.affine.add = _float(fields["add"], "affine add")
     elif family == "clamp":
         c.kind = FK_PARAMS_CLAMP
-        if fields["min"] != fields["min"] or fields["max"] != fields["max"]:
+        lo = _float(fields["min"], "clamp min")
+        hi = _float(fields["max"], "clamp max")
+        # min > max is allowed: the result is max everywhere, as np.clip and torch.clamp
+        if lo != lo or hi != hi:
             raise ParamsError(f"clamp bounds must be numbers, not NaN (min {fields['min']}, max {fields['max']})")
-        c.u.clamp.min = fields["min"]
-        c.u.clamp.max = fields["max"]
+        c.u.clamp.min = lo
+        c.u.clamp.max = hi
     elif family == "powi":
         c.kind = FK_PARAMS_POWI
-        c.u.powi.exp = fields["exp"]
+        c.u.powi.exp = _int(fields["exp"], "powi exp")
     elif family in ("concat", "index_select", "gather", "scatter", "softmax_last_dim"):
         c.kind = {"concat": FK_PARAMS_CONCAT, "index_select": FK_PARAMS_INDEX_SELECT,
                   "gather": FK_PARAMS_GATHER, "scatter": FK_PARAMS_SCATTER,
                   "softmax_last_dim": FK_PARAMS_SOFTMAX_LAST_DIM}[family]
-        c.u.axis.axis = fields.get("axis", -1)
+        c.u.axis.axis = _int(fields.get("axis", -1), f"{family} axis")
     elif family == "cumsum":
         c.kind = FK_PARAMS_CUMSUM
-        c.u.cumsum.axis = fields["axis"]
+        c.u.cumsum.axis = _int(fields["axis"], "cumsum axis")
         c.u.cumsum.exclusive = bool(fields["exclusive"])
         c.u.cumsum.reverse = bool(fields["reverse"])
     elif family == "flip":
@@ -612,7 +742,7 @@ cdef OpParams _build_params(str family, dict fields):
         c.u.flip.ndims = _dims_into(fields["dims"], c.u.flip.dims, b"flip")
     elif family == "roll":
         c.kind = FK_PARAMS_ROLL
-        shifts = tuple(int(s) for s in fields["shifts"])
+        shifts = _ints(fields["shifts"], "roll shifts")
         c.u.roll.ndims = _dims_into(fields["dims"], c.u.roll.dims, b"roll")
         if len(shifts) != c.u.roll.ndims:
             raise ParamsError("roll needs one shift per dim")
@@ -620,50 +750,54 @@ cdef OpParams _build_params(str family, dict fields):
             c.u.roll.shifts[i] = s
     elif family == "triangular":
         c.kind = FK_PARAMS_TRIANGULAR
-        c.u.triangular.diagonal = fields["diagonal"]
+        c.u.triangular.diagonal = _int(fields["diagonal"], "triangular diagonal")
     elif family == "pad":
         c.kind = FK_PARAMS_PAD
         modes = {"constant": FK_PAD_CONSTANT, "reflect": FK_PAD_REFLECT, "replicate": FK_PAD_REPLICATE}
-        if fields["mode"] not in modes:
-            raise ParamsError(f"pad mode is one of {sorted(modes)}, not {fields['mode']!r}")
-        before = tuple(int(v) for v in fields["before"])
-        after = tuple(int(v) for v in fields["after"])
+        mode = fields["mode"]
+        if not isinstance(mode, str) or mode not in modes:
+            raise ParamsError(f"pad mode is one of {sorted(modes)}, not {mode!r}")
+        before = _ints(fields["before"], "pad before")
+        after = _ints(fields["after"], "pad after")
         if len(before) != len(after) or len(before) > FK_MAX_DIMS:
             raise ParamsError("pad needs before and after of equal length (at most 8)")
         if any(v < 0 for v in before + after):
             raise ParamsError("pad widths are non-negative")
-        c.u.pad.mode = modes[fields["mode"]]
+        value = _float(fields["value"], "pad value")
+        c.u.pad.mode = modes[mode]
         c.u.pad.ndim = len(before)
         for i in range(len(before)):
             c.u.pad.before[i] = before[i]
             c.u.pad.after[i] = after[i]
-        c.u.pad.value = fields["value"]
+        c.u.pad.value = value
     elif family == "masked_fill":
         c.kind = FK_PARAMS_MASKED_FILL
-        c.u.masked_fill.value = fields["value"]
+        c.u.masked_fill.value = _float(fields["value"], "masked_fill value")
     elif family == "norm_last_dim":
         c.kind = FK_PARAMS_NORM_LAST_DIM
-        if not fields["eps"] >= 0:
+        eps = _float(fields["eps"], "norm eps")
+        if not eps >= 0:
             raise ParamsError(f"eps must be non-negative, not {fields['eps']}")
-        c.u.norm.eps = fields["eps"]
+        c.u.norm.eps = eps
     elif family == "rope":
         c.kind = FK_PARAMS_ROPE
         c.u.rope.interleaved = bool(fields["interleaved"])
     elif family == "flash_attn":
         c.kind = FK_PARAMS_FLASH_ATTN
-        c.u.flash_attn.scale = fields["scale"]
-        c.u.flash_attn.softcap = fields["softcap"]
+        c.u.flash_attn.scale = _float(fields["scale"], "flash_attn scale")
+        c.u.flash_attn.softcap = _float(fields["softcap"], "flash_attn softcap")
         c.u.flash_attn.causal = bool(fields["causal"])
-        c.u.flash_attn.window_left = fields["window_left"]
-        c.u.flash_attn.window_right = fields["window_right"]
+        c.u.flash_attn.window_left = _int(fields["window_left"], "flash_attn window_left")
+        c.u.flash_attn.window_right = _int(fields["window_right"], "flash_attn window_right")
     elif family == "paged_attn":
         c.kind = FK_PARAMS_PAGED_ATTN
-        if int(fields["block_size"]) < 1:
+        block_size = _int(fields["block_size"], "paged_attn block_size")
+        if block_size < 1:
             raise ParamsError(f"paged attention block_size must be >= 1, not {fields['block_size']}")
-        c.u.paged_attn.scale = fields["scale"]
-        c.u.paged_attn.softcap = fields["softcap"]
-        c.u.paged_attn.block_size = fields["block_size"]
-        c.u.paged_attn.window_left = fields["window_left"]
+        c.u.paged_attn.scale = _float(fields["scale"], "paged_attn scale")
+        c.u.paged_attn.softcap = _float(fields["softcap"], "paged_attn softcap")
+        c.u.paged_attn.block_size = block_size
+        c.u.paged_attn.window_left = _int(fields["window_left"], "paged_attn window_left")
     else:
         raise ParamsError(f"unknown params family {family!r}")
     return p
@@ -715,7 +849,8 @@ DEFAULT_COST = PyCapsule_New(<void *>default_cost, b"fuel_kernel.cost", NULL)
 
 
 cdef void fill_cost_editor(const fk_key *key, fk_entry *entry, void *context) noexcept nogil:
-    if entry.cost == fk_unknown_cost:
+    # a runtime fused entry's cost comes from its decomposition, not an op-family default
+    if entry.cost == fk_unknown_cost and key.kind != FK_KEY_RUNTIME_FUSED:
         entry.cost = <fk_cost_fn>context
 
 
@@ -729,6 +864,25 @@ cdef fk_kernel_fn kernel_from_capsule(object kernel) except NULL:
         raise RegistrationError(f"kernel must be a PyCapsule named {FK_KERNEL_CAPSULE_NAME.decode()!r} "
                                 f"holding an fk_kernel_fn, not {kernel!r}")
     return <fk_kernel_fn>PyCapsule_GetPointer(kernel, FK_KERNEL_CAPSULE_NAME)
+
+
+cdef uint64_t stable_revision(bytes source, const fk_key *key, object revision) except? 0:
+    """The revision of a kernel registered from Python: an int revision as given; otherwise
+    (None, or a str / bytes tag) 8 bytes of BLAKE2b over the source tag, the key's op, dtypes and
+    backend, and the tag.  Unlike hash(), which Python salts per process, it is the same on every
+    run, so the route tie-break and the on-disk measured-route cache can rely on it."""
+    cdef int i
+    if revision is not None and not isinstance(revision, (str, bytes)):
+        value = as_integer(revision, "revision", RegistrationError)
+        if not 0 <= value <= 0xFFFFFFFFFFFFFFFF:
+            raise RegistrationError(f"revision must fit in 64 unsigned bits, not {revision}")
+        return value
+    tag = revision.encode() if isinstance(revision, str) else (revision or b"")
+    dtypes = bytes([key.dtypes[i] for i in range(key.ndtypes)])
+    name = backend_name(key.backend).encode()
+    payload = b"\0".join([b"fuel_kernel.revision.1", source, str(key.kind).encode(),
+                          str(key.id).encode(), dtypes, name, tag])
+    return int.from_bytes(hashlib.blake2b(payload, digest_size=8).digest(), "little")
 
 
 def kernel_address(kernel):
@@ -772,6 +926,8 @@ cdef object kernel_vectorcall(object self, PyObject **args, size_t nargsf, PyObj
     cdef PyObject *gathered[FK_MAX_OPERANDS]
     if kwnames != NULL:
         fk_call_keywords(kwnames, args + nargs, <PyObject *>OUT_NAME, <PyObject *>PARAMS_NAME, &out, &params)
+        if out == <PyObject *>None:      # out=None allocates, as Kernel.__call__ does
+            out = NULL
     if out == NULL or nargs != key.ndtypes - N_OUTPUTS or type(<object>out) is tuple or type(<object>out) is list:
         inputs = tuple([<object>args[i] for i in range(nargs)])
         return run_entry((<Kernel>self).snapshot, entry, key, inputs, <object>out if out != NULL else None,
@@ -786,13 +942,31 @@ cdef object kernel_vectorcall(object self, PyObject **args, size_t nargsf, PyObj
     return <object>out
 
 
+# Kernel and BindingTable wrap C pointers that only this module can fill in: like NumPy's internal
+# types they cannot be created from Python (Kernel(), Kernel.__new__(Kernel), BindingTable() are a
+# TypeError), since an empty one would dereference NULL on first use.  Internal creation passes
+# this private token to __cinit__.
+cdef object _INTERNAL = object()
+
+
+cdef int _refuse_construction(object token, str name, str how) except -1:
+    if token is not _INTERNAL:
+        raise TypeError(f"cannot create 'fuel_kernel.{name}' instances; {how}")
+    return 0
+
+
 @cython.final
 cdef class Kernel:
     """One registered kernel at one key, pre-resolved: call it as k(*inputs, out=...).
 
     A Kernel keeps the snapshot it came from alive, so it stays valid while the table changes."""
 
-    def __cinit__(self):
+    def __cinit__(self, *args, **kwargs):
+        self.snapshot = NULL
+        self.entry = NULL
+        if len(args) != 1 or kwargs:
+            _refuse_construction(None, "Kernel", "get one from fk.bindings().lookup(...)")
+        _refuse_construction(args[0], "Kernel", "get one from fk.bindings().lookup(...)")
         self.snapshot = NULL
         self.entry = NULL
         self.vectorcall = <void *>kernel_vectorcall
@@ -802,7 +976,7 @@ cdef class Kernel:
 
     @staticmethod
     cdef Kernel wrap(const fk_snapshot *snapshot, const fk_entry *entry, const fk_key *key):
-        cdef Kernel k = Kernel.__new__(Kernel)
+        cdef Kernel k = Kernel.__new__(Kernel, _INTERNAL)
         fk_retain(snapshot)
         k.snapshot = snapshot
         k.entry = entry
@@ -864,15 +1038,14 @@ cdef class Kernel:
         cdef fk_layout layouts[FK_MAX_OPERANDS]
         cdef fk_dtypes dts
         cdef const fk_params *cparams = params_pointer(params)
+        cdef fk_cost_fn cost_fn = self.entry.cost
         cdef int i, d
         if len(operands) != self.key.ndtypes:
             raise OperandCountError(f"cost() takes {self.key.ndtypes} operands (inputs then outputs)")
         dts.n = self.key.ndtypes
         for i in range(self.key.ndtypes):
             dts.v[i] = self.key.dtypes[i]
-            shape = operands[i] if isinstance(operands[i], tuple) else np.shape(operands[i])
-            if len(shape) > FK_MAX_DIMS:
-                raise ShapeError(f"operand {i} has {len(shape)} dims; at most {FK_MAX_DIMS}")
+            shape = cost_shape(operands[i], i)
             memset(&layouts[i], 0, sizeof(fk_layout))
             layouts[i].ndim = len(shape)
             stride = 1
@@ -880,7 +1053,14 @@ cdef class Kernel:
                 layouts[i].shape[d] = shape[d]
                 layouts[i].strides[d] = stride
                 stride *= shape[d]
-        c = self.entry.cost(layouts, self.key.ndtypes, &dts, cparams)
+                if stride > INT64_LIMIT:
+                    raise ShapeError(f"operand {i} of shape {shape} has more than 2**63-1 elements")
+        if cost_fn == fk_unknown_cost:
+            # No claim: priced by the op family's default (what fill_unset_cost installs), never
+            # at 0 ns, which would win every route choice.  has_cost stays False so the picker
+            # can rank it after priced alternatives.
+            cost_fn = default_cost
+        c = cost_fn(layouts, self.key.ndtypes, &dts, cparams)
         return CostEstimate(c.flops, c.bytes_moved, c.overhead_ns)
 
     @property
@@ -897,11 +1077,32 @@ cdef class Kernel:
 
 
 cdef int _enable_kernel_vectorcall() except -1:
-    cdef Kernel probe = Kernel.__new__(Kernel)
+    cdef Kernel probe = Kernel.__new__(Kernel, _INTERNAL)
     return fk_enable_vectorcall(Kernel, <Py_ssize_t>(<char *>&probe.vectorcall - <char *><PyObject *>probe))
 
 
 _enable_kernel_vectorcall()
+
+
+INT64_LIMIT = 2 ** 63 - 1
+
+
+cdef tuple cost_shape(object operand, int index):
+    """A cost() operand (a shape tuple or an array-like) as a tuple of non-negative int64 extents."""
+    if isinstance(operand, tuple):
+        shape = operand
+    else:
+        try:
+            shape = operand_shape(operand, index)
+        except FuelKernelError:
+            shape = np.shape(operand)
+    if len(shape) > FK_MAX_DIMS:
+        raise ShapeError(f"operand {index} has {len(shape)} dims; at most {FK_MAX_DIMS}")
+    extents = tuple([as_integer(e, f"operand {index} extent", ShapeError) for e in shape])
+    for e in extents:
+        if not 0 <= e <= INT64_LIMIT:
+            raise ShapeError(f"operand {index} extent {e} is out of range [0, 2**63)")
+    return extents
 
 
 # ---- snapshots -----------------------------------------------------------------------------------
@@ -909,9 +1110,12 @@ _enable_kernel_vectorcall()
 cdef class BindingTable:
     """An immutable snapshot of the binding table (fk.bindings()).  Thread-safe to read."""
 
-    def __cinit__(self):
+    def __cinit__(self, *args, **kwargs):
         self.snapshot = NULL
         self.kernel_cache = NULL
+        if len(args) != 1 or kwargs:
+            _refuse_construction(None, "BindingTable", "get the current snapshot from fk.bindings()")
+        _refuse_construction(args[0], "BindingTable", "get the current snapshot from fk.bindings()")
 
     def __dealloc__(self):
         cdef int64_t i
@@ -923,7 +1127,7 @@ cdef class BindingTable:
 
     @staticmethod
     cdef BindingTable acquire():
-        cdef BindingTable t = BindingTable.__new__(BindingTable)
+        cdef BindingTable t = BindingTable.__new__(BindingTable, _INTERNAL)
         t.snapshot = fk_acquire()
         t.n_cached = fk_snapshot_entry_count(t.snapshot)
         t.kernel_cache = <PyObject **>calloc(t.n_cached if t.n_cached else 1, sizeof(PyObject *))
@@ -961,11 +1165,12 @@ cdef class BindingTable:
         """The first Kernel at the key whose caps include `caps` (never a requires_broadcast one)."""
         cdef fk_key key
         cdef const fk_entry *entry
+        cdef uint32_t wanted = parse_caps(caps)
         parse_key(op, dtypes, backend, &key)
-        entry = fk_lookup_with_caps(self.snapshot, &key, int(caps))
+        entry = fk_lookup_with_caps(self.snapshot, &key, wanted)
         if entry == NULL:
             if fk_lookup(self.snapshot, &key).n_entries:
-                raise NoKernelError(f"no kernel with caps {KernelCaps(int(caps))!r} at {describe_key(&key)}")
+                raise NoKernelError(f"no kernel with caps {KernelCaps(wanted)!r} at {describe_key(&key)}")
             raise NoKernelError(miss_message(self.snapshot, &key))
         return self.kernel_for(entry, &key)
 
@@ -997,14 +1202,15 @@ cdef class BindingTable:
         cdef fk_lookup_result found
         cdef int64_t k
         cdef int b = parse_backend(backend)
+        cdef long fid = parse_fused_id(fused_id, UnknownOpError)
         candidates = []
         for k in range(fk_snapshot_key_count(self.snapshot)):
             found = fk_snapshot_key_at(self.snapshot, k, &key)
-            if key.kind == FK_KEY_RUNTIME_FUSED and key.id == fused_id and key.backend == b:
+            if key.kind == FK_KEY_RUNTIME_FUSED and key.id == fid and key.backend == b:
                 for i in range(found.n_entries):
                     candidates.append((key_dtypes(&key), self.kernel_for(&found.entries[i], &key)))
         if not candidates:
-            return NotFound(int(fused_id), b)
+            return NotFound(fid, b)
         if len(candidates) == 1:
             return Unique(*candidates[0])
         return Ambiguous(tuple(candidates))
@@ -1104,8 +1310,46 @@ cdef str miss_message(const fk_snapshot *snapshot, const fk_key *key):
         lines.append("  same dtypes on other backends: " + ", ".join(
             backend_name(b) for b in other_backend[:4]))
     if not same_backend and not other_backend:
-        lines.append("  no kernel for this op is registered on any backend")
+        counts = registered_input_counts(snapshot, key)
+        if counts:
+            lines.append(f"  {key_name(key)} is registered with {describe_counts(counts)}, "
+                         f"not {key.ndtypes - N_OUTPUTS}")
+        else:
+            lines.append("  no kernel for this op is registered on any backend")
     return "\n".join(lines)
+
+
+cdef list registered_input_counts(const fk_snapshot *snapshot, const fk_key *key):
+    """The input counts this op is registered with on any backend, other than the key's own."""
+    cdef fk_key other
+    cdef int64_t k
+    counts = set()
+    if snapshot == NULL:
+        return []
+    for k in range(fk_snapshot_key_count(snapshot)):
+        fk_snapshot_key_at(snapshot, k, &other)
+        if other.kind == key.kind and other.id == key.id and other.ndtypes != key.ndtypes:
+            counts.add(other.ndtypes - N_OUTPUTS)
+    return sorted(counts)
+
+
+cdef str describe_counts(list counts):
+    words = [str(c) for c in counts]
+    text = words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
+    return text + (" input" if counts == [1] else " inputs")
+
+
+cdef str key_name(const fk_key *key):
+    return OpKind(key.id).short_name if key.kind == FK_KEY_STATIC else f"fused#{key.id}"
+
+
+cdef str arity_message(const fk_snapshot *snapshot, const fk_key *key, Py_ssize_t n_in):
+    """An OperandCountError message for a call with n_in inputs to an op that takes others."""
+    counts = registered_input_counts(snapshot, key) if snapshot != NULL else []
+    counts = [c for c in counts if c != n_in]
+    if counts:
+        return f"{key_name(key)} takes {describe_counts(counts)}, got {n_in}"
+    return f"{key_name(key)} does not take {n_in} input{'s' if n_in != 1 else ''}"
 
 
 cdef str describe_key_dict_from(object op, object dtypes, object backend):
@@ -1125,7 +1369,8 @@ def call_kernel_capsule(capsule, dtypes, inputs, outputs, params=None):
     entry.cost = fk_unknown_cost
     parse_dtypes(dtypes, &codes)
     key = fk_key_make(FK_KEY_RUNTIME_FUSED, 0, &codes, FK_BACKEND_CPU)
-    return run_entry(NULL, &entry, &key, tuple(inputs), tuple(outputs), params, True)
+    return run_entry(NULL, &entry, &key, operand_tuple(inputs, "inputs"),
+                     operand_tuple(outputs, "outputs"), params, True)
 
 
 def bindings():
@@ -1169,7 +1414,7 @@ cdef class Transaction:
             if not 0 < len(encoded) < FK_SOURCE_LEN:
                 raise RegistrationError(f"source tag must be 1 to {FK_SOURCE_LEN - 1} bytes, not {source!r}")
             strncpy(entry.source, encoded, FK_SOURCE_LEN - 1)
-            entry.revision = revision if revision is not None else hash((source, describe_key(&key))) & 0xFFFFFFFFFFFFFFFF
+            entry.revision = stable_revision(encoded, &key, revision)
         except FuelKernelError:
             fk_txn_poison(self.txn)      # "on any error nothing is published"
             raise
@@ -1194,28 +1439,49 @@ cdef class Transaction:
             raise_status(fk_error_status())
 
     def drop_runtime_fused(self, fused_id, backend=0):
+        cdef long fid
+        cdef int b
         self._check_open()
-        if not 0 < int(fused_id) <= 0xFFFFFFFF:
+        try:
+            fid = parse_fused_id(fused_id, RegistrationError)
+            b = parse_backend(backend)
+        except BaseException:
             fk_txn_poison(self.txn)
-            raise RegistrationError(f"runtime fused ids are in [1, 2**32), not {fused_id}")
-        if fk_txn_drop_runtime_fused(self.txn, int(fused_id), parse_backend(backend)) != FK_OK:
+            raise
+        if fk_txn_drop_runtime_fused(self.txn, fid, b) != FK_OK:
             raise_status(fk_error_status())
 
     def fill_unset_cost(self, backend=0, cost=None):
         """At commit, give every entry of `backend` without a cost claim the cost function `cost`
         (a 'fuel_kernel.cost' capsule; default: the op-family default estimate)."""
+        cdef fk_cost_fn fn
+        cdef int b
         self._check_open()
-        cdef fk_cost_fn fn = cost_from_capsule(cost if cost is not None else DEFAULT_COST)
-        if fk_txn_edit_entries(self.txn, parse_backend(backend), fill_cost_editor, <void *>fn) != FK_OK:
+        try:
+            fn = cost_from_capsule(cost if cost is not None else DEFAULT_COST)
+            b = parse_backend(backend)
+        except BaseException:
+            fk_txn_poison(self.txn)
+            raise
+        if fk_txn_edit_entries(self.txn, b, fill_cost_editor, <void *>fn) != FK_OK:
             raise_status(fk_error_status())
 
     def fill_unset_precision(self, backend, precision):
         """At commit, give every entry of `backend` without a precision claim `precision`."""
+        cdef PrecisionHolder holder = PrecisionHolder()
+        cdef int b
         self._check_open()
-        holder = PrecisionHolder()
-        precision_fill(precision, &holder.c)
+        try:
+            precision_fill(precision, &holder.c)
+            b = parse_backend(backend)
+        except FuelKernelError:
+            fk_txn_poison(self.txn)
+            raise
+        except (TypeError, ValueError, OverflowError) as exc:
+            fk_txn_poison(self.txn)
+            raise RegistrationError(f"invalid fill_unset_precision claim: {exc}") from None
         self.precision_fills.append(holder)          # lives until the transaction ends
-        if fk_txn_edit_entries(self.txn, parse_backend(backend), fill_precision_editor, &holder.c) != FK_OK:
+        if fk_txn_edit_entries(self.txn, b, fill_precision_editor, &holder.c) != FK_OK:
             raise_status(fk_error_status())
 
     def __len__(self):
@@ -1300,10 +1566,19 @@ cdef uint64_t dispatch_generation = <uint64_t>-1
 dispatch_lock = threading.Lock()
 
 
-cdef int operand_dtype(object obj) except -2:
+cdef int operand_dtype(object obj, int index, bint is_output) except -2:
+    """The fk_dtype of a dispatch operand: an array's own, else that of its NumPy view."""
+    cdef int code
+    cdef cnp.ndarray arr
     if cnp.PyArray_Check(obj):
-        return array_dtype(<cnp.ndarray>obj)
-    return -1
+        arr = <cnp.ndarray>obj
+    else:
+        arr = coerce_operand(obj, index, is_output)
+    code = array_dtype(arr)
+    if code < 0 or not cnp.PyArray_ISNOTSWAPPED(arr):
+        raise DTypeError(f"{'output' if is_output else 'input'} {index} has dtype {arr.dtype}, "
+                         f"which fuel_kernel does not support")
+    return code
 
 
 def dispatch(op, inputs, outputs=None, params=None, backend=0):
@@ -1325,21 +1600,11 @@ def dispatch(op, inputs, outputs=None, params=None, backend=0):
         raise OperandCountError(f"dispatch takes 1 to {FK_MAX_OPERANDS - N_OUTPUTS} inputs, got {n_in}")
     dts.n = n_in + N_OUTPUTS
     for i in range(n_in):
-        code = operand_dtype(inputs[i])
-        if code < 0:
-            code = int(DType.parse(np.asarray(coerce_operand(inputs[i], i, False)).dtype))
-        dts.v[i] = code
+        dts.v[i] = operand_dtype(inputs[i], i, False)
     if outputs is not None:
         if len(outputs) != N_OUTPUTS:
             raise OperandCountError(f"dispatch writes {N_OUTPUTS} output, got {len(outputs)}")
-        code = operand_dtype(outputs[0])
-        if code < 0:
-            code = int(DType.parse(np.asarray(coerce_operand(outputs[0], 0, True)).dtype))
-        dts.v[n_in] = code
-    else:
-        from fuel_kernel import ops
-        dts.v[n_in] = int(ops.infer_output_dtype(OpKind.parse(op), [DType(dts.v[i]) for i in range(n_in)], params))
-    parse_key(op, [dts.v[i] for i in range(dts.n)], backend, &key)
+        dts.v[n_in] = operand_dtype(outputs[0], 0, True)
     if fk_published_generation() != dispatch_generation:
         with dispatch_lock:
             if fk_published_generation() != dispatch_generation:
@@ -1350,6 +1615,14 @@ def dispatch(op, inputs, outputs=None, params=None, backend=0):
     snapshot = dispatch_snapshot
     fk_retain(snapshot)                   # a concurrent re-acquire must not free it under us
     try:
+        if outputs is None:
+            from fuel_kernel import ops
+            dts.v[n_in] = 0
+            parse_key(op, [dts.v[i] for i in range(dts.n)], backend, &key)   # an op the table can key
+            code = int(infer_output(key_op(&key), "dtype", ops.infer_output_dtype,
+                                    [DType(dts.v[i]) for i in range(n_in)], params, snapshot, &key))
+            dts.v[n_in] = code
+        parse_key(op, [dts.v[i] for i in range(dts.n)], backend, &key)
         entry = fk_lookup_with_caps(snapshot, &key, 0)
         if entry == NULL:
             raise NoKernelError(miss_message(snapshot, &key))

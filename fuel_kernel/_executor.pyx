@@ -10,13 +10,13 @@ is reported with the step's node.  The program holds the snapshot its entries li
 cimport cython
 cimport numpy as cnp
 from libc.stdint cimport int32_t, int64_t
-from libc.stdlib cimport free, realloc
+from libc.stdlib cimport calloc, free, realloc
 from libc.string cimport memset
 
 from fuel_kernel.abi cimport *
 from fuel_kernel._dispatch cimport BindingTable, Kernel, OpParams
 
-from fuel_kernel.errors import STATUS_ERRORS, FuelKernelError
+from fuel_kernel.errors import STATUS_ERRORS, FuelKernelError, OperandTypeError, ParamsError, ShapeError
 
 cnp.import_array()
 fk_import_api()
@@ -91,6 +91,7 @@ cdef class PlanProgram:
     cdef fk_plan_operand *operands
     cdef fk_layout *layouts
     cdef fk_params *params
+    cdef int64_t *base_bytes                     # per base: the bytes its steps address
     cdef int n_steps
     cdef int64_t n_operands, n_params
     cdef int64_t step_capacity, operand_capacity, layout_capacity, params_capacity
@@ -98,7 +99,13 @@ cdef class PlanProgram:
     cdef BindingTable table
     cdef list node_names
 
-    def __cinit__(self, BindingTable table, int n_bases):
+    def __cinit__(self, BindingTable table not None, int n_bases):
+        self.base_bytes = NULL
+        if n_bases < 0:
+            raise ValueError(f"n_bases must be non-negative, not {n_bases}")
+        self.base_bytes = <int64_t *>calloc(n_bases if n_bases else 1, sizeof(int64_t))
+        if self.base_bytes == NULL:
+            raise MemoryError()
         self.steps = NULL
         self.operands = NULL
         self.layouts = NULL
@@ -115,11 +122,12 @@ cdef class PlanProgram:
         free(self.operands)
         free(self.layouts)
         free(self.params)
+        free(self.base_bytes)
 
     def __len__(self):
         return self.n_steps
 
-    def add_step(self, Kernel kernel, int node_id, str node_name, list operands, object params):
+    def add_step(self, Kernel kernel not None, int node_id, str node_name, list operands, object params):
         """operands: (base_index, byte_offset, nbytes, dtype, shape, strides, offset) per operand,
         inputs then the output."""
         cdef fk_plan_step *step
@@ -133,6 +141,8 @@ cdef class PlanProgram:
                 raise ValueError(f"{len(shape)} dims exceed the limit of {FK_MAX_DIMS}")
         if not 1 <= n <= FK_MAX_OPERANDS:
             raise ValueError(f"{n} operands; a step takes 1 to {FK_MAX_OPERANDS}")
+        if params is not None and not isinstance(params, OpParams):
+            raise ParamsError(f"params must come from fuel_kernel.params, not {type(params).__name__}")
         self.steps = <fk_plan_step *>grow(self.steps, &self.step_capacity, self.n_steps + 1, sizeof(fk_plan_step))
         self.operands = <fk_plan_operand *>grow(self.operands, &self.operand_capacity, self.n_operands + n,
                                                 sizeof(fk_plan_operand))
@@ -154,6 +164,10 @@ cdef class PlanProgram:
             memset(layout, 0, sizeof(fk_layout))
             op.base_index = base
             op.byte_offset = byte_offset
+            if byte_offset < 0 or nbytes < 0:
+                raise ValueError(f"operand {i} has a negative byte offset or size")
+            if byte_offset + nbytes > self.base_bytes[base]:
+                self.base_bytes[base] = byte_offset + nbytes
             op.storage.nbytes = nbytes
             op.storage.backend = kernel.key.backend
             op.storage.dtype = dtype
@@ -182,6 +196,12 @@ cdef class PlanProgram:
             keep = bytearray(self.n_bases * sizeof(char *))
             ptrs = <char **><char *>keep
         for i in range(self.n_bases):
+            # checked, never a blind <ndarray> cast: anything else would be read as an array
+            if not cnp.PyArray_Check(bases[i]):
+                raise OperandTypeError(f"base buffer {i} is a {type(bases[i]).__name__}, not a NumPy array")
+            if cnp.PyArray_NBYTES(<cnp.ndarray>bases[i]) < self.base_bytes[i]:
+                raise ShapeError(f"base buffer {i} holds {cnp.PyArray_NBYTES(<cnp.ndarray>bases[i])} "
+                                 f"bytes; the plan addresses {self.base_bytes[i]}")
             ptrs[i] = cnp.PyArray_BYTES(<cnp.ndarray>bases[i])
         with nogil:
             status = run_steps(self.steps, self.n_steps, self.operands, self.layouts, self.params, ptrs,

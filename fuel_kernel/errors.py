@@ -18,6 +18,16 @@ class UnknownOpError(NoKernelError, ValueError):
     """The op is not an OpKind, an op name or code, or a BindingKey (also a ValueError)."""
 
 
+class KeyRangeError(UnknownOpError, OverflowError):
+    """An op id or key kind that does not fit the key (a static op past the last OpKind, a runtime
+    fused id outside [1, 2**32), a kind other than static / runtime fused).  Refused instead of
+    truncated, which would resolve to some other op.  Also a ValueError and an OverflowError."""
+
+
+class ArgumentError(FuelKernelError, ValueError):
+    """An argument of a table call is of the wrong kind or out of range (caps, a cost shape)."""
+
+
 class DTypeError(FuelKernelError, TypeError):
     """An operand's dtype does not match the kernel's key, or is not supported at all."""
 

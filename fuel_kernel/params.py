@@ -1,7 +1,9 @@
 """Constructors for OpParams, the typed extras an op needs beyond its operands.
 
 Each function builds one family of the C tagged union fk_params (abi.h); arguments are validated
-here, so a kernel never sees a nonsensical value from Python.
+(in _dispatch._build_params), so a kernel never sees a nonsensical value from Python: anything that
+is not a number of the right kind, does not fit its C field, or is a non-integral value for an
+integer field (a stride of 1.5) is a ParamsError, never truncated.
 """
 from ._dispatch import OpParams, _make_params
 from .records import MatmulM
@@ -30,24 +32,24 @@ def conv2d(stride=1, padding=0, dilation=1, groups=1):
 
 
 def slice(start, stop, step=None):
-    step = (1,) * len(tuple(start)) if step is None else step
+    """step defaults to 1 on every dim."""
     return _make_params("slice", start=start, stop=stop, step=step)
 
 
 def affine(mul, add):
-    return _make_params("affine", mul=float(mul), add=float(add))
+    return _make_params("affine", mul=mul, add=add)
 
 
 def clamp(min, max):
-    return _make_params("clamp", min=float(min), max=float(max))
+    return _make_params("clamp", min=min, max=max)
 
 
 def powi(exp):
-    return _make_params("powi", exp=int(exp))
+    return _make_params("powi", exp=exp)
 
 
 def concat(axis):
-    return _make_params("concat", axis=int(axis))
+    return _make_params("concat", axis=axis)
 
 
 def softmax_last_dim():
@@ -55,23 +57,23 @@ def softmax_last_dim():
 
 
 def norm_last_dim(eps=1e-5):
-    return _make_params("norm_last_dim", eps=float(eps))
+    return _make_params("norm_last_dim", eps=eps)
 
 
 def index_select(axis):
-    return _make_params("index_select", axis=int(axis))
+    return _make_params("index_select", axis=axis)
 
 
 def gather(axis):
-    return _make_params("gather", axis=int(axis))
+    return _make_params("gather", axis=axis)
 
 
 def scatter(axis):
-    return _make_params("scatter", axis=int(axis))
+    return _make_params("scatter", axis=axis)
 
 
 def cumsum(axis, exclusive=False, reverse=False):
-    return _make_params("cumsum", axis=int(axis), exclusive=exclusive, reverse=reverse)
+    return _make_params("cumsum", axis=axis, exclusive=exclusive, reverse=reverse)
 
 
 def flip(dims):
@@ -83,15 +85,15 @@ def roll(shifts, dims):
 
 
 def triangular(diagonal=0):
-    return _make_params("triangular", diagonal=int(diagonal))
+    return _make_params("triangular", diagonal=diagonal)
 
 
 def pad(before, after, mode="constant", value=0.0):
-    return _make_params("pad", before=before, after=after, mode=mode, value=float(value))
+    return _make_params("pad", before=before, after=after, mode=mode, value=value)
 
 
 def masked_fill(value):
-    return _make_params("masked_fill", value=float(value))
+    return _make_params("masked_fill", value=value)
 
 
 def rope(interleaved=False):
@@ -99,10 +101,10 @@ def rope(interleaved=False):
 
 
 def flash_attn(scale, causal=False, softcap=0.0, window_left=-1, window_right=-1):
-    return _make_params("flash_attn", scale=float(scale), causal=causal, softcap=float(softcap),
-                        window_left=int(window_left), window_right=int(window_right))
+    return _make_params("flash_attn", scale=scale, causal=causal, softcap=softcap,
+                        window_left=window_left, window_right=window_right)
 
 
 def paged_attn(scale, block_size, softcap=0.0, window_left=-1):
-    return _make_params("paged_attn", scale=float(scale), block_size=int(block_size),
-                        softcap=float(softcap), window_left=int(window_left))
+    return _make_params("paged_attn", scale=scale, block_size=block_size,
+                        softcap=softcap, window_left=window_left)

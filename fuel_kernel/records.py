@@ -3,14 +3,35 @@
 BindingKey, PrecisionGuarantee, CostEstimate, CoverageBinding, MatmulM and the three
 RuntimeFusedLookup outcomes.  They are plain data; the C structs they mirror live in abi.h.
 """
+import math
+import operator
 from dataclasses import dataclass
 from typing import NamedTuple, Optional
 
-from .errors import ParamsError
+from .errors import KeyRangeError, ParamsError, UnknownOpError
 from .types import Backend, DType, OpKind
 
 KEY_STATIC = 0
 KEY_RUNTIME_FUSED = 1
+FUSED_ID_LIMIT = 2 ** 32            # fk_key.id is a uint32_t; runtime fused ids are [1, 2**32)
+
+
+def as_integer(value, what, error=ParamsError):
+    """`value` as a Python int: an int, anything with __index__, or an integral float.  A
+    non-integral number (1.5) is refused rather than truncated; so is anything else."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        pass
+    if isinstance(value, float) or type(value).__name__.startswith("float"):
+        try:
+            f = float(value)
+        except (TypeError, ValueError):
+            f = math.nan
+        if math.isfinite(f) and f.is_integer():
+            return int(f)
+        raise error(f"{what} must be an integer, not {value!r}")
+    raise error(f"{what} must be an integer, not {type(value).__name__} {value!r}")
 
 
 @dataclass(frozen=True)
@@ -19,16 +40,30 @@ class BindingKey:
     kind: int
     id: int
 
+    def __post_init__(self):
+        # The C key holds the kind in 16 bits and the id in 32: validate here, so an out-of-range
+        # value is refused instead of truncated into some other op's key.
+        kind = as_integer(self.kind, "a BindingKey kind", UnknownOpError)
+        op_id = as_integer(self.id, "a BindingKey id", UnknownOpError)
+        if kind == KEY_STATIC:
+            if not 0 <= op_id < len(OpKind):
+                raise KeyRangeError(f"static op id {op_id} is out of range [0, {len(OpKind)})")
+        elif kind == KEY_RUNTIME_FUSED:
+            if not 0 < op_id < FUSED_ID_LIMIT:
+                raise KeyRangeError(f"runtime fused op ids are in [1, 2**32), not {op_id}")
+        else:
+            raise KeyRangeError(f"BindingKey kind is {KEY_STATIC} (static) or {KEY_RUNTIME_FUSED} "
+                                f"(runtime fused), not {kind}")
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "id", op_id)
+
     @classmethod
     def static(cls, op):
         return cls(KEY_STATIC, int(OpKind.parse(op)))
 
     @classmethod
     def runtime_fused(cls, fused_id):
-        fused_id = int(fused_id)
-        if fused_id <= 0:
-            raise ValueError(f"runtime fused op ids are positive, not {fused_id}")
-        return cls(KEY_RUNTIME_FUSED, fused_id)
+        return cls(KEY_RUNTIME_FUSED, as_integer(fused_id, "a runtime fused op id", UnknownOpError))
 
     @property
     def is_static(self):
@@ -96,7 +131,7 @@ class MatmulM:
 
     @classmethod
     def rows(cls, n):
-        n = int(n)
+        n = as_integer(n, "MatmulM.rows count")
         if n < 0:
             raise ParamsError(f"MatmulM.rows needs a non-negative count, not {n}")
         return cls(cls.ROWS_KIND, n)
@@ -104,7 +139,7 @@ class MatmulM:
     @classmethod
     def deferred(cls, operand):
         """The row count is read at run time from scalar input operand number `operand`."""
-        operand = int(operand)
+        operand = as_integer(operand, "MatmulM.deferred operand")
         if operand < 0:
             raise ParamsError(f"MatmulM.deferred needs an operand index, not {operand}")
         return cls(cls.DEFERRED_KIND, operand)

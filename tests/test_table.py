@@ -123,7 +123,8 @@ def test_fill_unset_cost_and_precision():
         tx.register(fk.OpKind.CAST, [F64, F64], backend, capsule(F64, F64),
                     precision=fk.PrecisionGuarantee(False, 7))
     k = fk.bindings().lookup(fk.OpKind.CAST, [F32, F64], backend)
-    assert not k.has_cost and k.cost((4,), (4,)) == fk.CostEstimate(0, 0, 0)
+    # no claim yet: priced by the family default (never 0 ns), and still reported as unpriced
+    assert not k.has_cost and k.cost((4,), (4,)) == fk.CostEstimate(4, 4 * 4 + 4 * 8, 50.0)
     claim = fk.PrecisionGuarantee(True, 0, notes="filled")
     with fk.edit_bindings() as tx:
         tx.fill_unset_cost(backend)
