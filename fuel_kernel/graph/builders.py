@@ -1,0 +1,261 @@
+"""The Graph builder: leaves, one method per op, views, and compile() into a Plan."""
+from typing import List
+
+import numpy as np
+
+from .. import _dispatch, ops
+from ..errors import (BackendError, DTypeError, KernelIndexError, NoKernelError, OperandCountError,
+                      OperandTypeError, ParamsError, ShapeError)
+from ..records import BindingKey
+from ..types import Backend, DType, OpKind
+from .fused import fused_op
+from .planner import _Planner
+from .values import Buffer, Node, Value, _check_size, _contiguous_strides, _int_sequence
+
+
+# ---- argument checks: every refusal is a FuelKernelError ---------------------------------------
+def _check_params(params, op):
+    if params is not None and not isinstance(params, _dispatch.OpParams):
+        raise ParamsError(f"params for {op.short_name if isinstance(op, OpKind) else op} must come from "
+                          f"fuel_kernel.params, not {type(params).__name__}")
+    return params
+
+
+def _backend_id(backend):
+    """A backend id from a Backend, an int in [0, 255] or a backend name."""
+    if isinstance(backend, str):
+        return int(_dispatch.backend_from_name(backend))     # BackendError for an unknown name
+    if isinstance(backend, bool) or not isinstance(backend, (int, np.integer)):
+        raise BackendError(f"backend must be a Backend, an int or a name, not {type(backend).__name__}")
+    if not 0 <= int(backend) <= int(Backend.EXTENSION_LAST):
+        raise BackendError(f"backend id {int(backend)} is out of range [0, {int(Backend.EXTENSION_LAST)}]")
+    return int(backend)
+
+
+def _native(array):
+    """`array` with native byte order (a copy when it is byte-swapped)."""
+    if not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="))
+    return array
+
+
+# ---- the graph ---------------------------------------------------------------------------------------
+class Graph:
+    """A tensor program under construction.  Nodes are checked against the binding table as they
+    are built; compile() turns the graph into a Plan."""
+
+    def __init__(self, target_backend=Backend.CPU):
+        self.target_backend = _backend_id(target_backend)
+        self.buffers: List[Buffer] = []
+        self.inputs: List[Buffer] = []
+        self.nodes: List[Node] = []
+
+    # ---- leaves
+    def input(self, shape, dtype, name=None):
+        buffer = self._buffer("input", shape, DType.parse(dtype), name=name or f"input{len(self.inputs)}")
+        self.inputs.append(buffer)
+        return Value(self, buffer, buffer.shape, _contiguous_strides(buffer.shape), 0, buffer.dtype)
+
+    def constant(self, array, dtype=None):
+        """A constant operand: the graph keeps its own C-contiguous, aligned, native-byte-order
+        copy, so later changes to `array` do not reach the plan; a 0-d array stays 0-d."""
+        target = DType.parse(dtype).numpy if dtype is not None else None
+        try:
+            array = np.array(array, dtype=target, copy=True, order="C")
+        except ValueError as exc:              # a ragged nesting, or a value the dtype cannot parse
+            raise ShapeError(f"graph constant cannot be made a rectangular array: {exc}") from None
+        except (TypeError, OverflowError) as exc:
+            raise DTypeError(f"graph constant cannot be converted to an array: {exc}") from None
+        array = _native(array)
+        code = DType.parse(array.dtype)
+        if not (array.flags.c_contiguous and array.flags.aligned):
+            array = np.array(array, order="C", copy=True)
+        array.flags.writeable = False          # the plan's private copy
+        buffer = self._buffer("const", array.shape, code, array=array)
+        return Value(self, buffer, array.shape, _contiguous_strides(array.shape), 0, code)
+
+    def _buffer(self, kind, shape, dtype, array=None, name=""):
+        shape = _check_size(_int_sequence(shape, "shape"), DType(dtype).itemsize)
+        buffer = Buffer(len(self.buffers), kind, shape, dtype, array, name)
+        self.buffers.append(buffer)
+        return buffer
+
+    def _own(self, value):
+        if not isinstance(value, Value):
+            raise OperandTypeError(f"graph operands are Values built by this graph, not {type(value).__name__}")
+        if value.graph is not self:
+            raise OperandTypeError("a Value from another graph")
+        return value
+
+    # ---- ops
+    def op(self, op, *inputs, params=None, out_dtype=None, backend=None):
+        """Add a node running `op` (an OpKind or a name) on `inputs`; returns its output Value."""
+        op = OpKind.parse(op)
+        inputs = [self._own(v) for v in inputs]
+        _check_params(params, op)
+        schema = ops.schema(op)
+        if schema.n_inputs is not None and len(inputs) != schema.n_inputs:
+            raise OperandCountError(f"{op.short_name} takes {schema.n_inputs} inputs, got {len(inputs)}")
+        if params is None and schema.make_params is not None:
+            params = schema.make_params([v.shape for v in inputs])
+        shape = ops.infer_output_shape(op, [v.shape for v in inputs], params)
+        if out_dtype is None:
+            out_dtype = ops.infer_output_dtype(op, [v.dtype for v in inputs], params)
+        dtypes = tuple(v.dtype for v in inputs) + (DType.parse(out_dtype),)
+        return self._add_node(op, inputs, params, dtypes, shape, backend)
+
+    def _add_node(self, key, inputs, params, dtypes, shape, backend):
+        backend = self.target_backend if backend is None else _backend_id(backend)
+        table = _dispatch.bindings()
+        if not table.supports(key, dtypes, backend):
+            table.lookup(key, dtypes, backend)          # raises NoKernelError with the nearest keys
+        node = Node(len(self.nodes), key, list(inputs), params, dtypes, backend)
+        buffer = self._buffer("node", shape, dtypes[-1])
+        node.output = Value(self, buffer, shape, _contiguous_strides(shape), 0, dtypes[-1], producer=node)
+        self.nodes.append(node)
+        return node.output
+
+    def cast(self, x, dtype, backend=None):
+        return self.op(OpKind.CAST, x, out_dtype=DType.parse(dtype), backend=backend)
+
+    def fused(self, fused_id, *inputs, backend=None):
+        """A node calling runtime fused op `fused_id` directly."""
+        fused = fused_op(fused_id)
+        if fused is None:
+            raise NoKernelError(f"no runtime fused op with id {fused_id}")
+        inputs = [self._own(v) for v in inputs]
+        if len(inputs) != fused.n_inputs:
+            raise OperandCountError(f"fused op {fused.name} takes {fused.n_inputs} inputs")
+        shape = ops.broadcast_shape([v.shape for v in inputs])
+        dtypes = tuple(v.dtype for v in inputs)
+        candidates = [d for d, _ in fused.kernels if d[:-1] == dtypes]
+        if not candidates:
+            raise NoKernelError(f"fused op {fused.name} has no kernel for inputs {[d.short_name for d in dtypes]}")
+        return self._add_node(BindingKey.runtime_fused(fused.id), inputs, None, candidates[0], shape, backend)
+
+    def __getattr__(self, name):
+        """g.add(x, y), g.relu(x), g.matmul(a, b), ...: a builder for every op with a schema."""
+        upper = name.upper()
+        if upper in OpKind.__members__ and OpKind[upper] in ops.SCHEMAS:
+            op = OpKind[upper]
+
+            def build(*inputs, params=None, out_dtype=None, backend=None):
+                return self.op(op, *inputs, params=params, out_dtype=out_dtype, backend=backend)
+            build.__name__ = name
+            build.__doc__ = f"Add a {name} node."
+            return build
+        raise AttributeError(f"Graph has no op builder {name!r}")
+
+    # ---- views (metadata only)
+    def transpose(self, x, axes=None):
+        """A permuted view.  `axes` is a permutation of range(ndim); a negative axis counts from
+        the end ([-ndim, ndim)).  Out-of-range or repeated axes are a ShapeError, never wrapped."""
+        x = self._own(x)
+        if axes is None:
+            axes = tuple(reversed(range(x.ndim)))
+        else:
+            given = _int_sequence(axes, "transpose axes")
+            if len(given) != x.ndim:
+                raise ShapeError(f"transpose axes {given} do not list {x.ndim} dims")
+            for a in given:
+                if not -x.ndim <= a < x.ndim:
+                    raise ShapeError(f"transpose axis {a} is out of range for {x.ndim} dims")
+            axes = tuple(a + x.ndim if a < 0 else a for a in given)
+            if len(set(axes)) != x.ndim:
+                raise ShapeError(f"transpose axes {given} repeat an axis; they must be a permutation "
+                                 f"of {x.ndim} dims")
+        return Value(self, x.buffer, [x.shape[a] for a in axes], [x.strides[a] for a in axes], x.offset,
+                     x.dtype, x.producer)
+
+    def broadcast_to(self, x, shape):
+        x = self._own(x)
+        shape = _check_size(_int_sequence(shape, "broadcast shape"), x.dtype.itemsize, "broadcast shape")
+        lead = len(shape) - x.ndim
+        if lead < 0:
+            raise ShapeError(f"cannot broadcast {x.shape} to fewer dims {shape}")
+        strides = [0] * lead
+        for extent, (own, stride) in zip(shape[lead:], zip(x.shape, x.strides)):
+            if own == extent:
+                strides.append(stride)
+            elif own == 1:
+                strides.append(0)
+            else:
+                raise ShapeError(f"cannot broadcast {x.shape} to {shape}")
+        return Value(self, x.buffer, shape, strides, x.offset, x.dtype, x.producer)
+
+    def slice_view(self, x, index):
+        """x[index] for ints and slices (NumPy basic indexing without ... or None).  An integer out
+        of range is a KernelIndexError (an IndexError); a bad index type or a zero step is a
+        ShapeError."""
+        x = self._own(x)
+        if not isinstance(index, tuple):
+            index = (index,)
+        if len(index) > x.ndim:
+            raise KernelIndexError(f"{len(index)} indices for {x.ndim} dims")
+        shape, strides, offset = [], [], x.offset
+        for axis, extent in enumerate(x.shape):
+            item = index[axis] if axis < len(index) else slice(None)
+            if isinstance(item, slice):
+                try:
+                    start, stop, step = item.indices(extent)
+                except TypeError:
+                    raise ShapeError(f"slice {item} on axis {axis}: bounds and step must be integers "
+                                     f"or None") from None
+                except ValueError as exc:
+                    raise ShapeError(f"slice {item} on axis {axis}: {exc}") from None
+                count = len(range(start, stop, step))
+                offset += start * x.strides[axis] if count else 0
+                shape.append(count)
+                strides.append(x.strides[axis] * step)
+            elif isinstance(item, (int, np.integer)) and not isinstance(item, (bool, np.bool_)):
+                i = int(item) + (extent if item < 0 else 0)
+                if not 0 <= i < extent:
+                    raise KernelIndexError(f"index {item} out of range for axis {axis} of extent {extent}")
+                offset += i * x.strides[axis]
+            else:
+                raise ShapeError(f"graph slicing takes ints and slices, not {type(item).__name__}")
+        return Value(self, x.buffer, shape, strides, offset, x.dtype, x.producer)
+
+    def reshape(self, x, shape):
+        """A view when x is contiguous; otherwise a CONTIGUIZE node, then a view of its result.
+        One extent may be -1 (inferred); any other negative extent is a ShapeError."""
+        x = self._own(x)
+        given = _int_sequence(shape, "reshape shape")
+        size = int(np.prod(x.shape, dtype=object))
+        if any(s < -1 for s in given) or given.count(-1) > 1:
+            raise ShapeError(f"cannot reshape {x.shape} to {given}: only one extent may be -1 and "
+                             f"no other may be negative")
+        shape = list(given)
+        if -1 in shape:
+            known = 1
+            for s in shape:
+                if s != -1:
+                    known *= s
+            if known == 0 or size % known:
+                raise ShapeError(f"cannot reshape {x.shape} ({size} elements) to {given}")
+            shape[shape.index(-1)] = size // known
+        shape = _check_size(tuple(shape), x.dtype.itemsize, "reshape shape")
+        total = 1
+        for s in shape:
+            total *= s
+        if total != size:
+            raise ShapeError(f"cannot reshape {x.shape} ({size} elements) to {given}")
+        if not x.is_contiguous:
+            x = self.op(OpKind.CONTIGUIZE, x)
+        return Value(self, x.buffer, shape, _contiguous_strides(shape), x.offset, x.dtype, x.producer)
+
+    # ---- compile
+    def compile(self, outputs, *, fuse=True, measure=False, max_ulp=None):
+        """A Plan computing `outputs` (a Value or a list of Values) from the graph's inputs."""
+        single = isinstance(outputs, Value)
+        if single:
+            outputs = [self._own(outputs)]
+        else:
+            try:
+                outputs = list(outputs)
+            except TypeError:
+                raise OperandTypeError(f"compile() takes a Value or a list of Values, not "
+                                       f"{type(outputs).__name__}") from None
+            outputs = [self._own(v) for v in outputs]
+        return _Planner(self, outputs, fuse=fuse, measure=measure, max_ulp=max_ulp).build(single)
+
