@@ -9,7 +9,7 @@ from .. import _dispatch
 from ..errors import RegistrationError, UnknownOpError
 from ..records import BindingKey, PrecisionGuarantee
 from ..types import Backend, DType, KernelCaps
-from .values import Value
+from .values import Value, _as_tuple
 
 
 # ---- runtime fused ops -------------------------------------------------------------------------------
@@ -69,12 +69,7 @@ def register_runtime_fused(name, decomposition, kernel, dtypes, backend=Backend.
     decomposition on generated inputs, within `precision` (default: exact); only then is it
     registered under BindingKey.runtime_fused(id).  Structurally identical decompositions share
     one id.  Returns the FusedOpId (an int)."""
-    if isinstance(dtypes, (str, bytes)):
-        raise RegistrationError(f"dtypes is a sequence of dtypes (inputs, then the output), not {dtypes!r}")
-    try:
-        dtypes = tuple(dtypes)
-    except TypeError:
-        raise RegistrationError(f"dtypes is a sequence of dtypes, not {type(dtypes).__name__}") from None
+    dtypes = _as_tuple(dtypes, "dtypes", RegistrationError, of="dtypes (inputs, then the output)")
     dtypes = tuple(DType.parse(d) for d in dtypes)
     if len(dtypes) < 2:
         raise RegistrationError(f"a fused key needs at least one input dtype and the output's, got {len(dtypes)}")

@@ -23,17 +23,22 @@ def _extent(value, what):
         raise ShapeError(f"{what} must be an integer, not {type(value).__name__} {value!r}") from None
 
 
+def _as_tuple(values, what, error=ShapeError, of="integers"):
+    """`values` as a tuple; a str, bytes or anything not iterable is an `error`."""
+    message = f"{what} must be a sequence of {of}, not {type(values).__name__}"
+    if isinstance(values, (str, bytes)):
+        raise error(f"{message} {values!r}")
+    try:
+        return tuple(values)
+    except TypeError:
+        raise error(message) from None
+
+
 def _int_sequence(values, what):
     """A tuple of ints from an int or an iterable of ints (as NumPy accepts shape=5)."""
     if isinstance(values, (int, np.integer)) and not isinstance(values, bool):
         values = (values,)
-    if isinstance(values, (str, bytes)):
-        raise ShapeError(f"{what} must be a sequence of integers, not {type(values).__name__}")
-    try:
-        items = tuple(values)
-    except TypeError:
-        raise ShapeError(f"{what} must be a sequence of integers, not {type(values).__name__}") from None
-    return tuple(_extent(v, f"{what} entry {i}") for i, v in enumerate(items))
+    return tuple(_extent(v, f"{what} entry {i}") for i, v in enumerate(_as_tuple(values, what)))
 
 
 def _check_size(shape, itemsize=1, what="shape"):
