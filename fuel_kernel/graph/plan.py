@@ -1,0 +1,153 @@
+"""Plan: a compiled graph; its arena layout, its C program, run() and explain()."""
+import threading
+
+import numpy as np
+
+from .._executor import PlanProgram
+from ..errors import DTypeError, OperandCountError, OperandTypeError, ShapeError
+
+ARENA_ALIGNMENT = 64
+
+
+# ---- plans -------------------------------------------------------------------------------------------
+class Plan:
+    """A compiled graph.  run(inputs) -> outputs; explain() says which kernel each node got."""
+
+    def __init__(self, graph, steps, outputs, table, fusion_notes, single):
+        self.graph = graph
+        self._steps = steps
+        self._single = single
+        self._table = table                       # keeps the snapshot of every chosen entry alive
+        self._fusion_notes = fusion_notes
+        self.input_buffers = list(graph.inputs)
+        self.output_values = outputs
+        self._local = threading.local()
+        self._assign_memory()
+        self._emit()
+
+    # -- memory
+    def _assign_memory(self):
+        """Lifetime intervals of intermediate buffers, packed greedily by size (largest first) into
+        the lowest offset that does not overlap a live neighbour."""
+        output_buffers = {v.buffer.id for v in self.output_values}
+        first, last = {}, {}
+        for index, step in enumerate(self._steps):
+            for v in step.inputs:
+                last[v.buffer.id] = index
+            b = step.output.buffer
+            first.setdefault(b.id, index)
+            last[b.id] = max(last.get(b.id, index), index)
+        intermediates = [self.graph.buffers[b] for b in first if b not in output_buffers]
+        placed = []                                   # (offset, size, first, last)
+        self.arena_offsets = {}
+        for buffer in sorted(intermediates, key=lambda b: (-b.nbytes, first[b.id])):
+            size = -(-max(buffer.nbytes, 1) // ARENA_ALIGNMENT) * ARENA_ALIGNMENT
+            lo, hi = first[buffer.id], last[buffer.id]
+            clashes = sorted((o, s) for o, s, f, l in placed if not (l < lo or hi < f))
+            offset = 0
+            for o, s in clashes:
+                if offset + size <= o:
+                    break
+                offset = max(offset, o + s)
+            placed.append((offset, size, lo, hi))
+            self.arena_offsets[buffer.id] = offset
+        self.peak_bytes = max((o + s for o, s, _, _ in placed), default=0)
+        live = [0] * max(len(self._steps), 1)
+        for o, s, f, l in placed:
+            for i in range(f, l + 1):
+                live[i] += s
+        self.min_live_bytes = max(live)
+
+    # -- steps
+    def _emit(self):
+        n_inputs = len(self.input_buffers)
+        self._constants = [b for b in self.graph.buffers if b.kind == "const"]
+        base_of = {b.id: i for i, b in enumerate(self.input_buffers)}
+        base_of.update({b.id: n_inputs + i for i, b in enumerate(self._constants)})
+        self._arena_base = n_inputs + len(self._constants)
+        self._output_base = self._arena_base + 1
+        for i, v in enumerate(self.output_values):
+            base_of[v.buffer.id] = self._output_base + i
+        self._program = PlanProgram(self._table, self._output_base + len(self.output_values))
+
+        def operand(value):
+            b = value.buffer
+            if b.id in base_of:
+                base, byte_offset = base_of[b.id], 0
+            else:
+                base, byte_offset = self._arena_base, self.arena_offsets[b.id]
+            return (base, byte_offset, b.nbytes, int(value.dtype), value.shape, value.strides, value.offset)
+
+        for step in self._steps:
+            self._program.add_step(step.kernel, step.node_id, step.name,
+                                   [operand(v) for v in step.inputs] + [operand(step.output)], step.params)
+
+    # -- running
+    def run(self, inputs):
+        """Run on `inputs` (arrays in the order the graph's inputs were declared); returns the list
+        of outputs (fresh arrays), or the single output when compile() was given one Value."""
+        try:
+            inputs = list(inputs)
+        except TypeError:
+            raise OperandTypeError(f"Plan.run takes a list of arrays, not {type(inputs).__name__}") from None
+        if len(inputs) != len(self.input_buffers):
+            raise OperandCountError(f"the plan takes {len(self.input_buffers)} inputs, got {len(inputs)}")
+        bases = [self._input_base(i, array, buffer)
+                 for i, (array, buffer) in enumerate(zip(inputs, self.input_buffers))]
+        bases.extend(b.array for b in self._constants)
+        arena = getattr(self._local, "arena", None)
+        if arena is None:
+            arena = np.empty(self.peak_bytes + ARENA_ALIGNMENT, dtype=np.uint8)
+            shift = (-arena.ctypes.data) % ARENA_ALIGNMENT
+            arena = arena[shift:shift + self.peak_bytes] if self.peak_bytes else arena[:1]
+            self._local.arena = arena
+        bases.append(arena)
+        outputs = [np.empty(v.shape, dtype=v.dtype.numpy) for v in self.output_values]
+        bases.extend(outputs)
+        self._program.run(bases)
+        return outputs[0] if self._single else outputs
+
+    def __call__(self, *inputs):
+        return self.run(inputs)
+
+    @staticmethod
+    def _input_base(i, array, buffer):
+        """Plan input i as the base array the executor reads: C-contiguous, aligned for its dtype
+        and in native byte order.  Anything else is copied first (kernels assume aligned, native
+        loads); a byte-swapped array of the right dtype is converted, not refused."""
+        if not isinstance(array, np.ndarray):
+            try:
+                array = np.from_dlpack(array) if hasattr(array, "__dlpack__") else np.asarray(memoryview(array))
+            except (TypeError, ValueError, BufferError, RuntimeError) as exc:
+                raise OperandTypeError(f"plan input {i} ({buffer.name}) is a {type(array).__name__} "
+                                       f"that is not a usable array: {exc}") from None
+        expected = buffer.dtype.numpy
+        if array.dtype != expected and not array.dtype.isnative \
+                and array.dtype.newbyteorder("=") == expected:
+            array = array.astype(expected)
+        if array.dtype != expected:
+            raise DTypeError(f"plan input {i} ({buffer.name}) has dtype {array.dtype}, expected "
+                             f"{buffer.dtype.short_name}")
+        if array.shape != buffer.shape:
+            raise ShapeError(f"plan input {i} ({buffer.name}) has shape {array.shape}, expected {buffer.shape}")
+        if type(array) is not np.ndarray:
+            array = np.asarray(array)                 # a subclass: its plain ndarray view
+        if not (array.flags.c_contiguous and array.flags.aligned):
+            array = np.array(array, dtype=expected, order="C", copy=True)
+        return array
+
+    @property
+    def n_steps(self):
+        return len(self._steps)
+
+    def explain(self):
+        """Each step's candidates, their estimates and verdicts, and the winner; fusion decisions."""
+        lines = list(self._fusion_notes)
+        for index, step in enumerate(self._steps):
+            dtypes = ", ".join(d.short_name for d in step.kernel.dtypes)
+            lines.append(f"step {index}: node {step.node_id} {step.name}({dtypes}) -> {step.kernel.source}")
+            for v in step.explain:
+                est = f"{v.estimate_ns:10.0f} ns" if v.estimate_ns is not None else " " * 13
+                lines.append(f"    {v.source:10} {est}  {v.verdict}")
+        lines.append(f"arena: {self.peak_bytes} bytes peak (minimal live set {self.min_live_bytes} bytes)")
+        return "\n".join(lines)

@@ -1,0 +1,156 @@
+"""Values and nodes: the symbolic tensors (views into buffers) and op nodes a Graph is made of."""
+import operator
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
+
+import numpy as np
+
+from ..errors import ShapeError
+from ..types import DType, OpKind
+
+MAX_DIMS = 8
+MAX_BYTES = 2 ** 63 - 1          # element counts and byte sizes must fit int64 (the C layouts)
+
+
+# ---- shape checks: every refusal is a ShapeError -------------------------------------------------
+def _extent(value, what):
+    """An integer argument (an extent, an axis, an index) as a Python int; never truncates 1.5."""
+    if isinstance(value, bool):
+        raise ShapeError(f"{what} must be an integer, not a bool")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ShapeError(f"{what} must be an integer, not {type(value).__name__} {value!r}") from None
+
+
+def _as_tuple(values, what, error=ShapeError, of="integers"):
+    """`values` as a tuple; a str, bytes or anything not iterable is an `error`."""
+    message = f"{what} must be a sequence of {of}, not {type(values).__name__}"
+    if isinstance(values, (str, bytes)):
+        raise error(f"{message} {values!r}")
+    try:
+        return tuple(values)
+    except TypeError:
+        raise error(message) from None
+
+
+def _int_sequence(values, what):
+    """A tuple of ints from an int or an iterable of ints (as NumPy accepts shape=5)."""
+    if isinstance(values, (int, np.integer)) and not isinstance(values, bool):
+        values = (values,)
+    return tuple(_extent(v, f"{what} entry {i}") for i, v in enumerate(_as_tuple(values, what)))
+
+
+def _check_size(shape, itemsize=1, what="shape"):
+    """Refuse a shape whose element count or byte size does not fit int64 (the C layouts)."""
+    if len(shape) > MAX_DIMS:
+        raise ShapeError(f"{what} {shape} has {len(shape)} dims; at most {MAX_DIMS} are supported")
+    if any(s < 0 for s in shape):
+        raise ShapeError(f"negative extent in {what} {shape}")
+    total = itemsize
+    for s in shape:
+        total *= s
+    if total > MAX_BYTES:
+        raise ShapeError(f"{what} {shape} is too large: {total} {'bytes' if itemsize > 1 else 'elements'} "
+                         f"exceed 2**63-1")
+    return shape
+
+
+# ---- values and nodes -----------------------------------------------------------------------------
+@dataclass
+class Buffer:
+    """A contiguous allocation: a caller input, a constant, or a node's result."""
+    id: int
+    kind: str                   # "input", "const", "node"
+    shape: tuple
+    dtype: DType
+    array: Optional[np.ndarray] = None      # constants only
+    name: str = ""
+
+    @property
+    def nbytes(self):
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+class Value:
+    """A symbolic tensor: a view (shape, strides and offset in elements) into one Buffer."""
+
+    def __init__(self, graph, buffer, shape, strides, offset, dtype, producer=None):
+        self.graph = graph
+        self.buffer = buffer
+        self.shape = tuple(int(s) for s in shape)
+        self.strides = tuple(int(s) for s in strides)
+        self.offset = int(offset)
+        self.dtype = DType(dtype)
+        self.producer = producer     # the Node whose result buffer this views, if any
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def is_contiguous(self):
+        return self.strides == _contiguous_strides(self.shape)
+
+    @property
+    def is_whole_buffer(self):
+        return self.offset == 0 and self.shape == self.buffer.shape and self.is_contiguous
+
+    @property
+    def has_broadcast(self):
+        return any(s == 0 and n > 1 for s, n in zip(self.strides, self.shape))
+
+    def __repr__(self):
+        return f"<Value {self.dtype.short_name}{list(self.shape)} of buffer {self.buffer.id}>"
+
+    # views
+    @property
+    def T(self):
+        return self.graph.transpose(self)
+
+    def __getitem__(self, index):
+        return self.graph.slice_view(self, index)
+
+    # arithmetic sugar for elementwise graphs
+    def __add__(self, other):
+        return self.graph.add(self, other)
+
+    def __sub__(self, other):
+        return self.graph.sub(self, other)
+
+    def __mul__(self, other):
+        return self.graph.mul(self, other)
+
+    def __truediv__(self, other):
+        return self.graph.div(self, other)
+
+    def __neg__(self):
+        return self.graph.neg(self)
+
+    def __matmul__(self, other):
+        return self.graph.matmul(self, other)
+
+
+def _contiguous_strides(shape):
+    strides, step = [], 1
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= max(int(extent), 1)
+    return tuple(reversed(strides))
+
+
+@dataclass
+class Node:
+    id: int
+    key: object                 # OpKind, or BindingKey for a runtime fused op
+    inputs: List[Value]
+    params: object
+    dtypes: Tuple[DType, ...]
+    backend: int
+    output: Value = None
+    name: str = ""
+
+    @property
+    def label(self):
+        return self.key.short_name if isinstance(self.key, OpKind) else self.key.name
+

@@ -1,0 +1,79 @@
+"""Graph's op builders: one explicit method per op schema, with a real signature and a docstring."""
+import inspect
+import pydoc
+
+import numpy as np
+import pytest
+
+import fuel_kernel as fk
+from fuel_kernel import ops
+from fuel_kernel import params as P
+from fuel_kernel.graph import Graph
+
+F32 = fk.DType.F32
+SCHEMA_OPS = sorted(ops.SCHEMAS, key=int)
+
+
+@pytest.mark.parametrize("op", SCHEMA_OPS, ids=lambda op: op.short_name)
+def test_every_schema_op_has_a_documented_builder_method(op):
+    method = Graph.__dict__.get(op.short_name)
+    assert inspect.isfunction(method), f"Graph has no {op.short_name}() method"
+    assert method.__doc__ and method.__doc__.strip(), f"Graph.{op.short_name} has no docstring"
+    keywords = set(inspect.signature(method).parameters)
+    family = ops.schema(op).params
+    wanted = set(inspect.signature(getattr(P, family)).parameters) | {"backend"}
+    if op is not fk.OpKind.CAST:                     # cast(x, dtype): its output dtype is the argument
+        wanted.add("params")
+    assert wanted <= keywords, f"{op.short_name} lacks keywords {wanted - keywords}"
+
+
+def test_help_lists_every_builder():
+    text = pydoc.render_doc(Graph, renderer=pydoc.plaintext)
+    for op in SCHEMA_OPS:
+        assert f"\n |  {op.short_name}(self, " in text, op.short_name
+
+
+def test_builders_are_not_made_on_the_fly():
+    assert "__getattr__" not in Graph.__dict__
+    with pytest.raises(AttributeError):
+        Graph().no_such_op
+
+
+def test_keywords_build_the_same_params_as_the_constructor(rng):
+    g = Graph()
+    x = g.input((4, 5), F32)
+    by_keywords = [g.sum(x, dims=(1,), keepdim=True), g.cumsum(x, axis=1, exclusive=True),
+                   g.concat(x, x, axis=0), g.clamp(x, min=-1, max=1), g.triu(x, diagonal=1)]
+    by_params = [g.sum(x, params=P.reduce((1,), True)), g.cumsum(x, params=P.cumsum(1, exclusive=True)),
+                 g.concat(x, x, params=P.concat(0)), g.clamp(x, params=P.clamp(-1, 1)),
+                 g.triu(x, params=P.triangular(1))]
+    a = rng.standard_normal((4, 5)).astype(np.float32)
+    results = g.compile(by_keywords + by_params).run([a])
+    for left, right in zip(results[:5], results[5:]):
+        np.testing.assert_array_equal(left, right)
+    np.testing.assert_array_equal(results[0], a.sum(1, keepdims=True, dtype=np.float64).astype(np.float32))
+
+
+def test_no_keywords_means_no_params_as_before():
+    g = Graph()
+    x = g.input((4, 5), F32)
+    assert g.sum(x).shape == ()                      # params none: reduce every dim
+    assert g.triu(x).producer.params is None
+
+
+def test_params_and_keywords_together_or_a_missing_keyword_are_params_errors():
+    g = Graph()
+    x = g.input((4, 5), F32)
+    with pytest.raises(fk.ParamsError):
+        g.sum(x, dims=(0,), params=P.reduce((0,)))
+    with pytest.raises(fk.ParamsError):
+        g.cumsum(x, exclusive=True)                  # params.cumsum needs axis
+
+
+def test_optional_inputs_and_variadic_concat():
+    g = Graph()
+    x, w, b = g.input((1, 2, 5, 5), F32), g.input((3, 2, 3, 3), F32), g.input((3,), F32)
+    assert len(g.conv2d(x, w).producer.inputs) == 2
+    assert len(g.conv2d(x, w, b, padding=1).producer.inputs) == 3
+    assert g.conv2d(x, w, b, padding=1).shape == (1, 3, 5, 5)
+    assert g.concat(b, b, b, axis=0).shape == (9,)
