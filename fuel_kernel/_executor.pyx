@@ -1,7 +1,7 @@
 # cython: language_level=3
 """The plan executor: precompiled steps run back to back in one nogil C loop.
 
-Graph.compile (fuel_kernel/graph.py) resolves every node to an fk_entry, fixes every operand's
+Graph.compile (fuel_kernel/graph/planner.py) resolves every node to an fk_entry, fixes every operand's
 layout and its place in a buffer (a caller input, a constant, the per-run arena or a caller
 output), and appends one fk_plan_step per kernel call here.  run() only patches base pointers into
 the prepared storages and calls each entry's kernel; the first failing status stops the loop and
