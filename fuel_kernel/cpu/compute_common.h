@@ -61,20 +61,6 @@ static inline int fk_layout_empty(const fk_layout *layout) {
     return 0;
 }
 
-/* A written operand must not overlap itself: stride 0 on an axis of extent > 1 would store several
- * results in one element.  FK_ERR_ALIAS, before anything is written. */
-static inline int fk_output_self_overlap_check(const fk_layout *out, const char *op) {
-    if (fk_layout_empty(out)) return FK_OK;
-    for (int d = 0; d < out->ndim; d++) {
-        if (out->strides[d] == 0 && out->shape[d] > 1) {
-            fk_set_error(FK_ERR_ALIAS, "%s output overlaps itself (stride 0 on axis %d of extent %lld)", op, d,
-                         (long long)out->shape[d]);
-            return FK_ERR_ALIAS;
-        }
-    }
-    return FK_OK;
-}
-
 /* A C caller may pass params = NULL; a kernel that reads params refuses it before dereferencing. */
 static inline int fk_params_present(const fk_params *params, const char *op, const char *takes) {
     if (params == NULL) {

@@ -80,7 +80,7 @@ static inline int fk_output_self_overlap_check(const fk_layout *out, const char 
         if (out->shape[d] == 0) return FK_OK;
     for (int d = 0; d < out->ndim; d++)
         if (out->strides[d] == 0 && out->shape[d] > 1) {
-            fk_set_error(FK_ERR_ALIAS, "%s overlaps itself (stride 0 on axis %d of extent %lld)", what, d,
+            fk_set_error(FK_ERR_ALIAS, "%s: the output overlaps itself (stride 0 on axis %d of extent %lld)", what, d,
                          (long long)out->shape[d]);
             return FK_ERR_ALIAS;
         }
