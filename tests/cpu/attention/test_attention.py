@@ -7,7 +7,7 @@ import pytest
 import fuel_kernel as fk
 from fuel_kernel import params as P
 from oracles import attention_reference, f64, paged_reference, rope_reference
-from tests.support import FLOAT_DTYPES, LAYOUTS, make_operand, np_dtype
+from support import FLOAT_DTYPES, LAYOUTS, make_operand, np_dtype
 
 D = fk.DType
 OP = fk.OpKind

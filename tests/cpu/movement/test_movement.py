@@ -4,7 +4,7 @@ import pytest
 
 import fuel_kernel as fk
 from fuel_kernel import params as P
-from tests.support import ALL_DTYPES, LAYOUTS, assert_same, make_operand, np_dtype
+from support import ALL_DTYPES, LAYOUTS, assert_same, make_operand, np_dtype
 
 D = fk.DType
 OP = fk.OpKind
