@@ -89,4 +89,4 @@ def test_every_compute_binding_states_precision_and_cost():
         if kernel.op in compute_ops and kernel.backend == CPU:
             assert kernel.precision is not None and kernel.precision.notes, kernel
             assert kernel.has_cost, kernel
-            assert kernel.source in ("native", "blas", "im2col", "direct"), kernel
+            assert kernel.source in SHIPPED_SOURCES, kernel
