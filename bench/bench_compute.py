@@ -1,4 +1,4 @@
-"""Compute kernels (issue 4) against NumPy and PyTorch, single-threaded: MATMUL, SUM, SOFTMAX, CONV2D.
+"""Compute kernels against NumPy and PyTorch, single-threaded: MATMUL, SUM, SOFTMAX, CONV2D.
 
 Every peer runs on one thread: torch.set_num_threads(1), and NumPy's/SciPy's BLAS through the
 OPENBLAS_NUM_THREADS=1 pin that `python -m bench` sets before they load (or threadpoolctl when

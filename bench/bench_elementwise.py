@@ -1,4 +1,4 @@
-"""Elementwise kernels (issue 3): the five targets, fuel_kernel against NumPy (+ml_dtypes) and PyTorch.
+"""Elementwise kernels: the five performance targets, fuel_kernel against NumPy (+ml_dtypes) and PyTorch.
 
 Every fuel_kernel contender is a pre-resolved Kernel writing into a preallocated output, as the
 NumPy contenders use out=.  PyTorch, when importable, runs single-threaded.

@@ -1,4 +1,4 @@
-"""Movement, indexing and attention kernels against their peers (issue 5 targets), single thread.
+"""Movement, indexing and attention kernels against their peers with their performance targets, single thread.
 
 FLASH_ATTN f32 [1, 8, 1024, 64] causal against torch's scaled_dot_product_attention on the CPU, and
 INDEX_SELECT / GATHER of 1M rows against numpy.take; every contender writes a preallocated output.

@@ -2,7 +2,7 @@
 
 Each case has two contenders doing the same total work, two large calls: one thread making both
 calls one after the other (the baseline), and two persistent threads making one call each at the
-same time.  The issue's target is a scaling of >= 1.7x on 2 cores, i.e. the two-thread contender
+same time.  The target is a scaling of >= 1.7x on 2 cores, i.e. the two-thread contender
 at <= 0.59x the baseline's time.  Memory-bound kernels (ADD, CAST f32->f64) share the memory
 bus between the two threads and scale less than compute-bound ones (EXP, TANH, SIGMOID, CAST to
 bf16).  A NumPy control case shows what two threads can get on the machine at that moment

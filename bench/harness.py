@@ -21,7 +21,7 @@ class Case:
     name: str
     contenders: Dict[str, Union[str, Callable[[], object]]]
     baseline: str
-    target: str = ""                     # what the issue asks for, e.g. "fuel_kernel <= 1.05x numpy"
+    target: str = ""                     # the performance goal, e.g. "fuel_kernel <= 1.05x numpy"
     skipped: Dict[str, str] = field(default_factory=dict)
     setup: Optional[Callable[[], None]] = None
     namespace: Dict[str, object] = field(default_factory=dict)   # globals for string contenders

@@ -53,7 +53,7 @@ def _add(op, n_inputs, params, infer_shape, infer_dtype, make_params=None):
 _add(OpKind.CAST, 1, "none", broadcast_shape, None)
 _add(OpKind.CONTIGUIZE, 1, "none", broadcast_shape, same_as_first)
 
-# Elementwise ops (issue 3): inputs broadcast together (NumPy rules).
+# Elementwise ops: inputs broadcast together (NumPy rules).
 for _op in (OpKind.NEG, OpKind.ABS, OpKind.SQR, OpKind.SQRT, OpKind.RSQRT, OpKind.RECIP, OpKind.EXP,
             OpKind.LOG, OpKind.SIN, OpKind.COS, OpKind.TANH, OpKind.SIGMOID, OpKind.RELU,
             OpKind.SILU, OpKind.GELU, OpKind.GELU_ERF, OpKind.ERF, OpKind.STEP, OpKind.FLOOR,
@@ -206,7 +206,7 @@ def infer_output_dtype(op, input_dtypes, params=None):
     return DType(s.infer_dtype([DType(d) for d in input_dtypes], params))
 
 
-# ---- compute ops (issue 4): reductions, matmul, softmax/norms, conv2d -------------------------
+# ---- compute ops: reductions, matmul, softmax/norms, conv2d -------------------------
 # The conventions these encode are documented in the kernel headers under fuel_kernel/cpu/.
 
 def _reduced_dims(ndim, params):

@@ -1,6 +1,6 @@
 """The frozen public C ABI: read abi.h and abi.pxd, measure the layout with the C compiler.
 
-tests/test_abi.py compares signature() with tests/data/abi_signature.json, so an accidental change
+tests/core/test_abi.py compares signature() with tests/data/abi_signature.json, so an accidental change
 to a struct, an enum value or the fk_api table fails CI.  After a deliberate change (and an
 FK_ABI_VERSION bump when it is not an append to an enum) regenerate the file with
 

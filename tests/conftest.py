@@ -1,5 +1,18 @@
+"""Shared fixtures, and one import name for the helper modules.
+
+Test files live in folders that mirror the package (core/, cpu/<family>/, graph/, properties/);
+the helper modules (support, oracles, fuzzing, abi_signature, extension_build) stay here at the
+top of tests/ and are imported by their plain names (`import oracles`, `from support import ...`)
+from every folder. Test folders have no __init__.py, so every test file's basename is unique."""
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
+
+TESTS = Path(__file__).resolve().parent
+if str(TESTS) not in sys.path:
+    sys.path.insert(0, str(TESTS))
 
 
 @pytest.fixture

@@ -174,41 +174,48 @@ def unary(fn, int_ok=False):
     return oracle
 
 
-def _sigmoid(x):
-    return 1.0 / (1.0 + np.exp(-x))
+def sigmoid(x):
+    """1 / (1 + exp(-x)) through exp(-|x|), which never overflows."""
+    t = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1.0, t) / (1.0 + t)
 
 
-def _erf(x):
-    try:
-        from scipy.special import erf
-        return erf(x).astype(x.dtype)
-    except ImportError:
-        return np.vectorize(math.erf, otypes=[x.dtype])(x)
+def erf(x):
+    """math.erf elementwise (within an ulp of the float64 erf), in x's dtype."""
+    return np.vectorize(math.erf, otypes=[np.asarray(x).dtype])(x)
+
+
+def erfc(x):
+    """math.erfc elementwise, in x's dtype: 1 - erf(x) without the cancellation for large x."""
+    return np.vectorize(math.erfc, otypes=[np.asarray(x).dtype])(x)
 
 
 def _at_infinity(fn):
-    """x * (something -> 0) is NaN at -Inf in floating point; the function's limit there is 0."""
+    """x * (something -> 0) is NaN at -Inf in floating point; the function's limit there is -0."""
     def wrapped(x):
         with np.errstate(all="ignore"):
             y = fn(x)
-        return np.where(np.isneginf(x), np.zeros_like(y), np.where(np.isposinf(x), x, y))
+        return np.where(np.isneginf(x), -np.zeros_like(y), np.where(np.isposinf(x), x, y))
     return wrapped
 
 
 @_at_infinity
 def _gelu_tanh(x):
+    """x * (1 + tanh(c (x + 0.044715 x^3))) / 2, written as x * sigmoid(2 c (...)): no cancellation
+    for large negative x."""
     c = np.asarray(math.sqrt(2.0 / math.pi), dtype=x.dtype)
-    return 0.5 * x * (1 + np.tanh(c * (x + np.asarray(0.044715, x.dtype) * x * x * x)))
+    return x * sigmoid(2 * c * (x + np.asarray(0.044715, x.dtype) * x * x * x))
 
 
 @_at_infinity
 def _gelu_erf(x):
-    return 0.5 * x * (1 + _erf(x / np.asarray(math.sqrt(2.0), x.dtype)))
+    """x * (1 + erf(x / sqrt 2)) / 2, written with erfc(-x / sqrt 2)."""
+    return 0.5 * x * erfc(-x / np.asarray(math.sqrt(2.0), x.dtype))
 
 
 @_at_infinity
 def _silu(x):
-    return x * _sigmoid(x)
+    return x * sigmoid(x)
 
 
 EXACT_UNARY = {
@@ -221,8 +228,8 @@ INT_UNARY = {fk.OpKind.NEG, fk.OpKind.ABS, fk.OpKind.SQR, fk.OpKind.SIGN, fk.OpK
 TRANSCENDENTAL_UNARY = {
     fk.OpKind.RSQRT: lambda x: 1 / np.sqrt(x), fk.OpKind.EXP: np.exp, fk.OpKind.LOG: np.log,
     fk.OpKind.SIN: np.sin, fk.OpKind.COS: np.cos, fk.OpKind.TANH: np.tanh,
-    fk.OpKind.SIGMOID: _sigmoid, fk.OpKind.SILU: _silu,
-    fk.OpKind.GELU: _gelu_tanh, fk.OpKind.GELU_ERF: _gelu_erf, fk.OpKind.ERF: _erf,
+    fk.OpKind.SIGMOID: sigmoid, fk.OpKind.SILU: _silu,
+    fk.OpKind.GELU: _gelu_tanh, fk.OpKind.GELU_ERF: _gelu_erf, fk.OpKind.ERF: erf,
 }
 
 for _op, _fn in EXACT_UNARY.items():
@@ -408,6 +415,42 @@ for _op in (fk.OpKind.MAX, fk.OpKind.MIN, fk.OpKind.ARGMAX, fk.OpKind.ARGMIN):
 
 
 # ---- matmul, softmax, norms -----------------------------------------------------------------------
+def matmul_reference(a, b):
+    """a @ b exactly for integers (in int64, wrapping as the kernels do) and in float64 for floats."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype.kind in "iub":
+        return np.matmul(a.astype(np.int64), b.astype(np.int64))
+    return np.matmul(a.astype(np.float64), b.astype(np.float64))
+
+
+def softmax_last_dim(x, log=False):
+    """(log-)softmax over the last axis, computed in x's own dtype (float64 or long double)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        m = np.max(x, axis=-1, keepdims=True) if x.shape[-1] else x[..., :0]
+        e = np.exp(x - m)
+        s = np.sum(e, axis=-1, keepdims=True)
+        return (x - m) - np.log(s) if log else e / s
+
+
+def rms_norm(x, eps, w=None, b=None):
+    """x / sqrt(mean(x^2) + eps) over the last axis, then * w (+ b), in x's own dtype."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        y = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+        if w is not None:
+            y = y * w
+        return y if b is None else y + b
+
+
+def layer_norm(x, eps, w=None, b=None):
+    """(x - mean) / sqrt(var + eps) over the last axis, then * w + b, in x's own dtype."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.mean(x, axis=-1, keepdims=True)
+        y = (x - mean) / np.sqrt(np.mean((x - mean) ** 2, axis=-1, keepdims=True) + eps)
+        if w is not None:
+            y = y * w
+        return y if b is None else y + b
+
+
 @register([fk.OpKind.MATMUL], kind="accumulate", strict=False)
 def _matmul(inputs, params, out_dtype, out_shape):
     if len(inputs) != 2:
@@ -427,10 +470,7 @@ def _matmul(inputs, params, out_dtype, out_shape):
                 raise Skip("deferred")
             if mc.kind == fk.MatmulM.ROWS_KIND:
                 rows = mc.value
-    if a.dtype.kind in "iub":
-        r = np.matmul(a.astype(np.int64), b.astype(np.int64))
-    else:
-        r = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    r = matmul_reference(a, b)
     if r.shape != tuple(out_shape):
         try:                              # a batch broadcast that only the output spells out
             r = np.broadcast_to(r, out_shape).copy()
@@ -456,17 +496,14 @@ def _softmax(x, extra, params):
     if extra:
         raise Skip("extra operands")
     need_params(params, "none", "softmax_last_dim")
-    m = np.max(x, axis=-1, keepdims=True)
-    e = np.exp(x - m)
-    return e / np.sum(e, axis=-1, keepdims=True)
+    return softmax_last_dim(x)
 
 
 def _log_softmax(x, extra, params):
     if extra:
         raise Skip("extra operands")
     need_params(params, "none", "softmax_last_dim")
-    m = np.max(x, axis=-1, keepdims=True)
-    return x - m - np.log(np.sum(np.exp(x - m), axis=-1, keepdims=True))
+    return softmax_last_dim(x, log=True)
 
 
 def _norm_eps(params):
@@ -474,24 +511,16 @@ def _norm_eps(params):
     return params.fields()["eps"]
 
 
-def _affine_tail(y, extra):
-    if len(extra) >= 1:
-        y = y * up(extra[0]).astype(np.float64)
-    if len(extra) >= 2:
-        y = y + up(extra[1]).astype(np.float64)
-    return y
+def _f64_operands(extra):
+    return [up(v).astype(np.float64) for v in extra]
 
 
 def _rms_norm(x, extra, params):
-    eps = _norm_eps(params)
-    return _affine_tail(x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps), extra)
+    return rms_norm(x, _norm_eps(params), *_f64_operands(extra[:2]))
 
 
 def _layer_norm(x, extra, params):
-    eps = _norm_eps(params)
-    mu = np.mean(x, axis=-1, keepdims=True)
-    var = np.mean((x - mu) ** 2, axis=-1, keepdims=True)
-    return _affine_tail((x - mu) / np.sqrt(var + eps), extra)
+    return layer_norm(x, _norm_eps(params), *_f64_operands(extra[:2]))
 
 
 ORACLES[fk.OpKind.SOFTMAX_LAST_DIM] = Oracle(last_dim(_softmax), "accumulate", strict=False)

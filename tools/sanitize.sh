@@ -4,12 +4,12 @@
 # sanitizer report or test failure.
 #
 #   tools/sanitize.sh                      # whole suite
-#   tools/sanitize.sh tests/test_fuzz.py   # a subset (any pytest arguments)
+#   tools/sanitize.sh tests/properties/test_fuzz.py   # a subset (any pytest arguments)
 #   FK_SANITIZE_DIR=/tmp/x FK_SANITIZE_REUSE=1 tools/sanitize.sh ...   # reuse an existing build
 #
 # CPython itself is not instrumented, so the gcc ASan/UBSan runtimes are LD_PRELOADed into the
 # interpreter.  Leak detection is off: CPython keeps interned objects and arenas alive until exit
-# by design, and the table's own C allocations are checked exactly by tests/test_leaks.py through
+# by design, and the table's own C allocations are checked exactly by tests/core/test_leaks.py through
 # allocated_bytes() and tracemalloc instead.  Reports go to per-process log files (subprocesses
 # such as the coverage CLI tests inherit the environment), and any log file fails the run.
 set -euo pipefail

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import fuel_kernel as fk
+import oracles
 from support import FLOAT_DTYPES, LAYOUTS, make_operand
 
 OPS = (fk.OpKind.SOFTMAX_LAST_DIM, fk.OpKind.LOG_SOFTMAX_LAST_DIM, fk.OpKind.RMS_NORM,
@@ -18,26 +19,20 @@ EPS = 1e-5
 
 def reference(op, x, w=None, b=None, eps=EPS):
     """(expected, scale) in long double: |err| must be <= max_rel * scale + max_abs (the scale each
-    claim's notes name)."""
+    claim's notes name). The references are oracles.py's, run in long double."""
     x = np.asarray(x).astype(np.longdouble)
     if op in (fk.OpKind.SOFTMAX_LAST_DIM, fk.OpKind.LOG_SOFTMAX_LAST_DIM):
-        with np.errstate(invalid="ignore", over="ignore"):
-            m = np.max(x, axis=-1, keepdims=True) if x.shape[-1] else x[..., :0]
-            e = np.exp(x - m)
-            s = np.sum(e, axis=-1, keepdims=True)
-            y = (x - m) - np.log(s) if op == fk.OpKind.LOG_SOFTMAX_LAST_DIM else e / s
+        y = oracles.softmax_last_dim(x, log=op == fk.OpKind.LOG_SOFTMAX_LAST_DIM)
         return y, np.abs(y)
     w = np.asarray(w).astype(np.longdouble)
+    if op == fk.OpKind.RMS_NORM:
+        y = oracles.rms_norm(x, eps, w)
+        return y, np.abs(y)
+    b = np.asarray(b).astype(np.longdouble)
     with np.errstate(invalid="ignore", divide="ignore"):
-        if op == fk.OpKind.RMS_NORM:
-            xhat = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
-            y = xhat * w
-            return y, np.abs(y)
-        b = np.asarray(b).astype(np.longdouble)
         mean = np.mean(x, axis=-1, keepdims=True)
         rstd = 1 / np.sqrt(np.mean((x - mean) ** 2, axis=-1, keepdims=True) + eps)
-        xhat = (x - mean) * rstd
-        return xhat * w + b, np.abs(w) * (np.abs(x) + np.abs(mean)) * rstd + np.abs(b)
+    return oracles.layer_norm(x, eps, w, b), np.abs(w) * (np.abs(x) + np.abs(mean)) * rstd + np.abs(b)
 
 
 def check(got, expected, scale, claim, where):

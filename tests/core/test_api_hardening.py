@@ -15,7 +15,7 @@ from fuel_kernel import _dispatch
 F32, F64 = fk.DType.F32, fk.DType.F64
 CPU = fk.Backend.CPU
 KEY3 = [F32, F32, F32]
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the repository
 
 
 def run_isolated(code):

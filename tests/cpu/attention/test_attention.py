@@ -7,7 +7,7 @@ import pytest
 import fuel_kernel as fk
 from fuel_kernel import params as P
 from oracles import attention_reference, f64, paged_reference, rope_reference
-from tests.support import FLOAT_DTYPES, LAYOUTS, make_operand, np_dtype
+from support import FLOAT_DTYPES, LAYOUTS, make_operand, np_dtype
 
 D = fk.DType
 OP = fk.OpKind
@@ -203,7 +203,7 @@ def test_paged_attn_shape_and_params_errors(rng):
         k(q, k_cache, v_cache, block_table, lens, out=out, params=P.paged_attn(1.0, 5))
 
 
-# the (op, dtypes) keys the tests above exercise; tests/test_issue5_coverage.py checks the table
+# the (op, dtypes) keys the tests above exercise; tests/test_spec.py checks the table
 COVERED = (
     {(op, (d,) * 4) for op in (OP.ROPE, OP.FLASH_ATTN) for d in FLOAT_DTYPES}
     | {(OP.PAGED_ATTN, (d, d, d, D.I32, D.I32, D.F32, d)) for d in FLOAT_DTYPES}

@@ -18,7 +18,7 @@ import pytest
 import fuel_kernel as fk
 
 N_BATCHES = 6
-TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # tests/: the helper modules
 
 # The child: calls every kernel of its batch of keys and prints one JSON line per problem, plus a
 # "start" line before every kernel and shape so a crash can be located from the last one printed.

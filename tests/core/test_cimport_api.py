@@ -18,7 +18,7 @@ from extension_build import build_inplace, import_from
 
 pytest.importorskip("Cython")
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "extension"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "extension"
 F32x3 = [fk.DType.F32] * 3
 
 

@@ -23,7 +23,7 @@ from test_kernel_layouts import KERNEL_FN, Layout, Storage
 D = fk.DType
 Op = fk.OpKind
 BIG = 2 ** 63 - 1
-TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # tests/: the helper modules
 
 
 def huge(shape, value=1, dtype=np.uint8):

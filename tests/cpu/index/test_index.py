@@ -6,7 +6,7 @@ import pytest
 import fuel_kernel as fk
 from fuel_kernel import params as P
 from oracles import add_at
-from tests.support import ALL_DTYPES, LAYOUTS, assert_same, make_operand, np_dtype
+from support import ALL_DTYPES, LAYOUTS, assert_same, make_operand, np_dtype
 
 D = fk.DType
 OP = fk.OpKind
@@ -183,7 +183,7 @@ def test_shape_dtype_and_count_errors(rng):
         k(x, np.zeros(5, np.int64), out=x, params=P.index_select(0))
 
 
-# the (op, dtypes) keys the tests above exercise; tests/test_issue5_coverage.py checks the table
+# the (op, dtypes) keys the tests above exercise; tests/test_spec.py checks the table
 COVERED = (
     {(op, (d, i, d)) for op in (OP.INDEX_SELECT, OP.GATHER) for d in ALL_DTYPES for i in INDEX_DTYPES}
     | {(op, (d, i, d, d)) for op in (OP.SCATTER_ADD, OP.INDEX_ADD) for d in ALL_DTYPES for i in INDEX_DTYPES}

@@ -4,7 +4,7 @@ import pytest
 
 import fuel_kernel as fk
 from fuel_kernel import params as P
-from tests.support import ALL_DTYPES, LAYOUTS, assert_same, make_operand, np_dtype
+from support import ALL_DTYPES, LAYOUTS, assert_same, make_operand, np_dtype
 
 D = fk.DType
 OP = fk.OpKind
@@ -229,7 +229,7 @@ def test_empty_operands(rng):
     assert fk.dispatch(OP.CUMSUM, [x], params=P.cumsum(0)).shape == (0, 3)
 
 
-# the (op, dtypes) keys the tests above exercise; tests/test_issue5_coverage.py checks the table
+# the (op, dtypes) keys the tests above exercise; tests/test_spec.py checks the table
 COVERED = (
     {(op, (d, d)) for op in (OP.SLICE, OP.FLIP, OP.ROLL, OP.TRIU, OP.TRIL, OP.PAD) for d in ALL_DTYPES}
     | {(OP.MASKED_FILL, (d, D.BOOL, d)) for d in ALL_DTYPES}
