@@ -3,7 +3,9 @@
 Bindings are drawn from fk.bindings().coverage() at run time, so kernel families merged later are
 fuzzed without touching this file.  Each case is a valid call or one mutation of it (wrong dtype,
 operand count, read-only or aliased output, more than 8 dims, misalignment, a non-array operand,
-nonsense params, unrelated shapes).  Property (fuzzing.run_case): the call either matches the op's
+nonsense params, unrelated shapes) or an adversarial layout (non-native byte order, an output with
+stride 0 on a written axis, a huge stride-0 output of up to 2**63-1 elements with inputs grown to
+match: each must be a typed error with the output untouched).  Property (fuzzing.run_case): the call either matches the op's
 oracle (tests/oracles.py) or raises a FuelKernelError; it never crashes the process; on an
 exception the caller's output is byte-for-byte unchanged; on success nothing outside the output
 view and no input changed.
