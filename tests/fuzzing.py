@@ -781,6 +781,13 @@ def _adversarial(draw, mode, inputs, output, form):
             return "valid", inputs, output
         axis = draw(st.sampled_from(axes))
         extent = draw(st.sampled_from(HUGE_EXTENTS)) if mode == "huge_output" else output.view.shape[axis]
+        if mode == "huge_output":                # NumPy describes views of at most 2**63-1 bytes
+            for o in [output] + inputs:
+                v = o.view
+                if isinstance(v, np.ndarray) and v.ndim:
+                    rest = int(np.prod(v.shape, dtype=object)) // max(v.shape[min(axis, v.ndim - 1)], 1)
+                    extent = min(extent, (2 ** 63 - 1) // max(rest * v.itemsize, 1))
+            extent = max(extent, 2)
         out_extent = output.view.shape[axis]
         output = stride_zero(output, {axis: extent})
         if mode == "huge_output":                # inputs that match the output's axis grow with it

@@ -26,7 +26,7 @@ CHILD = textwrap.dedent(r'''
     import ctypes, json, os, sys
     import numpy as np
     import fuel_kernel as fk
-    from test_kernel_layouts import Storage, Layout, KERNEL_FN, MAX_DIMS
+    from capi import Storage, Layout, KERNEL_FN, MAX_DIMS
 
     batch, n_batches = int(sys.argv[1]), int(sys.argv[2])
     PARAMS_BYTES = 1024                  # more than sizeof(fk_params)

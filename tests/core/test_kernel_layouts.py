@@ -13,26 +13,11 @@ import pytest
 import fuel_kernel as fk
 from fuel_kernel.errors import STATUS_ERRORS
 
+from capi import MAX_DIMS, Layout, Storage, kernel_function, layout, storage_of
+
 D = fk.DType
-MAX_DIMS = 8
 STATUS = {cls: code for code, cls in STATUS_ERRORS.items()}
 OK, SHAPE, DTYPE = 0, STATUS[fk.ShapeError], STATUS[fk.DTypeError]
-
-
-class Storage(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("nbytes", ctypes.c_size_t), ("backend", ctypes.c_int32),
-                ("dtype", ctypes.c_int32), ("flags", ctypes.c_uint32), ("reserved", ctypes.c_uint32)]
-
-
-class Layout(ctypes.Structure):
-    _fields_ = [("ndim", ctypes.c_int32), ("reserved", ctypes.c_int32), ("offset", ctypes.c_int64),
-                ("shape", ctypes.c_int64 * MAX_DIMS), ("strides", ctypes.c_int64 * MAX_DIMS)]
-
-
-KERNEL_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(Storage), ctypes.c_int, ctypes.POINTER(Storage),
-                             ctypes.c_int, ctypes.POINTER(Layout), ctypes.c_void_p)
-ctypes.pythonapi.PyCapsule_GetPointer.restype = ctypes.c_void_p
-ctypes.pythonapi.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
 # (op, key dtypes, NumPy reference on float64 inputs); every input and the output are F32 except
 # WHERE's condition, which the case builds as BOOL
@@ -41,22 +26,6 @@ KERNELS = {
     "exp": (fk.OpKind.EXP, [D.F32] * 2, np.exp),
     "where": (fk.OpKind.WHERE, [D.BOOL, D.F32, D.F32, D.F32], lambda c, a, b: np.where(c, a, b)),
 }
-
-
-def kernel_function(op, dtypes):
-    capsule = fk.bindings().lookup(op, dtypes).capsule()
-    return KERNEL_FN(ctypes.pythonapi.PyCapsule_GetPointer(capsule, b"fuel_kernel.kernel"))
-
-
-def storage_of(buffer, dtype, nbytes=None):
-    return Storage(buffer.ctypes.data, buffer.nbytes if nbytes is None else nbytes, 0, int(dtype), 0, 0)
-
-
-def layout(shape, strides, offset=0):
-    result = Layout(len(shape), 0, offset)
-    for d, (n, s) in enumerate(zip(shape, strides)):
-        result.shape[d], result.strides[d] = n, s
-    return result
 
 
 class Call:

@@ -20,7 +20,7 @@ from fuel_kernel import params as P
 from fuel_kernel.errors import STATUS_ERRORS
 from oracles import attention_reference, f64, paged_reference
 from support import make_operand, np_dtype
-from test_kernel_layouts import KERNEL_FN, Layout, Storage, layout
+from capi import KERNEL_FN, Layout, Storage, layout
 
 D = fk.DType
 OP = fk.OpKind

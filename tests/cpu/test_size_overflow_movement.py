@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import fuel_kernel as fk
-from test_kernel_layouts import KERNEL_FN, Layout, Storage
+from capi import KERNEL_FN, Layout, Storage
 
 D = fk.DType
 Op = fk.OpKind
@@ -217,7 +217,8 @@ def test_conv2d_im2col_scratch_past_int64_is_a_shape_error_not_a_heap_overflow()
                         [big, big, ((1, 1, 1, 1), (1, 1, 1, 1))], source="im2col")
         print(status, out.tolist())
     ''')
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([TESTS_DIR, os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([TESTS_DIR, os.path.dirname(os.path.abspath(__file__)),
+                                                       os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr[-1500:]
     assert proc.stdout.split() == [str(SHAPE_STATUS), "[7.0]"]
