@@ -131,10 +131,10 @@ OPS = (
     _op(16, "GELU", 1, "none", "GELU, tanh approximation"),
     _op(17, "GELU_ERF", 1, "none", "GELU, exact (erf) form"),
     _op(18, "ERF", 1, "none", "the error function"),
-    _op(19, "STEP", 1, "none", "1 where x > 0, else 0"),
+    _op(19, "STEP", 1, "none", "1 where x > 0, else 0 (NaN kept)"),
     _op(20, "FLOOR", 1, "none", "round toward -inf"),
     _op(21, "CEIL", 1, "none", "round toward +inf"),
-    _op(22, "ROUND", 1, "none", "round to the nearest integer"),
+    _op(22, "ROUND", 1, "none", "round half to even (np.round)"),
     _op(23, "SIGN", 1, "none", "the sign of x: -1, 0 or 1"),
     # binary elementwise (inputs broadcast together)
     _op(24, "ADD", 2, "none", "a + b"),

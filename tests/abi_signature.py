@@ -49,11 +49,11 @@ def read_expanded(path):
 
     def paste(match):
         # a C include is relative to the include dir (above fuel_kernel/), a Cython one to the pxd
-        base = path.parent.parent if match.group(1) == "#include" else path.parent
+        base = path.parent.parent if match.group(1).startswith("#") else path.parent
         target = base / match.group(2)
         return read_expanded(target) if target.exists() else match.group(0)
 
-    return re.sub(r'^(#include|include) "([^"]+)"[ \t]*$', paste, path.read_text(), flags=re.M)
+    return re.sub(r'^(#\s*include|include) "([^"]+)"[ \t]*$', paste, path.read_text(), flags=re.M)
 
 
 def strip_comments(text):
