@@ -9,10 +9,19 @@ assumes the build machine's CPU.
 """
 import glob
 import os
+import sys
 
 import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
+
+# The ABI enums (abi_enums.h, abi_enums.pxi) are generated from fuel_kernel/spec.py before anything
+# is cythonized or compiled; they are build outputs, not checked in (tools/generate_abi.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "tools"))
+import generate_abi  # noqa: E402
+
+generate_abi.write()
+sys.path.pop(0)
 
 DEBUG = os.environ.get("FUEL_KERNEL_DEBUG", "") not in ("", "0")
 SANITIZE = os.environ.get("FUEL_KERNEL_SANITIZE", "").strip()

@@ -23,7 +23,8 @@ def load(pyx_name):
     digest = hashlib.sha1(fuel_kernel.__file__.encode())
     package = os.path.dirname(os.path.abspath(fuel_kernel.__file__))
     for path in (source, os.path.join(fuel_kernel.get_include(), "fuel_kernel", "abi.h"),
-                 os.path.join(package, "abi.pxd")):
+                 os.path.join(fuel_kernel.get_include(), "fuel_kernel", "abi_enums.h"),
+                 os.path.join(package, "abi.pxd"), os.path.join(package, "abi_enums.pxi")):
         with open(path, "rb") as handle:
             digest.update(handle.read())
     digest = digest.hexdigest()[:12]

@@ -9,6 +9,10 @@
 
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
+# fk_dtype, fk_op, fk_params_kind and fk_status: generated from fuel_kernel/spec.py at build time
+# by tools/generate_abi.py (its own `cdef extern from "fuel_kernel/abi.h"` block).
+include "abi_enums.pxi"
+
 cdef extern from "fuel_kernel/abi.h" nogil:
     enum:
         FK_ABI_VERSION
@@ -18,34 +22,9 @@ cdef extern from "fuel_kernel/abi.h" nogil:
         FK_NOTES_LEN
         FK_ERROR_LEN
 
-    ctypedef enum fk_dtype:
-        FK_BOOL, FK_U8, FK_I8, FK_I16, FK_I32, FK_I64, FK_U32, FK_F16, FK_BF16, FK_F32, FK_F64
-        FK_DTYPE_COUNT
-
-    ctypedef enum fk_op:
-        FK_OP_CAST, FK_OP_CONTIGUIZE
-        FK_OP_NEG, FK_OP_ABS, FK_OP_SQR, FK_OP_SQRT, FK_OP_RSQRT, FK_OP_RECIP, FK_OP_EXP, FK_OP_LOG
-        FK_OP_SIN, FK_OP_COS, FK_OP_TANH, FK_OP_SIGMOID, FK_OP_RELU, FK_OP_SILU, FK_OP_GELU
-        FK_OP_GELU_ERF, FK_OP_ERF, FK_OP_STEP, FK_OP_FLOOR, FK_OP_CEIL, FK_OP_ROUND, FK_OP_SIGN
-        FK_OP_ADD, FK_OP_SUB, FK_OP_MUL, FK_OP_DIV, FK_OP_MAXIMUM, FK_OP_MINIMUM, FK_OP_POW, FK_OP_REM
-        FK_OP_EQ, FK_OP_NE, FK_OP_LT, FK_OP_LE, FK_OP_GT, FK_OP_GE, FK_OP_WHERE
-        FK_OP_AFFINE, FK_OP_CLAMP, FK_OP_POWI
-        FK_OP_SUM, FK_OP_MAX, FK_OP_MIN, FK_OP_MEAN, FK_OP_PROD, FK_OP_ARGMAX, FK_OP_ARGMIN
-        FK_OP_MATMUL, FK_OP_CONV2D, FK_OP_SOFTMAX_LAST_DIM, FK_OP_LOG_SOFTMAX_LAST_DIM
-        FK_OP_RMS_NORM, FK_OP_LAYER_NORM
-        FK_OP_SLICE, FK_OP_CONCAT, FK_OP_INDEX_SELECT, FK_OP_GATHER, FK_OP_SCATTER_ADD
-        FK_OP_INDEX_ADD, FK_OP_FLIP, FK_OP_ROLL, FK_OP_CUMSUM, FK_OP_TRIU, FK_OP_TRIL, FK_OP_PAD
-        FK_OP_MASKED_FILL, FK_OP_ROPE, FK_OP_FLASH_ATTN, FK_OP_PAGED_ATTN
-        FK_OP_COUNT
-
     ctypedef enum fk_backend:
         FK_BACKEND_CPU, FK_BACKEND_CUDA, FK_BACKEND_VULKAN, FK_BACKEND_METAL
         FK_BACKEND_EXTENSION_FIRST, FK_BACKEND_EXTENSION_LAST
-
-    ctypedef enum fk_status:
-        FK_OK, FK_ERR_DTYPE, FK_ERR_SHAPE, FK_ERR_INDEX, FK_ERR_PARAMS, FK_ERR_ZERO_DIVISION
-        FK_ERR_BACKEND, FK_ERR_NO_MEMORY, FK_ERR_ALIAS, FK_ERR_READ_ONLY, FK_ERR_OPERANDS
-        FK_ERR_NO_KERNEL, FK_ERR_INVALID, FK_ERR_INTERNAL
 
     ctypedef struct fk_dtypes:
         uint8_t n
@@ -68,14 +47,6 @@ cdef extern from "fuel_kernel/abi.h" nogil:
         int64_t offset
         int64_t shape[8]
         int64_t strides[8]
-
-    ctypedef enum fk_params_kind:
-        FK_PARAMS_NONE, FK_PARAMS_REDUCE, FK_PARAMS_MATMUL, FK_PARAMS_CONV2D, FK_PARAMS_SLICE
-        FK_PARAMS_AFFINE, FK_PARAMS_CLAMP, FK_PARAMS_POWI, FK_PARAMS_CONCAT
-        FK_PARAMS_SOFTMAX_LAST_DIM, FK_PARAMS_NORM_LAST_DIM, FK_PARAMS_INDEX_SELECT
-        FK_PARAMS_GATHER, FK_PARAMS_SCATTER, FK_PARAMS_CUMSUM, FK_PARAMS_FLIP, FK_PARAMS_ROLL
-        FK_PARAMS_TRIANGULAR, FK_PARAMS_PAD, FK_PARAMS_MASKED_FILL, FK_PARAMS_ROPE
-        FK_PARAMS_FLASH_ATTN, FK_PARAMS_PAGED_ATTN, FK_PARAMS_KIND_COUNT
 
     ctypedef enum fk_matmul_m_kind:
         FK_MATMUL_M_ALL, FK_MATMUL_M_ROWS, FK_MATMUL_M_DEFERRED

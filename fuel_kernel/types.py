@@ -1,6 +1,8 @@
 """The public enums of fuel_kernel: DType, OpKind, Backend and KernelCaps, numbered as in abi.h.
 
-These are the Python names for the C ABI's enums (fuel_kernel/include/fuel_kernel/abi.h); a test
+These are the Python names for the C ABI's enums (fuel_kernel/include/fuel_kernel/abi.h).  DType
+and OpKind take their members from fuel_kernel/spec.py, the same table the build generates the C
+and Cython enums from; Backend and KernelCaps are still written here and in abi.h, and a test
 checks that the numbering matches the header.  Lower-case short names ("f32", "add", "cpu") are
 what the coverage diagnostic prints and what the constructors below accept.
 """
@@ -9,23 +11,15 @@ import enum
 import ml_dtypes
 import numpy as np
 
+from . import spec
 
-class DType(enum.IntEnum):
-    BOOL = 0
-    U8 = 1
-    I8 = 2
-    I16 = 3
-    I32 = 4
-    I64 = 5
-    U32 = 6
-    F16 = 7
-    BF16 = 8
-    F32 = 9
-    F64 = 10
+
+class _DTypeBase(enum.IntEnum):
+    """The members (BOOL = 0, U8 = 1, ...) come from fuel_kernel/spec.py (DTYPES)."""
 
     @property
     def short_name(self):
-        return self.name.lower()
+        return _DTYPE_SPEC[self].short
 
     @property
     def numpy(self):
@@ -34,19 +28,19 @@ class DType(enum.IntEnum):
 
     @property
     def itemsize(self):
-        return _NUMPY_DTYPES[self].itemsize
+        return _DTYPE_SPEC[self].itemsize
 
     @property
     def is_float(self):
-        return self in (DType.F16, DType.BF16, DType.F32, DType.F64)
+        return _DTYPE_SPEC[self].kind == "float"
 
     @property
     def is_signed_int(self):
-        return self in (DType.I8, DType.I16, DType.I32, DType.I64)
+        return _DTYPE_SPEC[self].kind == "int"
 
     @property
     def is_unsigned_int(self):
-        return self in (DType.U8, DType.U32)
+        return _DTYPE_SPEC[self].kind == "uint"
 
     @classmethod
     def parse(cls, value):
@@ -67,88 +61,25 @@ class DType(enum.IntEnum):
                          f"{', '.join(d.short_name for d in cls)}")
 
 
-_NUMPY_DTYPES = {
-    DType.BOOL: np.dtype(np.bool_), DType.U8: np.dtype(np.uint8), DType.I8: np.dtype(np.int8),
-    DType.I16: np.dtype(np.int16), DType.I32: np.dtype(np.int32), DType.I64: np.dtype(np.int64),
-    DType.U32: np.dtype(np.uint32), DType.F16: np.dtype(np.float16),
-    DType.BF16: np.dtype(ml_dtypes.bfloat16), DType.F32: np.dtype(np.float32),
-    DType.F64: np.dtype(np.float64),
-}
+DType = _DTypeBase("DType", [(d.name, d.code) for d in spec.DTYPES], module=__name__)
+DType.__doc__ = """A fuel_kernel dtype, numbered as fk_dtype in abi.h (members from fuel_kernel/spec.py)."""
+_DTYPE_SPEC = {DType(d.code): d for d in spec.DTYPES}
+
+
+def _numpy_dtype(name):
+    """np.dtype for a spec NumPy type name: "float32", or "module.name" for a type NumPy lacks."""
+    if "." in name:
+        module, attr = name.rsplit(".", 1)
+        return np.dtype(getattr({"ml_dtypes": ml_dtypes}[module], attr))
+    return np.dtype(name)
+
+
+_NUMPY_DTYPES = {code: _numpy_dtype(d.numpy) for code, d in _DTYPE_SPEC.items()}
 _FROM_NUMPY = {dt: code for code, dt in _NUMPY_DTYPES.items()}
 
 
-class OpKind(enum.IntEnum):
-    CAST = 0
-    CONTIGUIZE = 1
-    NEG = 2
-    ABS = 3
-    SQR = 4
-    SQRT = 5
-    RSQRT = 6
-    RECIP = 7
-    EXP = 8
-    LOG = 9
-    SIN = 10
-    COS = 11
-    TANH = 12
-    SIGMOID = 13
-    RELU = 14
-    SILU = 15
-    GELU = 16
-    GELU_ERF = 17
-    ERF = 18
-    STEP = 19
-    FLOOR = 20
-    CEIL = 21
-    ROUND = 22
-    SIGN = 23
-    ADD = 24
-    SUB = 25
-    MUL = 26
-    DIV = 27
-    MAXIMUM = 28
-    MINIMUM = 29
-    POW = 30
-    REM = 31
-    EQ = 32
-    NE = 33
-    LT = 34
-    LE = 35
-    GT = 36
-    GE = 37
-    WHERE = 38
-    AFFINE = 39
-    CLAMP = 40
-    POWI = 41
-    SUM = 42
-    MAX = 43
-    MIN = 44
-    MEAN = 45
-    PROD = 46
-    ARGMAX = 47
-    ARGMIN = 48
-    MATMUL = 49
-    CONV2D = 50
-    SOFTMAX_LAST_DIM = 51
-    LOG_SOFTMAX_LAST_DIM = 52
-    RMS_NORM = 53
-    LAYER_NORM = 54
-    SLICE = 55
-    CONCAT = 56
-    INDEX_SELECT = 57
-    GATHER = 58
-    SCATTER_ADD = 59
-    INDEX_ADD = 60
-    FLIP = 61
-    ROLL = 62
-    CUMSUM = 63
-    TRIU = 64
-    TRIL = 65
-    PAD = 66
-    MASKED_FILL = 67
-    ROPE = 68
-    FLASH_ATTN = 69
-    PAGED_ATTN = 70
+class _OpKindBase(enum.IntEnum):
+    """The members (CAST = 0, CONTIGUIZE = 1, ...) come from fuel_kernel/spec.py (OPS)."""
 
     @property
     def short_name(self):
@@ -164,6 +95,16 @@ class OpKind(enum.IntEnum):
             return cls(int(value))
         from .errors import UnknownOpError
         raise UnknownOpError(f"{value!r} is not an op; expected an OpKind or one of its names")
+
+    @property
+    def doc(self):
+        """The op's one-line description from the spec."""
+        return _OP_SPEC[self].doc
+
+
+OpKind = _OpKindBase("OpKind", [(o.name, o.number) for o in spec.OPS], module=__name__)
+OpKind.__doc__ = """An op, numbered as fk_op in abi.h (append-only; members from fuel_kernel/spec.py)."""
+_OP_SPEC = {OpKind(o.number): o for o in spec.OPS}
 
 
 class Backend(enum.IntEnum):

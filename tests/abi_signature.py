@@ -41,6 +41,21 @@ def normalize(text):
     return text.replace("( *", "(*")
 
 
+def read_expanded(path):
+    """The text of abi.h or abi.pxd with the generated files it includes pasted in their place
+    (abi.h's `#include "fuel_kernel/abi_enums.h"`, abi.pxd's `include "abi_enums.pxi"`: the enums
+    tools/generate_abi.py writes from fuel_kernel/spec.py), so the model sees what a compiler sees."""
+    path = Path(path)
+
+    def paste(match):
+        # a C include is relative to the include dir (above fuel_kernel/), a Cython one to the pxd
+        base = path.parent.parent if match.group(1).startswith("#") else path.parent
+        target = base / match.group(2)
+        return read_expanded(target) if target.exists() else match.group(0)
+
+    return re.sub(r'^(#\s*include|include) "([^"]+)"[ \t]*$', paste, path.read_text(), flags=re.M)
+
+
 def strip_comments(text):
     text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
     return re.sub(r"//[^\n]*", " ", text)
@@ -74,7 +89,7 @@ def split_members(body):
 def header_model(path=HEADER):
     """What abi.h declares: constants, enums, structs/unions with their members, the opaque types,
     function-pointer typedefs, inline functions and string macros."""
-    text = strip_comments(Path(path).read_text())
+    text = strip_comments(read_expanded(path))
     model = {"abi_version": None, "constants": {}, "strings": {}, "enums": {}, "structs": {},
              "opaque": [], "typedefs": {}, "functions": {}}
     for name, value in re.findall(r"^\s*#define\s+(FK_\w+)\s+(\S.*?)\s*$", text, re.M):
@@ -234,7 +249,7 @@ def compare(frozen, current):
 def pxd_model(path=PXD):
     """What abi.pxd declares inside its `cdef extern from "fuel_kernel/abi.h"` blocks."""
     model = {"enums": {}, "structs": {}, "typedefs": {}, "functions": {}, "names": []}
-    lines = Path(path).read_text().splitlines()
+    lines = read_expanded(path).splitlines()
     in_extern, block, joined = False, None, []
     for raw in lines:                                  # join continuation lines of a declaration
         if joined and raw.strip() and joined[-1].count("(") > joined[-1].count(")"):

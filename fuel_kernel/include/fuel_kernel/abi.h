@@ -29,36 +29,21 @@ extern "C" {
 #define FK_NOTES_LEN 96
 #define FK_ERROR_LEN 512
 
-/* ---- dtypes ------------------------------------------------------------------------------- */
-typedef enum {
-    FK_BOOL = 0, FK_U8 = 1, FK_I8 = 2, FK_I16 = 3, FK_I32 = 4, FK_I64 = 5, FK_U32 = 6,
-    FK_F16 = 7, FK_BF16 = 8, FK_F32 = 9, FK_F64 = 10,
-    FK_DTYPE_COUNT = 11
-} fk_dtype;
-
-/* ---- ops (append-only numbering) ----------------------------------------------------------- */
-typedef enum {
-    FK_OP_CAST = 0, FK_OP_CONTIGUIZE = 1,
-    FK_OP_NEG = 2, FK_OP_ABS = 3, FK_OP_SQR = 4, FK_OP_SQRT = 5, FK_OP_RSQRT = 6, FK_OP_RECIP = 7,
-    FK_OP_EXP = 8, FK_OP_LOG = 9, FK_OP_SIN = 10, FK_OP_COS = 11, FK_OP_TANH = 12,
-    FK_OP_SIGMOID = 13, FK_OP_RELU = 14, FK_OP_SILU = 15, FK_OP_GELU = 16, FK_OP_GELU_ERF = 17,
-    FK_OP_ERF = 18, FK_OP_STEP = 19, FK_OP_FLOOR = 20, FK_OP_CEIL = 21, FK_OP_ROUND = 22,
-    FK_OP_SIGN = 23,
-    FK_OP_ADD = 24, FK_OP_SUB = 25, FK_OP_MUL = 26, FK_OP_DIV = 27, FK_OP_MAXIMUM = 28,
-    FK_OP_MINIMUM = 29, FK_OP_POW = 30, FK_OP_REM = 31,
-    FK_OP_EQ = 32, FK_OP_NE = 33, FK_OP_LT = 34, FK_OP_LE = 35, FK_OP_GT = 36, FK_OP_GE = 37,
-    FK_OP_WHERE = 38,
-    FK_OP_AFFINE = 39, FK_OP_CLAMP = 40, FK_OP_POWI = 41,
-    FK_OP_SUM = 42, FK_OP_MAX = 43, FK_OP_MIN = 44, FK_OP_MEAN = 45, FK_OP_PROD = 46,
-    FK_OP_ARGMAX = 47, FK_OP_ARGMIN = 48,
-    FK_OP_MATMUL = 49, FK_OP_CONV2D = 50, FK_OP_SOFTMAX_LAST_DIM = 51,
-    FK_OP_LOG_SOFTMAX_LAST_DIM = 52, FK_OP_RMS_NORM = 53, FK_OP_LAYER_NORM = 54,
-    FK_OP_SLICE = 55, FK_OP_CONCAT = 56, FK_OP_INDEX_SELECT = 57, FK_OP_GATHER = 58,
-    FK_OP_SCATTER_ADD = 59, FK_OP_INDEX_ADD = 60, FK_OP_FLIP = 61, FK_OP_ROLL = 62,
-    FK_OP_CUMSUM = 63, FK_OP_TRIU = 64, FK_OP_TRIL = 65, FK_OP_PAD = 66, FK_OP_MASKED_FILL = 67,
-    FK_OP_ROPE = 68, FK_OP_FLASH_ATTN = 69, FK_OP_PAGED_ATTN = 70,
-    FK_OP_COUNT = 71
-} fk_op;
+/* ---- dtypes, ops, params kinds and status codes ------------------------------------------- */
+/* fk_dtype, fk_op, fk_params_kind and fk_status are generated from fuel_kernel/spec.py at build
+ * time (tools/generate_abi.py, run by setup.py); change the spec, not the generated header.  The
+ * rest of this header does not use them, so a copy of abi.h alone (as the ABI version probes in
+ * tests/test_abi.py make) still compiles, with a warning, for code that needs only the API table. */
+#if defined(__has_include)
+#if !__has_include("fuel_kernel/abi_enums.h")
+#define FUEL_KERNEL_ABI_WITHOUT_ENUMS
+#endif
+#endif
+#ifndef FUEL_KERNEL_ABI_WITHOUT_ENUMS
+#include "fuel_kernel/abi_enums.h"
+#else
+#warning "fuel_kernel/abi_enums.h not found: build fuel_kernel (setup.py generates it); FK_OP_*, FK_<dtype>, FK_PARAMS_* and FK_ERR_* are undefined"
+#endif
 
 /* ---- backends ------------------------------------------------------------------------------ */
 typedef enum {
@@ -66,24 +51,6 @@ typedef enum {
     /* ids in [FK_BACKEND_EXTENSION_FIRST, FK_BACKEND_EXTENSION_LAST] are claimed at run time */
     FK_BACKEND_EXTENSION_FIRST = 64, FK_BACKEND_EXTENSION_LAST = 255
 } fk_backend;
-
-/* ---- status codes (kernels return one; FK_OK is success) ----------------------------------- */
-typedef enum {
-    FK_OK = 0,
-    FK_ERR_DTYPE = 1,        /* operand dtype does not match the binding            -> DTypeError */
-    FK_ERR_SHAPE = 2,        /* shapes/ranks do not fit the op's schema              -> ShapeError */
-    FK_ERR_INDEX = 3,        /* an index operand is out of range                     -> IndexError */
-    FK_ERR_PARAMS = 4,       /* op parameters are missing or nonsensical             -> ParamsError */
-    FK_ERR_ZERO_DIVISION = 5,/* integer division by zero                             -> ZeroDivisionError */
-    FK_ERR_BACKEND = 6,      /* storage lives on another backend                     -> BackendError */
-    FK_ERR_NO_MEMORY = 7,    /* scratch allocation failed                            -> MemoryError */
-    FK_ERR_ALIAS = 8,        /* output overlaps an input in a way the kernel forbids -> AliasError */
-    FK_ERR_READ_ONLY = 9,    /* output storage is read-only                          -> ReadOnlyError */
-    FK_ERR_OPERANDS = 10,    /* wrong operand count                                  -> OperandCountError */
-    FK_ERR_NO_KERNEL = 11,   /* lookup miss                                          -> NoKernelError */
-    FK_ERR_INVALID = 12,     /* invalid registration or API use                      -> RegistrationError */
-    FK_ERR_INTERNAL = 13     /* a kernel reported an internal failure                -> KernelError */
-} fk_status;
 
 /* ---- operands ------------------------------------------------------------------------------ */
 typedef struct { uint8_t n; uint8_t v[FK_MAX_OPERANDS]; } fk_dtypes;  /* inputs, then outputs */
@@ -108,17 +75,7 @@ typedef struct {
 } fk_layout;
 
 /* ---- op parameters: one tagged union, fixed size, POD ------------------------------------- */
-typedef enum {
-    FK_PARAMS_NONE = 0, FK_PARAMS_REDUCE = 1, FK_PARAMS_MATMUL = 2, FK_PARAMS_CONV2D = 3,
-    FK_PARAMS_SLICE = 4, FK_PARAMS_AFFINE = 5, FK_PARAMS_CLAMP = 6, FK_PARAMS_POWI = 7,
-    FK_PARAMS_CONCAT = 8, FK_PARAMS_SOFTMAX_LAST_DIM = 9, FK_PARAMS_NORM_LAST_DIM = 10,
-    FK_PARAMS_INDEX_SELECT = 11, FK_PARAMS_GATHER = 12, FK_PARAMS_SCATTER = 13,
-    FK_PARAMS_CUMSUM = 14, FK_PARAMS_FLIP = 15, FK_PARAMS_ROLL = 16, FK_PARAMS_TRIANGULAR = 17,
-    FK_PARAMS_PAD = 18, FK_PARAMS_MASKED_FILL = 19, FK_PARAMS_ROPE = 20, FK_PARAMS_FLASH_ATTN = 21,
-    FK_PARAMS_PAGED_ATTN = 22,
-    FK_PARAMS_KIND_COUNT = 23
-} fk_params_kind;
-
+/* fk_params_kind (which member of fk_params_union is meaningful) is in abi_enums.h. */
 typedef enum { FK_MATMUL_M_ALL = 0, FK_MATMUL_M_ROWS = 1, FK_MATMUL_M_DEFERRED = 2 } fk_matmul_m_kind;
 /* ALL: compute all m rows.  ROWS: compute `value` rows.  DEFERRED: read the row count at run
  * time from the scalar input operand number `value`.  Rows past the count are zeroed. */
