@@ -176,17 +176,18 @@ def check_params(op, params, family):
                           + f", not params.{params.kind}(...)")
 
 
-def check_output_shape(shape, itemsize=1):
-    """A ShapeError for an inferred shape no array can have: a negative extent, or an element
-    count or byte size past int64."""
+def check_output_shape(shape, itemsize=1, what="the output shape"):
+    """A ShapeError for a shape no array can have: a negative extent, or an element count or byte
+    size past int64 (the C layouts)."""
     shape = tuple(int(s) for s in shape)
     if any(s < 0 for s in shape):
-        raise ShapeError(f"the output shape {shape} has a negative extent")
+        raise ShapeError(f"{what} {shape} has a negative extent")
     total = itemsize
     for s in shape:
         total *= s
     if total > MAX_BYTES:
-        raise ShapeError(f"the output shape {shape} is too large: {total} bytes exceed 2**63-1")
+        raise ShapeError(f"{what} {shape} is too large: {total} {'bytes' if itemsize > 1 else 'elements'} "
+                         f"exceed 2**63-1")
     return shape
 
 

@@ -6,10 +6,10 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from ..errors import ShapeError
+from ..ops import MAX_BYTES, check_output_shape   # noqa: F401  (MAX_BYTES re-exported)
 from ..types import DType, OpKind
 
 MAX_DIMS = 8
-MAX_BYTES = 2 ** 63 - 1          # element counts and byte sizes must fit int64 (the C layouts)
 
 
 # ---- shape checks: every refusal is a ShapeError -------------------------------------------------
@@ -42,18 +42,10 @@ def _int_sequence(values, what):
 
 
 def _check_size(shape, itemsize=1, what="shape"):
-    """Refuse a shape whose element count or byte size does not fit int64 (the C layouts)."""
+    """Refuse a shape with too many dims, or whose element count or byte size does not fit int64."""
     if len(shape) > MAX_DIMS:
         raise ShapeError(f"{what} {shape} has {len(shape)} dims; at most {MAX_DIMS} are supported")
-    if any(s < 0 for s in shape):
-        raise ShapeError(f"negative extent in {what} {shape}")
-    total = itemsize
-    for s in shape:
-        total *= s
-    if total > MAX_BYTES:
-        raise ShapeError(f"{what} {shape} is too large: {total} {'bytes' if itemsize > 1 else 'elements'} "
-                         f"exceed 2**63-1")
-    return shape
+    return check_output_shape(shape, itemsize, what)
 
 
 # ---- values and nodes -----------------------------------------------------------------------------
