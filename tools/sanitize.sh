@@ -58,6 +58,15 @@ ldd "$scratch"/fuel_kernel/_dispatch*.so | grep -q libasan || \
 
 status=0
 (cd "$scratch" && "$python" -m pytest -q -p no:cacheprovider "${@:-tests}") || status=$?
+# Tests ask for impossible scratch sizes on purpose (the kernel must report KernelMemoryError when
+# malloc returns NULL); ASan logs each such request as a warning.  A log holding nothing else is
+# not a finding.
+for log in "$logs"/*; do
+    [[ -e "$log" ]] || continue
+    if ! grep -v -e 'WARNING: AddressSanitizer failed to allocate 0x[0-9a-f]* bytes' -e '^[[:space:]]*$' "$log" > /dev/null; then
+        rm -f "$log"
+    fi
+done
 if compgen -G "$logs/*" > /dev/null; then
     echo "sanitize: sanitizer reports:" >&2
     cat "$logs"/* >&2
