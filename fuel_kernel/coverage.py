@@ -11,15 +11,13 @@ import sys
 from collections import defaultdict
 
 import fuel_kernel as fk
+from fuel_kernel import ops, spec
 from fuel_kernel._dispatch import backend_from_name, backend_name
 
 # dtype families used by --missing: a key covered for one member of a family should be covered
 # for the others, with every operand of the same family moved together.
-FAMILIES = {
-    "float": (fk.DType.F16, fk.DType.BF16, fk.DType.F32, fk.DType.F64),
-    "signed": (fk.DType.I8, fk.DType.I16, fk.DType.I32, fk.DType.I64),
-    "unsigned": (fk.DType.U8, fk.DType.U32),
-}
+FAMILIES = {family: tuple(fk.DType[name] for name in spec.dtype_names(kind))
+            for family, kind in (("float", "float"), ("signed", "int"), ("unsigned", "uint"))}
 
 
 def _family_of(dtype):
@@ -70,8 +68,17 @@ def _row_order(row):
 
 
 def missing(rows):
-    """(backend, op, dtypes) that a registered sibling of the same dtype family implies."""
+    """(backend, op, dtypes, kind) that a registered sibling of the same dtype family implies.
+
+    kind is "gap" when the combination could exist, or "by design" when the op never takes one of
+    the moved dtypes at that operand position on that backend: its dtype rule pins the operand
+    (ARGMAX/ARGMIN give I64, integer SUM and PROD accumulate in I64, integer MEAN gives F64, index
+    operands are I32 or I64), or its output-dtype rule (fuel_kernel.ops) gives another output."""
     present = {(r["backend"], r["op"], tuple(r["dtypes"])) for r in rows}
+    seen_at = defaultdict(set)           # (backend, op, arity, position) -> dtypes registered there
+    for backend, op, dtypes in present:
+        for position, name in enumerate(dtypes):
+            seen_at[(backend, op, len(dtypes), position)].add(name)
     wanted = set()
     for backend, op, dtypes in present:
         families = {_family_of(fk.DType.parse(d)) for d in dtypes} - {None}
@@ -79,9 +86,31 @@ def missing(rows):
             for member in FAMILIES[family]:
                 candidate = tuple(member.short_name if _family_of(fk.DType.parse(d)) == family else d
                                   for d in dtypes)
-                if (backend, op, candidate) not in present:
-                    wanted.add((backend, op, candidate))
-    return sorted(wanted)
+                if (backend, op, candidate) in present:
+                    continue
+                # Pinned by the op's output-dtype rule, or at an operand the op types apart from
+                # its first input (an index or count operand, an output without a rule) where the
+                # op never takes that dtype.
+                rule = _output_rule(op, candidate)
+                n = len(candidate)
+                apart = [p for p in range(1, n - (rule is not None))
+                         if seen_at[(backend, op, n, p)] != seen_at[(backend, op, n, 0)]]
+                pinned = (rule is not None and rule != candidate[-1]) or any(
+                    candidate[p] not in seen_at[(backend, op, n, p)] for p in apart)
+                wanted.add((backend, op, candidate, "by design" if pinned else "gap"))
+    return sorted(wanted, key=lambda g: (g[3] != "gap",) + g[:3])
+
+
+def _output_rule(op, dtypes):
+    """The output dtype (short name) op's dtype rule gives for these inputs (all of dtypes but
+    the last), or None when the op has no rule and its output dtype is the caller's choice."""
+    kind = op.upper()
+    if kind not in fk.OpKind.__members__:
+        return None
+    try:
+        return ops.infer_output_dtype(fk.OpKind[kind], [fk.DType.parse(d) for d in dtypes[:-1]]).short_name
+    except fk.FuelKernelError:
+        return None
 
 
 def _summary(alternatives):
@@ -138,7 +167,8 @@ def main(argv=None):
     parser.add_argument("--backend", metavar="NAME", help="only this backend (cpu, cuda, ... or a claimed name)")
     parser.add_argument("--op", metavar="NAME", help="only this op (e.g. cast, add)")
     parser.add_argument("--missing", action="store_true",
-                        help="list (op, dtypes) missing for some members of a dtype family")
+                        help="list (op, dtypes) missing for some members of a dtype family, "
+                             "real gaps first, then those the op's dtype rule excludes")
     args = parser.parse_args(argv)
 
     backend = None
@@ -156,16 +186,19 @@ def main(argv=None):
     rows = collect(fk.bindings(), backend, op)
     if args.missing:
         gaps = missing(rows)
+        real = sum(1 for g in gaps if g[3] == "gap")
         if args.json:
-            print(json.dumps([{"backend": b, "op": o, "dtypes": list(d)} for b, o, d in gaps], indent=2))
+            print(json.dumps([{"backend": b, "op": o, "dtypes": list(d), "kind": k} for b, o, d, k in gaps],
+                             indent=2))
         elif args.markdown:
-            print("| backend | op | missing dtypes |\n|---|---|---|")
-            for b, o, d in gaps:
-                print(f"| {b} | {o} | {', '.join(d)} |")
+            print("| backend | op | missing dtypes | kind |\n|---|---|---|---|")
+            for b, o, d, k in gaps:
+                print(f"| {b} | {o} | {', '.join(d)} | {k} |")
         else:
-            for b, o, d in gaps:
-                print(f"{b:8} {o:20} {', '.join(d)}")
-            print(f"{len(gaps)} missing combinations")
+            for b, o, d, k in gaps:
+                print(f"{b:8} {o:20} {', '.join(d):36} {k}")
+            print(f"{real} gaps; {len(gaps) - real} combinations absent by design (the op's dtype rule "
+                  f"pins an operand)")
         return 0
     if args.json:
         print(json.dumps(rows, indent=2))

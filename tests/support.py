@@ -8,12 +8,13 @@ import ml_dtypes
 import numpy as np
 
 import fuel_kernel as fk
+from fuel_kernel import spec
 
 LAYOUTS = ("contiguous", "strided", "broadcast", "negative", "offset", "transposed")
 
 ALL_DTYPES = tuple(fk.DType)
-FLOAT_DTYPES = (fk.DType.F16, fk.DType.BF16, fk.DType.F32, fk.DType.F64)
-INT_DTYPES = (fk.DType.U8, fk.DType.I8, fk.DType.I16, fk.DType.I32, fk.DType.I64, fk.DType.U32)
+FLOAT_DTYPES = tuple(fk.DType[name] for name in spec.FLOAT)
+INT_DTYPES = tuple(fk.DType[name] for name in spec.INTEGER)
 
 
 def np_dtype(dtype):

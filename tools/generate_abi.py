@@ -7,6 +7,8 @@ Outputs (gitignored, shipped as package data; each opens with a "do not edit" li
   fuel_kernel/include/fuel_kernel/abi_enums.h  fk_dtype, fk_op, fk_params_kind, fk_status (abi.h
                                                includes it)
   fuel_kernel/abi_enums.pxi                    the same enums for Cython (abi.pxd includes it)
+  fuel_kernel/include/fuel_kernel/dtype_tables.h  item size, its log2 and short name per dtype
+                                               (strided.h includes it)
 
 A file is rewritten only when its text changes, so a rebuild with an unchanged spec does not
 make every extension look out of date.  The spec is loaded by path: the package itself cannot be
@@ -20,6 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "fuel_kernel" / "spec.py"
 HEADER = ROOT / "fuel_kernel" / "include" / "fuel_kernel" / "abi_enums.h"
 PXI = ROOT / "fuel_kernel" / "abi_enums.pxi"
+DTYPE_TABLES = ROOT / "fuel_kernel" / "include" / "fuel_kernel" / "dtype_tables.h"
 NOTICE = "generated from fuel_kernel/spec.py by tools/generate_abi.py; do not edit"
 WIDTH = 100
 
@@ -98,10 +101,33 @@ def pxi_text(spec):
     return "\n".join(out).rstrip("\n") + "\n"
 
 
+def dtype_tables_text(spec):
+    """Per-dtype facts indexed by fk_dtype: item size, its log2, and the short name."""
+    itemsizes = [d.itemsize for d in spec.DTYPES]
+    shifts = [d.itemsize.bit_length() - 1 for d in spec.DTYPES]
+    names = [f'"{d.short}"' for d in spec.DTYPES]
+    out = [f"/* fuel_kernel per-dtype tables: {NOTICE}.",
+           " *",
+           " * Included by strided.h.  Indexed by fk_dtype. */",
+           "#ifndef FUEL_KERNEL_DTYPE_TABLES_H",
+           "#define FUEL_KERNEL_DTYPE_TABLES_H",
+           "",
+           "/* bytes per element */",
+           "static const int fk_dtype_itemsize[FK_DTYPE_COUNT] = {"]
+    out += wrap([str(v) for v in itemsizes], "    ") + ["};",
+            "/* log2 of the item size: bounds checks shift instead of dividing (this runs on every call) */",
+            "static const int fk_dtype_shift[FK_DTYPE_COUNT] = {"]
+    out += wrap([str(v) for v in shifts], "    ") + ["};",
+            "/* the lower-case names used in messages and by the coverage diagnostic */",
+            "static const char *const fk_dtype_short_name[FK_DTYPE_COUNT] = {"]
+    out += wrap(names, "    ") + ["};", "", "#endif /* FUEL_KERNEL_DTYPE_TABLES_H */", ""]
+    return "\n".join(out)
+
+
 def outputs(spec=None):
     """{path: text} of every generated file."""
     spec = spec or load_spec()
-    return {HEADER: header_text(spec), PXI: pxi_text(spec)}
+    return {HEADER: header_text(spec), PXI: pxi_text(spec), DTYPE_TABLES: dtype_tables_text(spec)}
 
 
 def stale(files=None):

@@ -7,7 +7,8 @@
   a constructor in fuel_kernel.params and its fields are the abi.h struct of its union member;
   every status maps to the exception class the spec names.
 * tools/generate_abi.py, run now, gives exactly the files the build wrote (abi_enums.h,
-  abi_enums.pxi), and those carry the "do not edit" line.
+  abi_enums.pxi, dtype_tables.h), and those carry the "do not edit" line; the per-dtype tables
+  say what the spec says.
 """
 import importlib.util
 import re
@@ -108,10 +109,22 @@ def test_statuses_map_to_the_spec_errors():
 def test_generated_files_are_fresh():
     generator = load_generator()
     files = generator.outputs()
-    assert set(files) == {generator.HEADER, generator.PXI}
+    assert set(files) == {generator.HEADER, generator.PXI, generator.DTYPE_TABLES}
     for path, text in files.items():
         if not path.exists():
             pytest.fail(f"{path.relative_to(ROOT)} is missing: build with `python setup.py build_ext --inplace`")
         assert path.read_text() == text, \
             f"{path.relative_to(ROOT)} is stale: the spec changed since the build; rebuild"
         assert generator.NOTICE in text.splitlines()[0]
+
+
+def test_dtype_tables_follow_the_spec():
+    text = load_generator().dtype_tables_text(spec)
+
+    def table(name):
+        body = re.search(name + r"\[FK_DTYPE_COUNT\] = \{(.*?)\};", text, re.S).group(1)
+        return [item.strip().strip('"') for item in body.split(",")]
+
+    assert table("fk_dtype_itemsize") == [str(d.itemsize) for d in spec.DTYPES]
+    assert table("fk_dtype_shift") == [str(d.itemsize.bit_length() - 1) for d in spec.DTYPES]
+    assert table("fk_dtype_short_name") == [d.short for d in spec.DTYPES]

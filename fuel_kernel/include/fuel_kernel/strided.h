@@ -21,9 +21,7 @@
 #define FK_TILE_GATHER_AVX2 1             /* transposed tiles are gathered with AVX2 shuffles */
 #endif
 
-static const int fk_dtype_itemsize[FK_DTYPE_COUNT] = {1, 1, 1, 2, 4, 8, 4, 2, 2, 4, 8};
-static const char *const fk_dtype_short_name[FK_DTYPE_COUNT] = {
-    "bool", "u8", "i8", "i16", "i32", "i64", "u32", "f16", "bf16", "f32", "f64"};
+#include "fuel_kernel/dtype_tables.h"     /* generated from fuel_kernel/spec.py */
 
 static inline int64_t fk_layout_numel(const fk_layout *layout) {
     int64_t n = 1;
@@ -86,9 +84,6 @@ static inline int fk_output_self_overlap_check(const fk_layout *out, const char 
         }
     return FK_OK;
 }
-
-/* log2 of the item size: bounds checks shift instead of dividing (this runs on every call) */
-static const int fk_dtype_shift[FK_DTYPE_COUNT] = {0, 0, 0, 1, 2, 3, 2, 1, 1, 2, 3};
 
 /* Check rank, non-negative shape and that every addressed element lies inside the storage.
  * Overflow-checked: a crafted layout from a C caller cannot wrap the extent into range. */
