@@ -27,10 +27,18 @@ from .errors import NoKernelError, ParamsError
 from .records import CostEstimate
 from .types import DType, KernelCaps
 
-# Where machine.json and measured_routes.json live: $FUEL_KERNEL_CACHE_DIR at import, else
-# ~/.cache/fuel_kernel.  Tests point it (and reset _machine) at a temporary folder.
-CACHE_DIR = os.environ.get("FUEL_KERNEL_CACHE_DIR",
-                           os.path.join(os.path.expanduser("~"), ".cache", "fuel_kernel"))
+def cache_dir():
+    """Where the route cache lives, read each time it is used (not at import):
+    $FUEL_KERNEL_CACHE_DIR, else $XDG_CACHE_HOME/fuel_kernel, else ~/.cache/fuel_kernel.  It holds
+    machine.json (this machine's peak flop/s and memory bandwidth, measured once) and
+    measured_routes.json (measured timings of sibling kernels per shape, for pick(measure=True)).
+    Deleting either is safe: it is measured again."""
+    configured = os.environ.get("FUEL_KERNEL_CACHE_DIR")
+    if configured:
+        return configured
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "fuel_kernel")
+
 _machine_lock = threading.Lock()
 _machine = None
 
@@ -45,7 +53,7 @@ MACHINE_FORMAT = 2       # bump when the measurement changes, so old caches are 
 
 
 class CacheWarning(RuntimeWarning):
-    """A cache file under CACHE_DIR is unreadable or corrupt; it is ignored and re-measured."""
+    """A cache file under cache_dir() is unreadable or corrupt; it is ignored and re-measured."""
 
 
 def _warn_corrupt(path, why):
@@ -85,19 +93,20 @@ def _read_machine(path):
 
 
 def machine_constants():
-    """Measured once per machine (about 0.2 s) and cached in CACHE_DIR/machine.json."""
+    """Measured once per machine (about 0.2 s) and cached in cache_dir()/machine.json."""
     global _machine
     with _machine_lock:
         if _machine is not None:
             return _machine
-        path = os.path.join(CACHE_DIR, "machine.json")
+        folder = cache_dir()
+        path = os.path.join(folder, "machine.json")
         cached = _read_machine(path)
         if cached is not None:
             _machine = cached
             return _machine
         _machine = _measure_machine()
         try:
-            os.makedirs(CACHE_DIR, exist_ok=True)
+            os.makedirs(folder, exist_ok=True)
             with open(path, "w") as handle:
                 json.dump({"format": MACHINE_FORMAT, "peak_flops": _machine.peak_flops,
                            "bandwidth": _machine.bandwidth}, handle)
@@ -299,7 +308,7 @@ def _valid_timings(timings, wanted):
 
 
 def _measure_cache_path():
-    return os.path.join(CACHE_DIR, "measured_routes.json")
+    return os.path.join(cache_dir(), "measured_routes.json")
 
 
 def _load_measure_cache():
@@ -322,7 +331,7 @@ def _load_measure_cache():
 
 def _store_measure_cache(cache):
     try:
-        os.makedirs(CACHE_DIR, exist_ok=True)
+        os.makedirs(cache_dir(), exist_ok=True)
         tmp = _measure_cache_path() + f".{os.getpid()}"
         with open(tmp, "w") as handle:
             json.dump(cache, handle)

@@ -4,7 +4,9 @@ Test files live in folders that mirror the package (core/, cpu/<family>/, graph/
 the helper modules (support, oracles, fuzzing, abi_signature, extension_build) stay here at the
 top of tests/ and are imported by their plain names (`import oracles`, `from support import ...`)
 from every folder. Test folders have no __init__.py, so every test file's basename is unique."""
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +15,14 @@ import pytest
 TESTS = Path(__file__).resolve().parent
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
+
+
+
+def pytest_configure(config):
+    """The suite never writes the user's route cache: every test (and every subprocess it starts)
+    uses a temporary cache folder unless FUEL_KERNEL_CACHE_DIR is set already."""
+    if not os.environ.get("FUEL_KERNEL_CACHE_DIR"):
+        os.environ["FUEL_KERNEL_CACHE_DIR"] = tempfile.mkdtemp(prefix="fuel_kernel-test-cache-")
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ CPU = fk.Backend.CPU
 
 @pytest.fixture
 def cache_dir(tmp_path, monkeypatch):
-    monkeypatch.setattr(route, "CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("FUEL_KERNEL_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(route, "_machine", None)
     return tmp_path
 
@@ -232,3 +232,19 @@ def test_bad_precision_floor_is_a_params_error(max_ulp):
 
 def test_precision_floor_still_filters():
     assert fk.bindings().pick(fk.OpKind.CAST, [F32, F64], CPU, [(10,), (10,)], max_ulp=0).source
+
+
+def test_cache_folder_is_read_when_used_and_follows_xdg(monkeypatch, tmp_path):
+    monkeypatch.delenv("FUEL_KERNEL_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert route.cache_dir() == str(tmp_path / "xdg" / "fuel_kernel")
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert route.cache_dir() == str(tmp_path / "home" / ".cache" / "fuel_kernel")
+    monkeypatch.setenv("FUEL_KERNEL_CACHE_DIR", str(tmp_path / "explicit"))
+    assert route.cache_dir() == str(tmp_path / "explicit")
+
+
+def test_machine_constants_land_in_the_folder_named_at_use(cache_dir):
+    route.machine_constants()
+    assert (cache_dir / "machine.json").exists()
