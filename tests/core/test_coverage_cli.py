@@ -5,6 +5,8 @@ import sys
 
 import pytest
 
+from fuel_kernel import coverage
+
 
 def run(*args):
     return subprocess.run([sys.executable, "-m", "fuel_kernel.coverage", *args],
@@ -43,8 +45,26 @@ def test_missing_reports_family_gaps():
     result = run("--missing", "--json")
     assert result.returncode == 0
     gaps = json.loads(result.stdout)
-    assert all({"backend", "op", "dtypes"} <= set(g) for g in gaps)
+    assert all({"backend", "op", "dtypes", "kind"} <= set(g) for g in gaps)
     assert not [g for g in gaps if g["op"] in ("cast", "contiguize")]
+    # ARG* give I64 whatever the input: moving their output within the integers is by design
+    arg_gaps = [g for g in gaps if g["op"] in ("argmax", "argmin")]
+    assert arg_gaps and all(g["kind"] == "by design" for g in arg_gaps)
+
+
+def test_missing_separates_real_gaps_from_those_by_design():
+    def row(op, *dtypes):
+        return {"backend": "cpu", "op": op, "dtypes": list(dtypes), "alternatives": []}
+
+    rows = [row("add", "f32", "f32", "f32"), row("add", "f64", "f64", "f64"),
+            row("argmax", "f32", "i64"), row("sum", "i32", "i64"), row("sum", "i8", "i64")]
+    gaps = {(op, dtypes): kind for _, op, dtypes, kind in coverage.missing(rows)}
+    assert gaps[("add", ("f16", "f16", "f16"))] == "gap"
+    assert gaps[("argmax", ("f32", "i32"))] == "by design"     # ARGMAX's output is always I64
+    assert gaps[("sum", ("i64", "i64"))] == "gap"              # the rule gives I64: could exist
+    assert gaps[("sum", ("i16", "i16"))] == "by design"        # integer SUM accumulates in I64
+    order = [kind for _, _, _, kind in coverage.missing(rows)]
+    assert order == sorted(order, key=lambda kind: kind != "gap")   # real gaps first
 
 
 @pytest.mark.parametrize("args", [["--bogus"], ["--backend", "nowhere"], ["--op", "frobnicate"],
