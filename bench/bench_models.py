@@ -1,0 +1,292 @@
+"""Whole models on one core: an MLP, a GPT-2 block and its decode step, against torch and ONNX Runtime.
+
+Each model is built once with the Graph and compiled to a Plan; torch eager runs the same math
+with the same weights, and ONNX Runtime runs the torch module exported with torch.onnx.export
+(all graph optimizations on, one thread).  Before timing, every contender's output is compared
+with the Plan's (the largest difference is in the case's notes; a disagreement beyond the
+tolerance fails the case rather than timing different work).
+
+Models (f32, single thread):
+* MLP 32 x 512-2048-2048-512: Linear + bias, exact (erf) GELU between layers.
+* GPT-2 block, S = 128, d = 768, 12 heads: LayerNorm, QKV projection, causal attention,
+  output projection, residual, LayerNorm, 768-3072-768 MLP with the tanh GELU, residual.
+* Its decode step: one new token against a 4096-token KV cache held by the caller (the step
+  returns the token's output and its new K and V rows, which the caller appends), with the cache
+  contiguous (FLASH_ATTN) or paged in 16-token blocks in shuffled order (PAGED_ATTN); torch and
+  ONNX Runtime read the contiguous cache.
+"""
+import numpy as np
+
+import fuel_kernel as fk
+from bench.harness import Case, optional_import
+from fuel_kernel.graph import Graph
+
+F32 = fk.DType.F32
+D_MODEL, HEADS, SEQ, CACHE, BLOCK = 768, 12, 128, 4096, 16
+HEAD_DIM = D_MODEL // HEADS
+TOLERANCE = 2e-4          # max |difference| allowed between contenders (f32, summed over 3072)
+
+
+def _torch():
+    torch, why = optional_import("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
+    return torch, why
+
+
+def _linear(rng, fan_in, fan_out):
+    w = (rng.standard_normal((fan_in, fan_out)) / np.sqrt(fan_in)).astype(np.float32)
+    b = (rng.standard_normal(fan_out) * 0.02).astype(np.float32)
+    return w, b
+
+
+def _ort_session(torch, module, example_inputs, input_names):
+    """An ONNX Runtime session (1 thread, all optimizations) for a torch module, or (None, why)."""
+    ort, why = optional_import("onnxruntime")
+    if ort is None:
+        return None, why
+    import io
+    try:
+        buffer = io.BytesIO()
+        torch.onnx.export(module, example_inputs, buffer, input_names=input_names, opset_version=17,
+                          dynamo=False)
+    except TypeError:           # an older torch without the dynamo switch
+        buffer = io.BytesIO()
+        torch.onnx.export(module, example_inputs, buffer, input_names=input_names, opset_version=17)
+    except Exception as exc:    # the exporter is optional tooling: report, do not fail the suite
+        return None, f"torch.onnx.export failed ({type(exc).__name__}: {exc})"
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(buffer.getvalue(), options, providers=["CPUExecutionProvider"]), None
+
+
+def _compare(reference, got, what):
+    """Largest |difference| between two outputs (lists of arrays); raises beyond TOLERANCE."""
+    worst = 0.0
+    for a, b in zip(reference, got):
+        worst = max(worst, float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)))))
+    if not worst <= TOLERANCE:
+        raise AssertionError(f"{what} disagrees with the plan by {worst:.3g} (> {TOLERANCE})")
+    return worst
+
+
+def _case(name, plan_run, plan_out, peers, target, notes):
+    """A Case from the plan and (name, callable, outputs-as-list) peers, outputs compared first."""
+    contenders = {"fuel_kernel Plan.run": plan_run}
+    skipped, differences = {}, []
+    for peer, run, why in peers:
+        if run is None:
+            skipped[peer] = why
+            continue
+        differences.append(f"{peer} max |diff| {_compare(plan_out, run(), peer):.2g}")
+        contenders[peer] = run
+    baseline = next((p for p, run, _ in peers if run is not None), "fuel_kernel Plan.run")
+    return Case(name=name, contenders=contenders, baseline=baseline, skipped=skipped, target=target,
+                notes="; ".join([notes] + differences))
+
+
+# ---- MLP -------------------------------------------------------------------------------------------
+def _mlp_case(rng):
+    widths, batch = (512, 2048, 2048, 512), 32
+    layers = [_linear(rng, a, b) for a, b in zip(widths, widths[1:])]
+    x = rng.standard_normal((batch, widths[0])).astype(np.float32)
+
+    g = Graph()
+    v = g.input((batch, widths[0]), F32)
+    for i, (w, b) in enumerate(layers):
+        v = g.add(g.matmul(v, g.constant(w)), g.constant(b))
+        if i < len(layers) - 1:
+            v = g.gelu_erf(v)
+    plan = g.compile(v, measure=True)
+    plan_out = [plan.run([x])]
+
+    torch, why = _torch()
+    peers = []
+    if torch is None:
+        peers += [("torch eager (1 thread)", None, why), ("onnxruntime (1 thread)", None, why)]
+    else:
+        class MLP(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.weights = [torch.from_numpy(w) for w, _ in layers]
+                self.biases = [torch.from_numpy(b) for _, b in layers]
+
+            def forward(self, inp):
+                for i, (w, b) in enumerate(zip(self.weights, self.biases)):
+                    inp = torch.addmm(b, inp, w)
+                    if i < len(self.weights) - 1:
+                        inp = torch.nn.functional.gelu(inp)
+                return inp
+
+        module, tx = MLP().eval(), torch.from_numpy(x)
+
+        def torch_run():
+            with torch.no_grad():
+                return [module(tx).numpy()]
+        peers.append(("torch eager (1 thread)", torch_run, None))
+        session, why = _ort_session(torch, module, (tx,), ["x"])
+        peers.append(("onnxruntime (1 thread)", (lambda: session.run(None, {"x": x})) if session else None, why))
+    return _case(f"MLP {batch}x512-2048-2048-512, bias + GELU (erf), f32", lambda: plan.run([x]),
+                 plan_out, peers, "plan <= 0.9x onnxruntime",
+                 f"plan arena: peak {plan.peak_bytes} B")
+
+
+# ---- GPT-2 block -------------------------------------------------------------------------------------
+def _block_weights(rng):
+    return {
+        "ln1": ((1 + 0.1 * rng.standard_normal(D_MODEL)).astype(np.float32),
+                (0.1 * rng.standard_normal(D_MODEL)).astype(np.float32)),
+        "qkv": _linear(rng, D_MODEL, 3 * D_MODEL),
+        "proj": _linear(rng, D_MODEL, D_MODEL),
+        "ln2": ((1 + 0.1 * rng.standard_normal(D_MODEL)).astype(np.float32),
+                (0.1 * rng.standard_normal(D_MODEL)).astype(np.float32)),
+        "fc": _linear(rng, D_MODEL, 4 * D_MODEL),
+        "out": _linear(rng, 4 * D_MODEL, D_MODEL),
+    }
+
+
+def _graph_linear(g, v, weights):
+    w, b = weights
+    return g.add(g.matmul(v, g.constant(w)), g.constant(b))
+
+
+def _graph_mlp_tail(g, x, attention, W):
+    """Output projection, residual, LayerNorm, MLP, residual: the part every variant shares."""
+    x = g.add(x, _graph_linear(g, attention, W["proj"]))
+    h = g.layer_norm(x, g.constant(W["ln2"][0]), g.constant(W["ln2"][1]), eps=1e-5)
+    h = _graph_linear(g, g.gelu(_graph_linear(g, h, W["fc"])), W["out"])
+    return g.add(x, h)
+
+
+def _graph_heads(g, qkv, rows):
+    """q, k, v as [1, H, rows, Dh] views of a [rows, 3d] projection."""
+    qkv = g.reshape(qkv, (1, rows, 3, HEADS, HEAD_DIM))
+    return [g.transpose(g.slice_view(qkv, (slice(None), slice(None), i)), (0, 2, 1, 3)) for i in range(3)]
+
+
+def _torch_block(torch, W, decode):
+    F = torch.nn.functional
+    t = {name: tuple(torch.from_numpy(a) for a in pair) for name, pair in W.items()}
+
+    class Block(torch.nn.Module):
+        def forward(self, x, *cache):
+            h = F.layer_norm(x, (D_MODEL,), t["ln1"][0], t["ln1"][1], eps=1e-5)
+            qkv = torch.addmm(t["qkv"][1], h, t["qkv"][0])
+            rows = x.shape[0]
+            q, k, v = qkv.view(1, rows, 3, HEADS, HEAD_DIM).permute(2, 0, 3, 1, 4)
+            if decode:
+                a = F.scaled_dot_product_attention(q, cache[0], cache[1])
+            else:
+                a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            a = a.permute(0, 2, 1, 3).reshape(rows, D_MODEL)
+            x = x + torch.addmm(t["proj"][1], a, t["proj"][0])
+            h = F.layer_norm(x, (D_MODEL,), t["ln2"][0], t["ln2"][1], eps=1e-5)
+            h = F.gelu(torch.addmm(t["fc"][1], h, t["fc"][0]), approximate="tanh")
+            x = x + torch.addmm(t["out"][1], h, t["out"][0])
+            if decode:
+                return x, k.reshape(HEADS, HEAD_DIM), v.reshape(HEADS, HEAD_DIM)
+            return x
+    return Block().eval()
+
+
+def _block_case(rng, W):
+    x = (rng.standard_normal((SEQ, D_MODEL))).astype(np.float32)
+    g = Graph()
+    xi = g.input((SEQ, D_MODEL), F32)
+    h = g.layer_norm(xi, g.constant(W["ln1"][0]), g.constant(W["ln1"][1]), eps=1e-5)
+    q, k, v = _graph_heads(g, _graph_linear(g, h, W["qkv"]), SEQ)
+    a = g.flash_attn(q, k, v, scale=1.0 / np.sqrt(HEAD_DIM), causal=True)
+    a = g.reshape(g.transpose(a, (0, 2, 1, 3)), (SEQ, D_MODEL))
+    plan = g.compile(_graph_mlp_tail(g, xi, a, W), measure=True)
+    plan_out = [plan.run([x])]
+
+    torch, why = _torch()
+    peers = []
+    if torch is None:
+        peers += [("torch eager (1 thread)", None, why), ("onnxruntime (1 thread)", None, why)]
+    else:
+        module, tx = _torch_block(torch, W, decode=False), torch.from_numpy(x)
+
+        def torch_run():
+            with torch.no_grad():
+                return [module(tx).numpy()]
+        peers.append(("torch eager (1 thread)", torch_run, None))
+        session, why = _ort_session(torch, module, (tx,), ["x"])
+        peers.append(("onnxruntime (1 thread)", (lambda: session.run(None, {"x": x})) if session else None, why))
+    return _case(f"GPT-2 block S={SEQ} d={D_MODEL} {HEADS} heads, f32", lambda: plan.run([x]), plan_out,
+                 peers, "plan <= 1.0x onnxruntime", f"plan arena: peak {plan.peak_bytes} B")
+
+
+def _decode_cases(rng, W):
+    x = rng.standard_normal((1, D_MODEL)).astype(np.float32)
+    k_cache = rng.standard_normal((1, HEADS, CACHE, HEAD_DIM)).astype(np.float32)
+    v_cache = rng.standard_normal((1, HEADS, CACHE, HEAD_DIM)).astype(np.float32)
+    # the same cache in shuffled 16-token blocks: [blocks, BLOCK, H, Dh] and a block table
+    n_blocks = CACHE // BLOCK
+    order = rng.permutation(n_blocks)
+    k_paged = np.empty((n_blocks, BLOCK, HEADS, HEAD_DIM), np.float32)
+    v_paged = np.empty_like(k_paged)
+    for logical, physical in enumerate(order):
+        span = slice(logical * BLOCK, (logical + 1) * BLOCK)
+        k_paged[physical] = k_cache[0, :, span].transpose(1, 0, 2)
+        v_paged[physical] = v_cache[0, :, span].transpose(1, 0, 2)
+    table = order.astype(np.int32)[None, :]
+    lens = np.array([CACHE], np.int32)
+    scale = 1.0 / np.sqrt(HEAD_DIM)
+
+    def build(paged):
+        g = Graph()
+        xi = g.input((1, D_MODEL), F32)
+        if paged:
+            kc, vc = g.input(k_paged.shape, F32), g.input(v_paged.shape, F32)
+        else:
+            kc, vc = g.input(k_cache.shape, F32), g.input(v_cache.shape, F32)
+        h = g.layer_norm(xi, g.constant(W["ln1"][0]), g.constant(W["ln1"][1]), eps=1e-5)
+        q, k, v = _graph_heads(g, _graph_linear(g, h, W["qkv"]), 1)
+        if paged:
+            q3 = g.reshape(q, (1, HEADS, HEAD_DIM))
+            a = g.paged_attn(q3, kc, vc, g.constant(table), g.constant(lens),
+                             g.constant(np.zeros(0, np.float32)), scale=scale, block_size=BLOCK)
+        else:
+            a = g.flash_attn(q, kc, vc, scale=scale)
+        a = g.reshape(a, (1, D_MODEL))
+        out = _graph_mlp_tail(g, xi, a, W)
+        return g.compile([out, g.reshape(k, (HEADS, HEAD_DIM)), g.reshape(v, (HEADS, HEAD_DIM))],
+                         measure=True)
+
+    flat, paged = build(False), build(True)
+    flat_inputs, paged_inputs = [x, k_cache, v_cache], [x, k_paged, v_paged]
+    flat_out = flat.run(flat_inputs)
+    _compare(flat_out, paged.run(paged_inputs), "the paged plan")
+
+    torch, why = _torch()
+    peers = []
+    if torch is None:
+        peers += [("torch eager (1 thread)", None, why), ("onnxruntime (1 thread)", None, why)]
+    else:
+        module = _torch_block(torch, W, decode=True)
+        tx, tk, tv = (torch.from_numpy(a) for a in (x, k_cache, v_cache))
+
+        def torch_run():
+            with torch.no_grad():
+                return [t.numpy() for t in module(tx, tk, tv)]
+        peers.append(("torch eager (1 thread)", torch_run, None))
+        session, why = _ort_session(torch, module, (tx, tk, tv), ["x", "k_cache", "v_cache"])
+        feeds = {"x": x, "k_cache": k_cache, "v_cache": v_cache}
+        peers.append(("onnxruntime (1 thread)", (lambda: session.run(None, feeds)) if session else None, why))
+    target = "plan <= 1.0x the faster of torch and onnxruntime"
+    yield _case(f"GPT-2 decode step, {CACHE}-token cache, contiguous (FLASH_ATTN)",
+                lambda: flat.run(flat_inputs), flat_out, peers, target, f"plan arena: peak {flat.peak_bytes} B")
+    yield _case(f"GPT-2 decode step, {CACHE}-token cache, paged (PAGED_ATTN)",
+                lambda: paged.run(paged_inputs), flat_out, peers, target,
+                f"{BLOCK}-token blocks in shuffled order; peers read the contiguous cache")
+
+
+def cases():
+    rng = np.random.default_rng(0)
+    yield _mlp_case(rng)
+    W = _block_weights(rng)
+    yield _block_case(rng, W)
+    yield from _decode_cases(rng, W)
