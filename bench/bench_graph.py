@@ -30,7 +30,8 @@ def _onnx_chain(ort, onnx):
         previous = out
     tensor = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [WIDTH])
     model = helper.make_model(helper.make_graph(nodes, "chain", [tensor("x"), tensor("y")], [tensor("out")]),
-                              opset_imports=[helper.make_opsetid("", 17)])
+                              opset_imports=[helper.make_opsetid("", 17)],
+                              ir_version=8)     # what every supported onnxruntime reads
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1

@@ -46,6 +46,8 @@ def _ort_session(torch, module, example_inputs, input_names):
     if ort is None:
         return None, why
     import io
+    import warnings
+    warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)   # export traces once
     try:
         buffer = io.BytesIO()
         torch.onnx.export(module, example_inputs, buffer, input_names=input_names, opset_version=17,
