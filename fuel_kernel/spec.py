@@ -270,6 +270,46 @@ CPU_KERNELS["cast"] = (
                _COPY_CAPS),
 )
 
+# movement: SLICE, FLIP, ROLL, TRIU, TRIL, PAD, MASKED_FILL and CONCAT (2 .. 7 inputs) for every
+# dtype, CUMSUM for every numeric dtype (cpu/movement_kernels.h.in, helpers in
+# cpu/movement_common.h.in).  Data is moved by element size: ELEMENT_CARRIERS pairs each itemsize
+# of DTYPES with the unsigned C type that moves one element of that size.
+ELEMENT_CARRIERS = tuple((size, f"uint{8 * size}_t") for size in sorted({d.itemsize for d in DTYPES}))
+CLAIMS["MOVEMENT_COPY"] = Claim(0, "exact: elements are copied bit for bit")
+CLAIMS["CUMSUM_SEQUENTIAL"] = Claim(
+    0, "sequential sum in the dtype (ints wrap): equals numpy.cumsum(x, dtype=x.dtype)")
+CLAIMS["CUMSUM_HALF"] = Claim(1, "F32 accumulator rounded once per output: <=1 ulp of the f32 prefix sum")
+_MOVE_CAPS = "FK_CAP_STRIDED_INPUT | FK_CAP_STRIDED_OUTPUT"
+_MOVE_INPLACE_CAPS = _MOVE_CAPS + " | FK_CAP_INPLACE"
+CPU_KERNELS["movement"] = (
+    KernelRows(("SLICE", "FLIP", "ROLL"), same(ALL_DTYPES, 2), "fk_{op}", "MOVEMENT_COPY",
+               "fk_mv_copy_cost", _MOVE_CAPS),
+    KernelRows(("TRIU", "TRIL"), same(ALL_DTYPES, 2), "fk_{op}", "MOVEMENT_COPY", "fk_mv_copy_cost",
+               _MOVE_INPLACE_CAPS),
+    KernelRows(("PAD",), same(ALL_DTYPES, 2), "fk_{op}", "MOVEMENT_COPY", "fk_mv_copy_cost", _MOVE_CAPS),
+    KernelRows(("MASKED_FILL",), tuple((d, "BOOL", d) for d in ALL_DTYPES), "fk_{op}", "MOVEMENT_COPY",
+               "fk_mv_copy_cost", _MOVE_INPLACE_CAPS),
+    KernelRows(("CONCAT",), tuple((d,) * (k + 1) for d in ALL_DTYPES for k in range(2, VARIADIC[1] + 1)),
+               "fk_{op}", "MOVEMENT_COPY", "fk_mv_copy_cost", _MOVE_CAPS),
+    # 16-bit floats (stored as bits, computed in float) accumulate in F32 and round per output
+    KernelRows(("CUMSUM",), same(NUMERIC, 2), "fk_{op}_{d0}",
+               {d.name: "CUMSUM_HALF" if d.ctype != d.compute else "CUMSUM_SEQUENTIAL"
+                for d in DTYPES if d.name in NUMERIC},
+               "fk_mv_add_cost", _MOVE_INPLACE_CAPS),
+)
+
+# index: INDEX_SELECT, GATHER, SCATTER_ADD and INDEX_ADD for every data dtype crossed with each
+# index dtype (cpu/index_kernels.h.in).  INDEX_DTYPES are the index operand dtypes the kernels load.
+INDEX_DTYPES = ("I32", "I64")
+CLAIMS["INDEX_ADD_IN_ORDER"] = Claim(
+    0, "adds in index order, one rounding per add (= numpy.add.at); ints wrap; bool ORs")
+CPU_KERNELS["index"] = (
+    KernelRows(("INDEX_SELECT", "GATHER"), tuple((d, i, d) for d in ALL_DTYPES for i in INDEX_DTYPES),
+               "fk_{op}", "MOVEMENT_COPY", "fk_mv_copy_cost", _MOVE_CAPS),
+    KernelRows(("SCATTER_ADD", "INDEX_ADD"), tuple((d, i, d, d) for d in ALL_DTYPES for i in INDEX_DTYPES),
+               "fk_{op}_{d0}", "INDEX_ADD_IN_ORDER", "fk_mv_add_cost", _MOVE_INPLACE_CAPS),
+)
+
 def check():
     """Raise ValueError if the tables break their own rules: numbers are 0..n-1 in order (so that
     appending is the only way to add), names are unique, every op's params family exists."""

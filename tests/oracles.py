@@ -673,7 +673,7 @@ def _masked_fill(inputs, params, out_dtype, out_shape):
 
 # ---- indexing: INDEX_SELECT, GATHER (exact), SCATTER_ADD, INDEX_ADD (accumulate) -----------------
 def checked_indices(idx, extent):
-    """Indices must lie in [0, extent): no negative wrap-around (index_kernels.h)."""
+    """Indices must lie in [0, extent): no negative wrap-around (index_kernels.h.in)."""
     idx = np.asarray(idx).astype(np.int64)
     if ((idx < 0) | (idx >= extent)).any():
         raise ExpectError(fk.KernelIndexError)

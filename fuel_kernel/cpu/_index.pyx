@@ -1,7 +1,7 @@
 # cython: language_level=3
-"""CPU indexing kernels (C in index_kernels.h): INDEX_SELECT, GATHER, SCATTER_ADD, INDEX_ADD.
+"""CPU indexing kernels (C in index_kernels.h.in): INDEX_SELECT, GATHER, SCATTER_ADD, INDEX_ADD.
 manifest() feeds fuel_kernel.cpu's registration; operand conventions are
-documented at the top of index_kernels.h."""
+documented at the top of index_kernels.h.in."""
 from cpython.pycapsule cimport PyCapsule_New
 
 from fuel_kernel.abi cimport fk_import_api, fk_manifest_row

@@ -1,7 +1,7 @@
 # cython: language_level=3
-"""CPU data-movement kernels (C in movement_kernels.h): SLICE, CONCAT, FLIP, ROLL, TRIU, TRIL, PAD,
+"""CPU data-movement kernels (C in movement_kernels.h.in): SLICE, CONCAT, FLIP, ROLL, TRIU, TRIL, PAD,
 MASKED_FILL, CUMSUM.  manifest() feeds fuel_kernel.cpu's registration; operand conventions are
-documented at the top of movement_kernels.h."""
+documented at the top of movement_kernels.h.in."""
 from cpython.pycapsule cimport PyCapsule_New
 
 from fuel_kernel.abi cimport fk_import_api, fk_manifest_row
