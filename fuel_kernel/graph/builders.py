@@ -97,8 +97,6 @@ class Graph:
         schema = ops.schema(op)
         if schema.n_inputs is not None and len(inputs) != schema.n_inputs:
             raise OperandCountError(f"{op.short_name} takes {schema.n_inputs} inputs, got {len(inputs)}")
-        if params is None and schema.make_params is not None:
-            params = schema.make_params([v.shape for v in inputs])
         shape = ops.infer_output_shape(op, [v.shape for v in inputs], params)
         if out_dtype is None:
             out_dtype = ops.infer_output_dtype(op, [v.dtype for v in inputs], params)
