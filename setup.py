@@ -15,8 +15,10 @@ import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-# The ABI enums (abi_enums.h, abi_enums.pxi) are generated from fuel_kernel/spec.py before anything
-# is cythonized or compiled; they are build outputs, not checked in (tools/generate_abi.py).
+# Everything generated from fuel_kernel/spec.py (the ABI enums, the graph builders, the params
+# constructors and their Cython fill, the kernel modules cpu/_<family>.pyx) is written before
+# anything is cythonized or compiled, so the .pyx discovery below finds the kernel modules; they are
+# build outputs, not checked in (tools/generate_abi.py).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "tools"))
 import generate_abi  # noqa: E402
 

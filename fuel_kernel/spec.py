@@ -7,9 +7,14 @@ generate_umath.py) and imports nothing, so the build can read it before anything
 * tools/generate_abi.py (run by setup.py before cythonize) writes from it
     - fuel_kernel/include/fuel_kernel/abi_enums.h: the enums fk_dtype, fk_op, fk_params_kind and
       fk_status, which abi.h includes;
-    - fuel_kernel/abi_enums.pxi: their Cython declarations, which abi.pxd includes.
-  Both are build outputs: gitignored, never edited by hand.
-* fuel_kernel/types.py builds the Python IntEnums DType and OpKind from it at import.
+    - fuel_kernel/abi_enums.pxi: their Cython declarations, which abi.pxd includes;
+    - fuel_kernel/graph/_generated_builders.py: the Graph builders of the ops (OPS);
+    - fuel_kernel/_params_constructors.py and _params_generated.pxi: the fuel_kernel.params
+      constructors and their checks and C fill (PARAMS_CONSTRUCTORS);
+    - fuel_kernel/cpu/_<family>.pyx: the kernel modules (KERNEL_MODULES).
+  All are build outputs: gitignored, never edited by hand.
+* At import, fuel_kernel/types.py builds the Python IntEnums DType and OpKind from it, ops.py the
+  op schemas, errors.py STATUS_ERRORS and fuel_kernel/cpu KERNEL_MODULES.
 * tests/test_spec.py checks it against the runtime (every op has kernels and an oracle) and that
   the generated files are fresh.
 
@@ -17,11 +22,11 @@ Numbering is append-only and frozen by tests/test_abi.py (tests/data/abi_signatu
 new dtype, op, params family or status at the END of its list with the next number; never
 renumber, never reuse a number.
 
-What is not here yet: the op schemas' shape and dtype rules (fuel_kernel/ops.py), the params
-structs themselves and their Python constructors (abi.h, abi.pxd, params.py, _dispatch.pyx; the
-PARAMS table below describes them and tests/test_spec.py holds it to abi.h), the exception
-classes (errors.py; STATUSES names them and the test holds the two together), backends and
-kernel caps (abi.h, types.py), and the per-family kernel tables (fuel_kernel/cpu/*.h).
+What is not here yet: the shape and dtype rule functions the ops name (fuel_kernel/ops.py), the
+params structs themselves (abi.h, abi.pxd; the PARAMS table below describes them and
+tests/core/test_spec_abi.py holds it to abi.h), the exception classes (errors.py; STATUSES names
+them), backends and kernel caps (abi.h, types.py), and the per-family kernel tables
+(fuel_kernel/cpu/*.h).
 """
 from collections import namedtuple
 

@@ -7,6 +7,13 @@ Outputs (gitignored, shipped as package data; each opens with a "do not edit" li
   fuel_kernel/include/fuel_kernel/abi_enums.h  fk_dtype, fk_op, fk_params_kind, fk_status (abi.h
                                                includes it)
   fuel_kernel/abi_enums.pxi                    the same enums for Cython (abi.pxd includes it)
+  fuel_kernel/graph/_generated_builders.py     GeneratedBuilders: a Graph builder per op of a fixed
+                                               input count (Graph derives from it)
+  fuel_kernel/_params_constructors.py          the fuel_kernel.params constructors
+  fuel_kernel/_params_generated.pxi            their checks, the fk_params fill and OpParams.fields()
+                                               (_dispatch.pyx includes it)
+  fuel_kernel/cpu/_<family>.pyx                each generated kernel module, from
+                                               fuel_kernel/cpu/kernel_module.pyx.in (Cython's Tempita)
 
 A file is rewritten only when its text changes, so a rebuild with an unchanged spec does not
 make every extension look out of date.  The spec is loaded by path: the package itself cannot be
