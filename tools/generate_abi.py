@@ -224,6 +224,11 @@ def params_constructors_text(spec):
     return "\n".join(out) + "\n"
 
 
+def _refuse(condition, message):
+    """Cython lines raising ParamsError(f"message") when `condition` holds."""
+    return [f"    if {condition}:", f'        raise ParamsError(f"{message}")']
+
+
 def _fill_lines(spec, family, constructor):
     """The body of _fill_<family>: convert and check every argument into a local, check lengths
     against each other, then write the C struct (nothing is written before every check passed)."""
@@ -251,22 +256,19 @@ def _fill_lines(spec, family, constructor):
             value = f"_matmul_m({given}, a_{a.same_as})"
         convert.append(f"    {local} = {value}")
         if a.kind == "real":
-            convert += [f"    if {local} != {local}:",
-                        f'        raise ParamsError(f"{what} must be a number, not NaN")']
+            convert += _refuse(f"{local} != {local}", f"{what} must be a number, not NaN")
         if a.length:
-            convert += [f"    if len({local}) > {a.length}:",
-                        f'        raise ParamsError(f"{what} lists {{len({local})}} values; at most {{{a.length}}}")']
+            convert += _refuse(f"len({local}) > {a.length}",
+                               f"{what} lists {{len({local})}} values; at most {{{a.length}}}")
         if a.check and a.kind in ("ints", "pair"):
-            convert += [f"    if not all(v {a.check} for v in {local}):",
-                        f'        raise ParamsError(f"{what} values must be {a.check}, not {{{local}!r}}")']
+            convert += _refuse(f"not all(v {a.check} for v in {local})",
+                               f"{what} values must be {a.check}, not {{{local}!r}}")
         elif a.check:
-            convert += [f"    if not {local} {a.check}:",
-                        f'        raise ParamsError(f"{what} must be {a.check}, not {{{local}!r}}")']
+            convert += _refuse(f"not {local} {a.check}", f"{what} must be {a.check}, not {{{local}!r}}")
         if a.same_as and a.kind in ("ints", "dims"):
             other = f"a_{a.same_as}"
-            compare += [f"    if len({local}) != len({other}):",
-                        f'        raise ParamsError(f"{what} needs one value per {a.same_as} '
-                        f'({{len({other})}}), not {{len({local})}}")']
+            compare += _refuse(f"len({local}) != len({other})",
+                               f"{what} needs one value per {a.same_as} ({{len({other})}}), not {{len({local})}}")
         if a.kind in ("ints", "dims"):
             if not a.same_as:
                 store.append(f"    {member}.{a.count} = len({local})")
