@@ -18,6 +18,7 @@ import inspect
 import re
 import shutil
 import subprocess
+import types
 from pathlib import Path
 
 import pytest
@@ -198,3 +199,17 @@ def test_kernel_modules_are_the_spec_list():
         assert (ROOT / "fuel_kernel" / "cpu" / m.header).exists(), m.header
         source = (ROOT / "fuel_kernel" / "cpu" / f"_{m.name}.pyx").read_text()
         assert f"const fk_manifest_row {m.manifest}[]" in source, m.name
+
+
+def test_a_plain_new_op_needs_only_its_spec_row():
+    """An op appended with the defaults gets its builder from the generator and its schema rules
+    from functions ops.py already has."""
+    generator = load_generator()
+    foo = spec._op(len(spec.OPS), "FOO", 1, "none", "a new unary op")
+    grown = types.SimpleNamespace(**{name: getattr(spec, name) for name in dir(spec) if name.isupper()})
+    grown.OPS = spec.OPS + (foo,)
+    text = generator.builders_text(grown)
+    assert "    def foo(self, x, *, params=None, backend=None):\n        \"\"\"a new unary op." in text
+    assert "self._node(OpKind.FOO, (x,), params, backend=backend)" in text
+    assert ops._rule(foo.shape, "shape") is ops.broadcast_shape
+    assert ops._rule(foo.dtype, "dtype") is ops.same_as_first_dtype
