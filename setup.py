@@ -15,15 +15,20 @@ import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-# Everything generated from fuel_kernel/spec.py (the ABI enums, the graph builders, the params
-# constructors and their Cython fill, the kernel modules cpu/_<family>.pyx) is written before
-# anything is cythonized or compiled, so the .pyx discovery below finds the kernel modules; they are
-# build outputs, not checked in (tools/generate_abi.py).
+# Everything derived from fuel_kernel/spec.py is generated before anything is cythonized or
+# compiled, and is a build output, never checked in: by tools/generate_abi.py the ABI enums
+# (abi_enums.h, abi_enums.pxi), the graph builders, the params constructors and their Cython fill,
+# and the kernel modules cpu/_<family>.pyx (so the .pyx discovery below finds them); by
+# tools/generate_kernels.py the CPU kernel headers rendered from fuel_kernel/cpu/*.h.in into
+# build/generated/.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "tools"))
 import generate_abi  # noqa: E402
+import generate_kernels  # noqa: E402
 
 generate_abi.write()
+generate_kernels.write()
 sys.path.pop(0)
+GENERATED_CPU = os.path.relpath(str(generate_kernels.GENERATED / "fuel_kernel" / "cpu"))
 
 DEBUG = os.environ.get("FUEL_KERNEL_DEBUG", "") not in ("", "0")
 SANITIZE = os.environ.get("FUEL_KERNEL_SANITIZE", "").strip()
@@ -58,6 +63,7 @@ if SANITIZE:
 include_dirs = ["fuel_kernel/include", numpy.get_include()]
 # Kernel modules include these headers transitively; list them so editing one rebuilds its users.
 headers = sorted(glob.glob("fuel_kernel/include/fuel_kernel/*.h") + glob.glob("fuel_kernel/cpu/*.h")
+                 + glob.glob("fuel_kernel/cpu/*.h.in") + glob.glob(os.path.join(GENERATED_CPU, "*.h"))
                  + glob.glob("fuel_kernel/_core/*.h"))
 
 
@@ -74,7 +80,9 @@ extensions = [
 for path in sorted(glob.glob("fuel_kernel/**/*.pyx", recursive=True)):
     name = path[:-len(".pyx")].replace("/", ".")
     if name != "fuel_kernel._dispatch":
-        extensions.append(extension(name, [path], extra_includes=[os.path.dirname(path)]))
+        # a kernel module finds its family's header among the hand-written ones beside it or
+        # among those rendered from templates
+        extensions.append(extension(name, [path], extra_includes=[os.path.dirname(path), GENERATED_CPU]))
 
 setup(
     ext_modules=cythonize(extensions, compiler_directives=directives,

@@ -33,21 +33,22 @@ from collections import namedtuple
 # ---- dtypes --------------------------------------------------------------------------------------
 # code: the fk_dtype value; name: FK_<name> in C, DType.<name> in Python; short: the lower-case
 # name printed by the coverage diagnostic; itemsize in bytes; numpy: the NumPy type that holds it
-# ("module.name" when NumPy lacks it); kind: "bool", "uint", "int" or "float".
-DTypeSpec = namedtuple("DTypeSpec", "code name short itemsize numpy kind")
+# ("module.name" when NumPy lacks it); kind: "bool", "uint", "int" or "float"; ctype: the C type
+# that stores one element; compute: the C type kernels compute in (F16 and BF16 compute in float).
+DTypeSpec = namedtuple("DTypeSpec", "code name short itemsize numpy kind ctype compute")
 
 DTYPES = (
-    DTypeSpec(0, "BOOL", "bool", 1, "bool", "bool"),
-    DTypeSpec(1, "U8", "u8", 1, "uint8", "uint"),
-    DTypeSpec(2, "I8", "i8", 1, "int8", "int"),
-    DTypeSpec(3, "I16", "i16", 2, "int16", "int"),
-    DTypeSpec(4, "I32", "i32", 4, "int32", "int"),
-    DTypeSpec(5, "I64", "i64", 8, "int64", "int"),
-    DTypeSpec(6, "U32", "u32", 4, "uint32", "uint"),
-    DTypeSpec(7, "F16", "f16", 2, "float16", "float"),
-    DTypeSpec(8, "BF16", "bf16", 2, "ml_dtypes.bfloat16", "float"),
-    DTypeSpec(9, "F32", "f32", 4, "float32", "float"),
-    DTypeSpec(10, "F64", "f64", 8, "float64", "float"),
+    DTypeSpec(0, "BOOL", "bool", 1, "bool", "bool", "uint8_t", "uint8_t"),
+    DTypeSpec(1, "U8", "u8", 1, "uint8", "uint", "uint8_t", "uint8_t"),
+    DTypeSpec(2, "I8", "i8", 1, "int8", "int", "int8_t", "int8_t"),
+    DTypeSpec(3, "I16", "i16", 2, "int16", "int", "int16_t", "int16_t"),
+    DTypeSpec(4, "I32", "i32", 4, "int32", "int", "int32_t", "int32_t"),
+    DTypeSpec(5, "I64", "i64", 8, "int64", "int", "int64_t", "int64_t"),
+    DTypeSpec(6, "U32", "u32", 4, "uint32", "uint", "uint32_t", "uint32_t"),
+    DTypeSpec(7, "F16", "f16", 2, "float16", "float", "uint16_t", "float"),
+    DTypeSpec(8, "BF16", "bf16", 2, "ml_dtypes.bfloat16", "float", "uint16_t", "float"),
+    DTypeSpec(9, "F32", "f32", 4, "float32", "float", "float", "float"),
+    DTypeSpec(10, "F64", "f64", 8, "float64", "float", "double", "double"),
 )
 
 # ---- params families -----------------------------------------------------------------------------
@@ -253,6 +254,60 @@ STATUSES = (
 )
 
 
+# ---- CPU kernel tables ---------------------------------------------------------------------------
+# What each CPU kernel family registers, as data: tools/generate_kernels.py turns these into the
+# family's manifest array (fk_<family>_manifest, fk_<family>_manifest_len), which the family's
+# template emits with {{manifest("<family>")}}.  One KernelRows gives a row for every op in ops
+# crossed with every dtype signature in signatures (operand dtype names, inputs then outputs):
+#   kernel  the C kernel function, a str.format pattern over op (lower case) and the signature's
+#           dtype names d0, d1, ... (upper case), e.g. "fk_{op}_{d0}";
+#   claim   a name in CLAIMS, or a dict from the first operand's dtype name to one;
+#   cost    the C cost function; caps: a C expression of FK_CAP_* flags; source: the source tag.
+# A row's revision is a hash of (source, op, signature, kernel name): stable across builds and
+# runs, and different for every implementation (tools/generate_kernels.py, revision()).
+Claim = namedtuple("Claim", "max_ulp notes max_rel max_abs bit_stable", defaults=(0.0, 0.0, 1))
+KernelRows = namedtuple("KernelRows", "ops signatures kernel claim cost caps source",
+                        defaults=("native",))
+
+
+def dtype_names(*kinds):
+    """The dtype names of the given kinds ("bool", "uint", "int", "float"), in code order."""
+    return tuple(d.name for d in DTYPES if d.kind in kinds)
+
+
+def same(names, n):
+    """Signatures with one dtype for all n operands: same(("F32", "F64"), 2) -> (("F32", "F32"), ...)."""
+    return tuple((name,) * n for name in names)
+
+
+FLOAT = dtype_names("float")
+SIGNED = dtype_names("int")
+UNSIGNED = dtype_names("uint")
+INTEGER = dtype_names("int", "uint")
+NUMERIC = dtype_names("int", "uint", "float")
+ALL_DTYPES = tuple(d.name for d in DTYPES)
+
+# Precision claims shared by families (a family adds its own with a unique name).
+CLAIMS = {
+    "EXACT": Claim(0, "exact: correctly rounded / bit-exact"),
+}
+
+# family -> tuple of KernelRows, in registration order (the first row at a key is what plain
+# lookup returns).
+CPU_KERNELS = {}
+
+
+# cast: CAST for every dtype pair, CONTIGUIZE for every dtype (cpu/cast_kernels.h.in)
+CLAIMS["EXACT_CAST"] = Claim(0, "exact: conversion rules in the module docs")
+CLAIMS["BIT_COPY"] = Claim(0, "exact: bit copy")
+_COPY_CAPS = "FK_CAP_STRIDED_INPUT | FK_CAP_STRIDED_OUTPUT | FK_CAP_INPLACE"
+CPU_KERNELS["cast"] = (
+    KernelRows(("CAST",), tuple((s, d) for s in ALL_DTYPES for d in ALL_DTYPES), "fk_cast_{d0}_{d1}",
+               "EXACT_CAST", "fk_copy_cost", _COPY_CAPS),
+    KernelRows(("CONTIGUIZE",), same(ALL_DTYPES, 2), "fk_cast_{d0}_{d1}", "BIT_COPY", "fk_copy_cost",
+               _COPY_CAPS),
+)
+
 def check():
     """Raise ValueError if the tables break their own rules: numbers are 0..n-1 in order (so that
     appending is the only way to add), names are unique, every op's params family exists."""
@@ -271,6 +326,35 @@ def check():
         lo, hi = op.inputs if isinstance(op.inputs, tuple) else (op.inputs, op.inputs)
         if not 1 <= lo <= hi or hi + op.outputs > 8:
             raise ValueError(f"spec: op {op.name} has an impossible operand count {op.inputs}")
+    check_kernel_tables()
+
+
+def check_kernel_tables():
+    """Raise ValueError if a CPU kernel table names an unknown op, dtype or claim, or gives an op
+    a signature with the wrong operand count."""
+    ops = {op.name: op for op in OPS}
+    dtypes = set(ALL_DTYPES)
+    for family, groups in CPU_KERNELS.items():
+        for group in groups:
+            claims = [group.claim] if isinstance(group.claim, str) else list(group.claim.values())
+            for claim in claims:
+                if claim not in CLAIMS:
+                    raise ValueError(f"spec: CPU_KERNELS[{family!r}] names an unknown claim {claim!r}")
+            for name in group.ops:
+                op = ops.get(name)
+                if op is None:
+                    raise ValueError(f"spec: CPU_KERNELS[{family!r}] names an unknown op {name!r}")
+                lo, hi = op.inputs if isinstance(op.inputs, tuple) else (op.inputs, op.inputs)
+                for signature in group.signatures:
+                    if not lo + op.outputs <= len(signature) <= hi + op.outputs:
+                        raise ValueError(f"spec: {name} cannot take the {len(signature)} operands "
+                                         f"of {signature} (CPU_KERNELS[{family!r}])")
+                    if not set(signature) <= dtypes:
+                        raise ValueError(f"spec: CPU_KERNELS[{family!r}] names unknown dtypes in "
+                                         f"{signature}")
+                    if isinstance(group.claim, dict) and signature[0] not in group.claim:
+                        raise ValueError(f"spec: CPU_KERNELS[{family!r}] has no {name} claim for "
+                                         f"{signature[0]}")
 
 
 check()

@@ -328,8 +328,8 @@ def params_pxi_text(spec):
 
 
 def kernel_module_text(spec, module):
-    from Cython.Tempita import Template
-    template = Template(KERNEL_MODULE_TEMPLATE.read_text(), name=str(KERNEL_MODULE_TEMPLATE))
+    from Cython import Tempita
+    template = Tempita.Template(KERNEL_MODULE_TEMPLATE.read_text(), name=str(KERNEL_MODULE_TEMPLATE))
     return template.substitute(notice=NOTICE, doc=module.doc, header=module.header,
                                manifest=module.manifest)
 

@@ -349,7 +349,8 @@ FK_ATTN_CORE(f64, double, 8, 2, fk_attn_exp_f64, tanh)
 
 static int fk_flash_attn(const fk_storage *inputs, int n_in, fk_storage *outputs, int n_out,
                          const fk_layout *layouts, const fk_params *params) {
-    int status = fk_mv_prologue(inputs, n_in, outputs, n_out, 3, layouts);
+    int status = fk_operands_check(inputs, n_in, outputs, n_out, layouts, 3, NULL,
+                               FK_CHECK_LAYOUTS | FK_CHECK_WRITABLE | FK_CHECK_SELF_OVERLAP);
     const fk_layout *q = &layouts[0], *k = &layouts[1], *v = &layouts[2], *o = &layouts[3];
     fk_fa_shape sh;
     fk_flash_attn_params fa;
@@ -434,7 +435,8 @@ FK_ROPE_KERNEL(F64, double, double, FK_ID, FK_ID)
 
 static int fk_rope(const fk_storage *inputs, int n_in, fk_storage *outputs, int n_out,
                    const fk_layout *layouts, const fk_params *params) {
-    int status = fk_mv_prologue(inputs, n_in, outputs, n_out, 3, layouts), interleaved = 0, nb;
+    int status = fk_operands_check(inputs, n_in, outputs, n_out, layouts, 3, NULL,
+                               FK_CHECK_LAYOUTS | FK_CHECK_WRITABLE | FK_CHECK_SELF_OVERLAP), interleaved = 0, nb;
     const fk_layout *x = &layouts[0];
     if (status || (status = fk_attn_float_dtypes(inputs, n_in, outputs, 3))) return status;
     if (params != NULL && params->kind == FK_PARAMS_ROPE) interleaved = params->u.rope.interleaved != 0;
@@ -528,7 +530,8 @@ FK_PAGED_CORE(f64, double, fk_attn_exp_f64, tanh)
 
 static int fk_paged_attn(const fk_storage *inputs, int n_in, fk_storage *outputs, int n_out,
                          const fk_layout *layouts, const fk_params *params) {
-    int status = fk_mv_prologue(inputs, n_in, outputs, n_out, 6, layouts);
+    int status = fk_operands_check(inputs, n_in, outputs, n_out, layouts, 6, NULL,
+                               FK_CHECK_LAYOUTS | FK_CHECK_WRITABLE | FK_CHECK_SELF_OVERLAP);
     const fk_layout *q = &layouts[0], *k = &layouts[1], *v = &layouts[2], *bt = &layouts[3];
     const fk_layout *cl = &layouts[4], *al = &layouts[5];
     int64_t N, hq, D, nblocks, bs, hkv, dv, maxb, max_ctx, n_scratch = 0;

@@ -46,53 +46,11 @@
 #define FK_STD_F32(v) ((float)(v))
 #define FK_STD_F64(v) ((double)(v))
 
-/* 1 if the storages' byte ranges intersect (both non-empty). */
-static inline int fk_storage_overlap(const fk_storage *a, const fk_storage *b) {
-    const char *a0 = (const char *)a->data, *b0 = (const char *)b->data;
-    if (a->nbytes == 0 || b->nbytes == 0) return 0;
-    return a0 < b0 + b->nbytes && b0 < a0 + a->nbytes;
-}
-
-/* 1 if the layout has no elements.  Tested per axis: the product of a stride-0 view's extents can
- * overflow int64 (and wrap to 0 or a negative count). */
-static inline int fk_layout_empty(const fk_layout *layout) {
-    for (int d = 0; d < layout->ndim; d++)
-        if (layout->shape[d] == 0) return 1;
-    return 0;
-}
-
 /* A C caller may pass params = NULL; a kernel that reads params refuses it before dereferencing. */
 static inline int fk_params_present(const fk_params *params, const char *op, const char *takes) {
     if (params == NULL) {
         fk_set_error(FK_ERR_PARAMS, "%s got params = NULL; it takes %s", op, takes);
         return FK_ERR_PARAMS;
-    }
-    return FK_OK;
-}
-
-/* The common operand checks of a compute kernel: counts, backend and dtypes, every layout inside
- * its storage, a writable output that overlaps no input.  Runs before anything is written. */
-static inline int fk_compute_check(const fk_storage *inputs, int n_in, fk_storage *outputs, int n_out,
-                                   const fk_layout *layouts, int want_in, const int *dtypes) {
-    int status = fk_check_operands(inputs, n_in, outputs, n_out, want_in, 1, dtypes, FK_BACKEND_CPU);
-    if (status) return status;
-    for (int k = 0; k < n_in; k++) {
-        status = fk_layout_check(&layouts[k], &inputs[k], "input", k);
-        if (status) return status;
-    }
-    status = fk_layout_check(&layouts[n_in], &outputs[0], "output", 0);
-    if (status) return status;
-    if (outputs[0].flags & FK_STORAGE_READ_ONLY) {
-        fk_set_error(FK_ERR_READ_ONLY, "output 0 is read-only");
-        return FK_ERR_READ_ONLY;
-    }
-    if (!fk_layout_empty(&layouts[n_in])) {
-        for (int k = 0; k < n_in; k++) {
-            if (!fk_layout_empty(&layouts[k]) && fk_storage_overlap(&inputs[k], &outputs[0])) {
-                fk_set_error(FK_ERR_ALIAS, "output 0 overlaps input %d; this kernel needs disjoint memory", k);
-                return FK_ERR_ALIAS;
-            }
-        }
     }
     return FK_OK;
 }

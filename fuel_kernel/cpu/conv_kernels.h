@@ -35,7 +35,8 @@ static int fk_conv_prepare(const fk_storage *inputs, int n_in, fk_storage *outpu
     int want_in = has_bias ? 3 : 2, status;
     const fk_layout *x, *w, *out;
     int64_t num_h, num_w, span_h, span_w, P = 0, wsize = 0, osize = 0;
-    status = fk_compute_check(inputs, n_in, outputs, n_out, layouts, want_in, dtypes);
+    status = fk_operands_check(inputs, n_in, outputs, n_out, layouts, want_in, dtypes,
+                               FK_CHECK_LAYOUTS | FK_CHECK_WRITABLE | FK_CHECK_DISJOINT);
     if (status) return status;
     x = &layouts[0];
     w = &layouts[1];

@@ -96,7 +96,7 @@ FK_INLINE int fk_elementwise_prepare(fk_loop *loop, const fk_storage *inputs, in
                                          fk_storage *outputs, int n_out, const fk_layout *layouts,
                                          const fk_params *params, int want_in, const int *dtypes,
                                          int params_kind, const char *op) {
-    int status = fk_check_operands(inputs, n_in, outputs, n_out, want_in, 1, dtypes, FK_BACKEND_CPU);
+    int status = fk_operands_check(inputs, n_in, outputs, n_out, layouts, want_in, dtypes, 0);
     if (status) return status;
     status = fk_check_params_kind(params, params_kind, op);
     if (status) return status;

@@ -201,7 +201,8 @@ static void fk_ix_select_rows(const char *xb, char *ob, const char *ib, int64_t 
 
 static int fk_index_select(const fk_storage *inputs, int n_in, fk_storage *outputs, int n_out,
                            const fk_layout *layouts, const fk_params *params) {
-    int status = fk_mv_prologue(inputs, n_in, outputs, n_out, 2, layouts), axis, size;
+    int status = fk_operands_check(inputs, n_in, outputs, n_out, layouts, 2, NULL,
+                               FK_CHECK_LAYOUTS | FK_CHECK_WRITABLE | FK_CHECK_SELF_OVERLAP), axis, size;
     const fk_layout *x = &layouts[0], *idx = &layouts[1], *out = &layouts[2];
     int64_t shape[FK_MAX_DIMS], numel;
     fk_ix_index ix;
@@ -238,7 +239,8 @@ static int fk_index_select(const fk_storage *inputs, int n_in, fk_storage *outpu
 /* ---- GATHER ---------------------------------------------------------------------------------------- */
 static int fk_gather(const fk_storage *inputs, int n_in, fk_storage *outputs, int n_out,
                      const fk_layout *layouts, const fk_params *params) {
-    int status = fk_mv_prologue(inputs, n_in, outputs, n_out, 2, layouts), axis, isize;
+    int status = fk_operands_check(inputs, n_in, outputs, n_out, layouts, 2, NULL,
+                               FK_CHECK_LAYOUTS | FK_CHECK_WRITABLE | FK_CHECK_SELF_OVERLAP), axis, isize;
     const fk_layout *x = &layouts[0], *idx = &layouts[1], *out = &layouts[2];
     fk_ix_index ix;
     if (status || (status = fk_mv_want_dtype(inputs, n_in, outputs, 2, inputs[0].dtype))) return status;
@@ -334,7 +336,8 @@ static int fk_ix_prepare_out(const fk_storage *inputs, fk_storage *outputs, cons
  * idx an I32/I64 index operand. */
 static int fk_ix_add_operands(const fk_storage *inputs, int n_in, fk_storage *outputs, int n_out,
                               const fk_layout *layouts, int dtype) {
-    int status = fk_mv_prologue(inputs, n_in, outputs, n_out, 3, layouts);
+    int status = fk_operands_check(inputs, n_in, outputs, n_out, layouts, 3, NULL,
+                               FK_CHECK_LAYOUTS | FK_CHECK_WRITABLE | FK_CHECK_SELF_OVERLAP);
     if (status || (status = fk_mv_want_dtype(inputs, n_in, outputs, 0, dtype))) return status;
     if ((status = fk_mv_want_dtype(inputs, n_in, outputs, 2, dtype))) return status;
     if ((status = fk_mv_want_dtype(inputs, n_in, outputs, 3, dtype))) return status;

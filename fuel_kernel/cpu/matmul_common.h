@@ -40,7 +40,8 @@ static int fk_matmul_prepare(const fk_storage *inputs, int n_in, fk_storage *out
     int64_t batch[FK_MAX_DIMS];
     int nb;
     if (count_dtype < 0) dtypes[2] = dtype;
-    status = fk_compute_check(inputs, n_in, outputs, n_out, layouts, want_in, dtypes);
+    status = fk_operands_check(inputs, n_in, outputs, n_out, layouts, want_in, dtypes,
+                               FK_CHECK_LAYOUTS | FK_CHECK_WRITABLE | FK_CHECK_DISJOINT);
     if (status) return status;
     status = fk_params_present(params, "matmul", count_dtype >= 0
                                ? "params.matmul(..., m_compute=MatmulM.deferred(2))"

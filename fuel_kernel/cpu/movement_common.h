@@ -20,32 +20,6 @@
 #include "fuel_kernel/half.h"
 #include "fuel_kernel/strided.h"
 
-/* Counts, backend, layout extents and a writable output that does not overlap itself: everything
- * but dtypes and shapes. */
-static int fk_mv_prologue(const fk_storage *inputs, int n_in, fk_storage *outputs, int n_out,
-                          int want_in, const fk_layout *layouts) {
-    if (n_in != want_in || n_out != 1) {
-        fk_set_error(FK_ERR_OPERANDS, "expected %d inputs and 1 output, got %d and %d", want_in, n_in, n_out);
-        return FK_ERR_OPERANDS;
-    }
-    for (int k = 0; k <= n_in; k++) {
-        const fk_storage *st = k < n_in ? &inputs[k] : &outputs[0];
-        int status;
-        if (st->backend != FK_BACKEND_CPU) {
-            fk_set_error(FK_ERR_BACKEND, "%s %d lives on backend %d, not the CPU", k < n_in ? "input" : "output",
-                         k < n_in ? k : 0, (int)st->backend);
-            return FK_ERR_BACKEND;
-        }
-        status = fk_layout_check(&layouts[k], st, k < n_in ? "input" : "output", k < n_in ? k : 0);
-        if (status) return status;
-    }
-    if (outputs[0].flags & FK_STORAGE_READ_ONLY) {
-        fk_set_error(FK_ERR_READ_ONLY, "output 0 is read-only");
-        return FK_ERR_READ_ONLY;
-    }
-    return fk_output_self_overlap_check(&layouts[n_in], "output 0");
-}
-
 /* Operand k (inputs then the output) must have dtype `want`. */
 static int fk_mv_want_dtype(const fk_storage *inputs, int n_in, const fk_storage *outputs, int k, int want) {
     const fk_storage *st = k < n_in ? &inputs[k] : &outputs[k - n_in];

@@ -52,7 +52,8 @@ static int64_t fk_slice_adjust(int64_t n, int64_t *start, int64_t *stop, int64_t
 
 static int fk_slice(const fk_storage *inputs, int n_in, fk_storage *outputs, int n_out,
                     const fk_layout *layouts, const fk_params *params) {
-    int status = fk_mv_prologue(inputs, n_in, outputs, n_out, 1, layouts);
+    int status = fk_operands_check(inputs, n_in, outputs, n_out, layouts, 1, NULL,
+                               FK_CHECK_LAYOUTS | FK_CHECK_WRITABLE | FK_CHECK_SELF_OVERLAP);
     fk_layout view;
     int64_t shape[FK_MAX_DIMS];
     if (status || (status = fk_mv_data_dtypes(inputs, n_in, outputs, 1, 1))) return status;
@@ -89,7 +90,8 @@ static int fk_concat(const fk_storage *inputs, int n_in, fk_storage *outputs, in
                      FK_MAX_OPERANDS - 1, n_in, n_out);
         return FK_ERR_OPERANDS;
     }
-    if ((status = fk_mv_prologue(inputs, n_in, outputs, n_out, n_in, layouts))) return status;
+    if ((status = fk_operands_check(inputs, n_in, outputs, n_out, layouts, n_in, NULL,
+                               FK_CHECK_LAYOUTS | FK_CHECK_WRITABLE | FK_CHECK_SELF_OVERLAP))) return status;
     if ((status = fk_mv_data_dtypes(inputs, n_in, outputs, 1, n_in))) return status;
     if ((status = fk_mv_params_kind(params, FK_PARAMS_CONCAT, "concat"))) return status;
     ndim = layouts[0].ndim;
@@ -118,7 +120,8 @@ static int fk_concat(const fk_storage *inputs, int n_in, fk_storage *outputs, in
 /* ---- FLIP -------------------------------------------------------------------------------------- */
 static int fk_flip(const fk_storage *inputs, int n_in, fk_storage *outputs, int n_out,
                    const fk_layout *layouts, const fk_params *params) {
-    int status = fk_mv_prologue(inputs, n_in, outputs, n_out, 1, layouts);
+    int status = fk_operands_check(inputs, n_in, outputs, n_out, layouts, 1, NULL,
+                               FK_CHECK_LAYOUTS | FK_CHECK_WRITABLE | FK_CHECK_SELF_OVERLAP);
     fk_layout view;
     if (status || (status = fk_mv_data_dtypes(inputs, n_in, outputs, 1, 1))) return status;
     if ((status = fk_mv_params_kind(params, FK_PARAMS_FLIP, "flip"))) return status;
@@ -148,7 +151,8 @@ static int fk_flip(const fk_storage *inputs, int n_in, fk_storage *outputs, int 
 /* ---- ROLL -------------------------------------------------------------------------------------- */
 static int fk_roll(const fk_storage *inputs, int n_in, fk_storage *outputs, int n_out,
                    const fk_layout *layouts, const fk_params *params) {
-    int status = fk_mv_prologue(inputs, n_in, outputs, n_out, 1, layouts);
+    int status = fk_operands_check(inputs, n_in, outputs, n_out, layouts, 1, NULL,
+                               FK_CHECK_LAYOUTS | FK_CHECK_WRITABLE | FK_CHECK_SELF_OVERLAP);
     int dims[FK_MAX_DIMS], n_dims;
     int64_t shift[FK_MAX_DIMS];
     if (status || (status = fk_mv_data_dtypes(inputs, n_in, outputs, 1, 1))) return status;
@@ -193,7 +197,8 @@ static int fk_roll(const fk_storage *inputs, int n_in, fk_storage *outputs, int 
 /* ---- TRIU / TRIL ------------------------------------------------------------------------------- */
 static int fk_triangular(const fk_storage *inputs, int n_in, fk_storage *outputs, int n_out,
                          const fk_layout *layouts, const fk_params *params, int upper) {
-    int status = fk_mv_prologue(inputs, n_in, outputs, n_out, 1, layouts), nb;
+    int status = fk_operands_check(inputs, n_in, outputs, n_out, layouts, 1, NULL,
+                               FK_CHECK_LAYOUTS | FK_CHECK_WRITABLE | FK_CHECK_SELF_OVERLAP), nb;
     const fk_layout *x = &layouts[0], *o = &layouts[1];
     int64_t diagonal = 0, rows, cols, batch = 1, index[FK_MAX_DIMS] = {0};
     int size;
@@ -266,7 +271,8 @@ static int fk_tril(const fk_storage *inputs, int n_in, fk_storage *outputs, int 
 /* ---- PAD --------------------------------------------------------------------------------------- */
 static int fk_pad(const fk_storage *inputs, int n_in, fk_storage *outputs, int n_out,
                   const fk_layout *layouts, const fk_params *params) {
-    int status = fk_mv_prologue(inputs, n_in, outputs, n_out, 1, layouts), ndim, first, mode;
+    int status = fk_operands_check(inputs, n_in, outputs, n_out, layouts, 1, NULL,
+                               FK_CHECK_LAYOUTS | FK_CHECK_WRITABLE | FK_CHECK_SELF_OVERLAP), ndim, first, mode;
     const fk_layout *x = &layouts[0];
     int64_t shape[FK_MAX_DIMS], before[FK_MAX_DIMS] = {0}, after[FK_MAX_DIMS] = {0};
     fk_layout interior;
@@ -363,7 +369,8 @@ static void fk_masked_fill_row(const char *x, int64_t xs, const uint8_t *m, int6
 
 static int fk_masked_fill(const fk_storage *inputs, int n_in, fk_storage *outputs, int n_out,
                           const fk_layout *layouts, const fk_params *params) {
-    int status = fk_mv_prologue(inputs, n_in, outputs, n_out, 2, layouts), size;
+    int status = fk_operands_check(inputs, n_in, outputs, n_out, layouts, 2, NULL,
+                               FK_CHECK_LAYOUTS | FK_CHECK_WRITABLE | FK_CHECK_SELF_OVERLAP), size;
     uint64_t value = 0;
     fk_loop loop;
     int64_t index[FK_MAX_DIMS] = {0};
@@ -414,7 +421,8 @@ typedef void (*fk_cumsum_line_fn)(const char *x, int64_t xs, char *out, int64_t 
 
 static int fk_cumsum_run(const fk_storage *inputs, int n_in, fk_storage *outputs, int n_out,
                          const fk_layout *layouts, const fk_params *params, int dtype, fk_cumsum_line_fn line) {
-    int status = fk_mv_prologue(inputs, n_in, outputs, n_out, 1, layouts), axis, size;
+    int status = fk_operands_check(inputs, n_in, outputs, n_out, layouts, 1, NULL,
+                               FK_CHECK_LAYOUTS | FK_CHECK_WRITABLE | FK_CHECK_SELF_OVERLAP), axis, size;
     const fk_layout *x = &layouts[0], *o = &layouts[1];
     int64_t lines = 1, numel, index[FK_MAX_DIMS] = {0}, n, xs, os;
     const char *xb;

@@ -134,7 +134,8 @@ static int fk_norm_prepare(const fk_storage *inputs, int n_in, fk_storage *outpu
     int dtypes[4] = {dtype, dtype, dtype, dtype};
     const fk_layout *x, *out;
     fk_layout rows[2];
-    int status = fk_compute_check(inputs, n_in, outputs, n_out, layouts, want_in, dtypes);
+    int status = fk_operands_check(inputs, n_in, outputs, n_out, layouts, want_in, dtypes,
+                               FK_CHECK_LAYOUTS | FK_CHECK_WRITABLE | FK_CHECK_DISJOINT);
     if (status) return status;
     status = fk_params_present(params, names[kind], kind <= FK_NORM_LOG_SOFTMAX
                                ? "params.softmax_last_dim() or a params block of kind none"

@@ -70,7 +70,8 @@ static int fk_reduce_run(const fk_storage *inputs, int n_in, fk_storage *outputs
     char *out_base;
     int64_t isz = fk_dtype_itemsize[in_dt], osz = fk_dtype_itemsize[out_dt], n_out_elems = 1;
 
-    status = fk_compute_check(inputs, n_in, outputs, n_out, layouts, 1, dtypes);
+    status = fk_operands_check(inputs, n_in, outputs, n_out, layouts, 1, dtypes,
+                               FK_CHECK_LAYOUTS | FK_CHECK_WRITABLE | FK_CHECK_DISJOINT);
     if (status || (status = fk_output_self_overlap_check(&layouts[1], "output 0"))) return status;
     x = &layouts[0];
     out = &layouts[1];

@@ -313,12 +313,28 @@ static inline void fk_loop_next(const fk_loop *loop, int64_t *index, char **ptrs
     }
 }
 
-/* Word the first mismatch fk_check_operands found (kept out of line: the common case never
- * formats anything). */
+/* 1 if the layout has no elements.  Tested per axis: the product of a stride-0 view's extents can
+ * overflow int64 (and wrap to 0 or a negative count). */
+static inline int fk_layout_empty(const fk_layout *layout) {
+    for (int d = 0; d < layout->ndim; d++)
+        if (layout->shape[d] == 0) return 1;
+    return 0;
+}
+
+/* What fk_operands_check verifies beyond operand counts, backends and dtypes. */
+enum {
+    FK_CHECK_LAYOUTS = 1u,         /* every layout lies inside its storage (fk_layout_check) */
+    FK_CHECK_WRITABLE = 2u,        /* output 0 is not read-only */
+    FK_CHECK_DISJOINT = 4u,        /* output 0 shares no memory with any non-empty input */
+    FK_CHECK_SELF_OVERLAP = 8u     /* output 0 does not overlap itself (stride 0, extent > 1) */
+};
+#define FK_ANY_DTYPE (-1)          /* in a dtypes list: this operand may have any dtype */
+
+/* Word the first count, backend or dtype mismatch fk_operands_check found (kept out of line: the
+ * common case never formats anything). */
 __attribute__((noinline, cold)) static int fk_operands_error(const fk_storage *inputs, int n_in,
                                                              const fk_storage *outputs, int n_out,
-                                                             int want_in, int want_out, const int *dtypes,
-                                                             int backend) {
+                                                             int want_in, int want_out, const int *dtypes) {
     if (n_in != want_in || n_out != want_out) {
         fk_set_error(FK_ERR_OPERANDS, "expected %d inputs and %d outputs, got %d and %d", want_in,
                      want_out, n_in, n_out);
@@ -328,11 +344,11 @@ __attribute__((noinline, cold)) static int fk_operands_error(const fk_storage *i
         const fk_storage *st = k < n_in ? &inputs[k] : &outputs[k - n_in];
         const char *role = k < n_in ? "input" : "output";
         int index = k < n_in ? k : k - n_in;
-        if (st->backend != backend) {
-            fk_set_error(FK_ERR_BACKEND, "%s %d lives on backend %d, not %d", role, index, (int)st->backend, backend);
+        if (st->backend != FK_BACKEND_CPU) {
+            fk_set_error(FK_ERR_BACKEND, "%s %d lives on backend %d, not the CPU", role, index, (int)st->backend);
             return FK_ERR_BACKEND;
         }
-        if (st->dtype != dtypes[k]) {
+        if (dtypes != NULL && dtypes[k] != FK_ANY_DTYPE && st->dtype != dtypes[k]) {
             const char *got = st->dtype >= 0 && st->dtype < FK_DTYPE_COUNT ? fk_dtype_short_name[st->dtype] : "?";
             fk_set_error(FK_ERR_DTYPE, "%s %d has dtype %s but this kernel takes %s", role, index, got,
                          fk_dtype_short_name[dtypes[k]]);
@@ -342,20 +358,48 @@ __attribute__((noinline, cold)) static int fk_operands_error(const fk_storage *i
     return FK_OK;
 }
 
-/* Check operand counts, backends and dtypes against what the kernel was registered for: one
- * branch-free pass over the operands (want_in is a constant in every kernel, so it unrolls). */
+/* The one operand check every CPU kernel runs before it reads or writes anything: want_in inputs
+ * and one output, all on the CPU, with the dtypes listed (inputs then the output; NULL, or
+ * FK_ANY_DTYPE in a slot, leaves a dtype to the kernel), then the FK_CHECK_* checks asked for.
+ * Counts, backends and dtypes are one branch-free pass (want_in and checks are constants at every
+ * call site, so it unrolls and the unasked checks vanish). */
 static inline __attribute__((always_inline))
-int fk_check_operands(const fk_storage *inputs, int n_in, const fk_storage *outputs, int n_out,
-                      int want_in, int want_out, const int *dtypes, int backend) {
-    int bad = n_in != want_in || n_out != want_out;
+int fk_operands_check(const fk_storage *inputs, int n_in, const fk_storage *outputs, int n_out,
+                      const fk_layout *layouts, int want_in, const int *dtypes, unsigned checks) {
+    int bad = n_in != want_in || n_out != 1;
     if (!bad) {
-        for (int k = 0; k < want_in; k++)
-            bad |= (inputs[k].backend != backend) | (inputs[k].dtype != dtypes[k]);
-        for (int k = 0; k < want_out; k++)
-            bad |= (outputs[k].backend != backend) | (outputs[k].dtype != dtypes[want_in + k]);
+        for (int k = 0; k <= want_in; k++) {
+            const fk_storage *st = k < want_in ? &inputs[k] : &outputs[0];
+            bad |= st->backend != FK_BACKEND_CPU;
+            if (dtypes != NULL) bad |= (dtypes[k] != FK_ANY_DTYPE) & (st->dtype != dtypes[k]);
+        }
     }
     if (__builtin_expect(bad, 0))
-        return fk_operands_error(inputs, n_in, outputs, n_out, want_in, want_out, dtypes, backend);
+        return fk_operands_error(inputs, n_in, outputs, n_out, want_in, 1, dtypes);
+    if (checks & FK_CHECK_LAYOUTS) {
+        for (int k = 0; k <= want_in; k++) {
+            int status = fk_layout_check(&layouts[k], k < want_in ? &inputs[k] : &outputs[0],
+                                         k < want_in ? "input" : "output", k < want_in ? k : 0);
+            if (status) return status;
+        }
+    }
+    if ((checks & FK_CHECK_WRITABLE) && (outputs[0].flags & FK_STORAGE_READ_ONLY)) {
+        fk_set_error(FK_ERR_READ_ONLY, "output 0 is read-only");
+        return FK_ERR_READ_ONLY;
+    }
+    if ((checks & FK_CHECK_DISJOINT) && !fk_layout_empty(&layouts[want_in])) {
+        const char *out_lo = (const char *)outputs[0].data, *out_hi = out_lo + outputs[0].nbytes;
+        for (int k = 0; k < want_in; k++) {
+            const char *in_lo = (const char *)inputs[k].data, *in_hi = in_lo + inputs[k].nbytes;
+            if (inputs[k].nbytes && outputs[0].nbytes && in_lo < out_hi && out_lo < in_hi
+                && !fk_layout_empty(&layouts[k])) {
+                fk_set_error(FK_ERR_ALIAS, "output 0 overlaps input %d; this kernel needs disjoint memory", k);
+                return FK_ERR_ALIAS;
+            }
+        }
+    }
+    if (checks & FK_CHECK_SELF_OVERLAP)
+        return fk_output_self_overlap_check(&layouts[want_in], "output 0");
     return FK_OK;
 }
 
@@ -370,7 +414,7 @@ static inline int fk_run_unary_rows(const fk_storage *inputs, int n_in, fk_stora
     fk_loop loop;
     int64_t index[FK_MAX_DIMS] = {0};
     char *ptrs[2];
-    int status = fk_check_operands(inputs, n_in, outputs, n_out, 1, 1, dtypes, FK_BACKEND_CPU);
+    int status = fk_operands_check(inputs, n_in, outputs, n_out, layouts, 1, dtypes, 0);
     if (status) return status;
     status = fk_loop_plan(&loop, inputs, 1, outputs, layouts, dtypes);
     if (status) return status;

@@ -1,0 +1,144 @@
+"""Render the CPU kernel templates (fuel_kernel/cpu/*.h.in) with the spec, into build/generated/.
+
+    python tools/generate_kernels.py           # render them (setup.py does this before cythonize)
+    python tools/generate_kernels.py --check   # exit 1 if an output is missing or stale
+
+A template is C with Tempita blocks (Tempita ships with Cython): `{{for d in FLOAT}}` ...
+`{{endfor}}` writes one typed copy of a kernel per dtype, and `{{manifest("family")}}` writes the
+family's registration rows from spec.CPU_KERNELS.  fuel_kernel/cpu/<name>.h.in renders to
+build/generated/fuel_kernel/cpu/<name>.h, which setup.py puts on every kernel module's include
+path; outputs are build products (never committed) and open with a "do not edit" line.
+
+What a template sees (namespace()): every public name of fuel_kernel/spec.py (DTYPES, OPS, FLOAT,
+SIGNED, INTEGER, NUMERIC, ALL_DTYPES, CLAIMS, CPU_KERNELS, dtype_names, same, ...), `dtype(name)`
+for a DTypeSpec by name, and `manifest(family)`.
+
+An output is rewritten only when its text changes, so an unchanged spec and template leave the
+build up to date.
+"""
+import hashlib
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from generate_abi import ROOT, load_spec  # noqa: E402
+sys.path.pop(0)
+
+TEMPLATES = ROOT / "fuel_kernel" / "cpu"
+GENERATED = ROOT / "build" / "generated"
+NOTICE = "generated from {template} by tools/generate_kernels.py; do not edit"
+
+
+def revision(source, op, signature, kernel):
+    """A manifest row's revision: the first 8 bytes of a BLAKE2b hash of what identifies the
+    implementation, so it is the same in every build and run and differs between siblings."""
+    payload = "\0".join(["fuel_kernel.cpu.revision.1", source, op, ",".join(signature), kernel])
+    return int.from_bytes(hashlib.blake2b(payload.encode(), digest_size=8).digest(), "little")
+
+
+def c_string(text):
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def c_double(value):
+    return repr(float(value)) if value == value and abs(value) != float("inf") else "0.0"
+
+
+def manifest_rows(spec, family):
+    """[(op, signature, kernel, Claim, cost, caps, source)] for every row of a family, in order."""
+    ops = {o.name: o for o in spec.OPS}
+    rows = []
+    for group in spec.CPU_KERNELS[family]:
+        for op in group.ops:
+            if op not in ops:
+                raise ValueError(f"spec: CPU_KERNELS[{family!r}] names an unknown op {op}")
+            for signature in group.signatures:
+                names = {f"d{i}": name for i, name in enumerate(signature)}
+                kernel = group.kernel.format(op=op.lower(), **names)
+                claim_name = group.claim if isinstance(group.claim, str) else group.claim[signature[0]]
+                rows.append((op, signature, kernel, spec.CLAIMS[claim_name], group.cost, group.caps,
+                             group.source))
+    return rows
+
+
+def manifest_text(spec, family):
+    """The C array fk_<family>_manifest and its length fk_<family>_manifest_len."""
+    dtype_codes = {d.name for d in spec.DTYPES}
+    out = [f"static const fk_manifest_row fk_{family}_manifest[] = {{"]
+    for op, signature, kernel, claim, cost, caps, source in manifest_rows(spec, family):
+        unknown = [name for name in signature if name not in dtype_codes]
+        if unknown:
+            raise ValueError(f"spec: CPU_KERNELS[{family!r}] names unknown dtypes {unknown}")
+        dtypes = ", ".join(f"FK_{name}" for name in signature)
+        precision = (f"{{1, {claim.bit_stable}, {{0, 0}}, {claim.max_ulp}, {c_double(claim.max_rel)}, "
+                     f"{c_double(claim.max_abs)}, {c_string(claim.notes)}}}")
+        out.append(f"    {{FK_OP_{op}, {{{len(signature)}, {{{dtypes}}}}}, {{{kernel}, {caps}, 0, "
+                   f"{precision}, {cost}, {c_string(source)}, "
+                   f"0x{revision(source, op, signature, kernel):016x}ull}}}},")
+    out.append("};")
+    out.append(f"static const int fk_{family}_manifest_len = "
+               f"(int)(sizeof(fk_{family}_manifest) / sizeof(fk_{family}_manifest[0]));")
+    return "\n".join(out)
+
+
+def namespace(spec):
+    names = {name: getattr(spec, name) for name in dir(spec) if not name.startswith("_")}
+    by_name = {d.name: d for d in spec.DTYPES}
+    names["dtype"] = by_name.__getitem__
+    names["manifest"] = lambda family: manifest_text(spec, family)
+    return names
+
+
+def templates():
+    return sorted(TEMPLATES.glob("*.h.in"))
+
+
+def output_path(template):
+    return GENERATED / template.relative_to(ROOT).with_suffix("")
+
+
+def outputs(spec=None):
+    """{output path: text} for every template."""
+    from Cython import Tempita
+
+    spec = spec or load_spec()
+    names = namespace(spec)
+    files = {}
+    for template in templates():
+        relative = template.relative_to(ROOT).as_posix()
+        body = Tempita.Template(template.read_text(), name=relative).substitute(names)
+        files[output_path(template)] = f"/* {NOTICE.format(template=relative)} */\n" + body
+    return files
+
+
+def stale(files=None):
+    files = outputs() if files is None else files
+    return [path for path, text in files.items() if not path.exists() or path.read_text() != text]
+
+
+def write(verbose=True):
+    files = outputs()
+    for path in stale(files):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(files[path])
+        if verbose:
+            print(f"generate_kernels: wrote {path.relative_to(ROOT)}")
+    return list(files)
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv == ["--check"]:
+        old = stale()
+        for path in old:
+            print(f"stale or missing: {path.relative_to(ROOT)} (run python tools/generate_kernels.py)")
+        return 1 if old else 0
+    if argv:
+        print(__doc__)
+        return 2
+    write()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
