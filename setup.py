@@ -16,9 +16,11 @@ from Cython.Build import cythonize
 from setuptools import Extension, setup
 
 # Everything derived from fuel_kernel/spec.py is generated before anything is cythonized or
-# compiled, and is a build output, never checked in: the ABI enums (abi_enums.h, abi_enums.pxi, by
-# tools/generate_abi.py) and the CPU kernel headers rendered from fuel_kernel/cpu/*.h.in into
-# build/generated/ (tools/generate_kernels.py).
+# compiled, and is a build output, never checked in: by tools/generate_abi.py the ABI enums
+# (abi_enums.h, abi_enums.pxi), the graph builders, the params constructors and their Cython fill,
+# and the kernel modules cpu/_<family>.pyx (so the .pyx discovery below finds them); by
+# tools/generate_kernels.py the CPU kernel headers rendered from fuel_kernel/cpu/*.h.in into
+# build/generated/.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "tools"))
 import generate_abi  # noqa: E402
 import generate_kernels  # noqa: E402

@@ -34,6 +34,7 @@ import threading
 
 import numpy as np
 
+from fuel_kernel import spec
 from fuel_kernel.errors import (STATUS_ERRORS, AliasError, ArgumentError, BackendError,
                                 DTypeError, FuelKernelError, KernelMemoryError, KeyRangeError,
                                 NoKernelError, OperandCountError, OperandTypeError, ParamsError,
@@ -497,64 +498,8 @@ cdef class OpParams:
         return PARAMS_KIND_NAMES[self.c.kind]
 
     def fields(self):
-        """The meaningful fields of this params family as a dict."""
-        cdef int k = self.c.kind
-        cdef fk_params *p = &self.c
-        if k == FK_PARAMS_REDUCE:
-            return {"dims": tuple(p.u.reduce.dims[i] for i in range(p.u.reduce.ndims)),
-                    "keepdim": bool(p.u.reduce.keepdim)}
-        if k == FK_PARAMS_MATMUL:
-            mm = p.u.matmul
-            return {"batch": tuple(mm.batch[i] for i in range(mm.batch_ndim)), "m": mm.m, "n": mm.n,
-                    "k": mm.k, "m_compute": MatmulM(mm.m_compute.kind, mm.m_compute.value)}
-        if k == FK_PARAMS_CONV2D:
-            cv = p.u.conv2d
-            return {"stride": (cv.stride[0], cv.stride[1]), "padding": (cv.padding[0], cv.padding[1]),
-                    "dilation": (cv.dilation[0], cv.dilation[1]), "groups": cv.groups}
-        if k == FK_PARAMS_SLICE:
-            sl = p.u.slice
-            return {"start": tuple(sl.start[i] for i in range(sl.ndim)),
-                    "stop": tuple(sl.stop[i] for i in range(sl.ndim)),
-                    "step": tuple(sl.step[i] for i in range(sl.ndim))}
-        if k == FK_PARAMS_AFFINE:
-            return {"mul": p.u.affine.mul, "add": p.u.affine.add}
-        if k == FK_PARAMS_CLAMP:
-            return {"min": p.u.clamp.min, "max": p.u.clamp.max}
-        if k == FK_PARAMS_POWI:
-            return {"exp": p.u.powi.exp}
-        if k in (FK_PARAMS_CONCAT, FK_PARAMS_INDEX_SELECT, FK_PARAMS_GATHER, FK_PARAMS_SCATTER,
-                 FK_PARAMS_SOFTMAX_LAST_DIM):
-            return {"axis": p.u.axis.axis}
-        if k == FK_PARAMS_CUMSUM:
-            return {"axis": p.u.cumsum.axis, "exclusive": bool(p.u.cumsum.exclusive),
-                    "reverse": bool(p.u.cumsum.reverse)}
-        if k == FK_PARAMS_FLIP:
-            return {"dims": tuple(p.u.flip.dims[i] for i in range(p.u.flip.ndims))}
-        if k == FK_PARAMS_ROLL:
-            return {"dims": tuple(p.u.roll.dims[i] for i in range(p.u.roll.ndims)),
-                    "shifts": tuple(p.u.roll.shifts[i] for i in range(p.u.roll.ndims))}
-        if k == FK_PARAMS_TRIANGULAR:
-            return {"diagonal": p.u.triangular.diagonal}
-        if k == FK_PARAMS_PAD:
-            pd = p.u.pad
-            return {"mode": ("constant", "reflect", "replicate")[pd.mode],
-                    "before": tuple(pd.before[i] for i in range(pd.ndim)),
-                    "after": tuple(pd.after[i] for i in range(pd.ndim)), "value": pd.value}
-        if k == FK_PARAMS_MASKED_FILL:
-            return {"value": p.u.masked_fill.value}
-        if k == FK_PARAMS_NORM_LAST_DIM:
-            return {"eps": p.u.norm.eps}
-        if k == FK_PARAMS_ROPE:
-            return {"interleaved": bool(p.u.rope.interleaved)}
-        if k == FK_PARAMS_FLASH_ATTN:
-            fa = p.u.flash_attn
-            return {"scale": fa.scale, "softcap": fa.softcap, "causal": bool(fa.causal),
-                    "window_left": fa.window_left, "window_right": fa.window_right}
-        if k == FK_PARAMS_PAGED_ATTN:
-            pa = p.u.paged_attn
-            return {"scale": pa.scale, "softcap": pa.softcap, "block_size": pa.block_size,
-                    "window_left": pa.window_left}
-        return {}
+        """The meaningful fields of this params family as a dict (the constructor's keywords)."""
+        return _params_fields(&self.c)
 
     def __repr__(self):
         inner = ", ".join(f"{k}={v!r}" for k, v in self.fields().items())
@@ -569,10 +514,8 @@ cdef class OpParams:
         return hash((self.kind, tuple(sorted((k, repr(v)) for k, v in self.fields().items()))))
 
 
-PARAMS_KIND_NAMES = ("none", "reduce", "matmul", "conv2d", "slice", "affine", "clamp", "powi",
-                     "concat", "softmax_last_dim", "norm_last_dim", "index_select", "gather",
-                     "scatter", "cumsum", "flip", "roll", "triangular", "pad", "masked_fill", "rope",
-                     "flash_attn", "paged_attn")
+# OpParams.kind: the family names of fuel_kernel/spec.py (PARAMS), indexed by fk_params_kind
+PARAMS_KIND_NAMES = tuple(family.name for family in spec.PARAMS)
 
 
 cdef object _int(object value, str what):
@@ -613,17 +556,46 @@ cdef tuple _pair(object value, str what):
     return pair
 
 
-cdef int _dims_into(object dims, int8_t *out, const char *what) except -1:
-    dims = _ints(dims, what.decode() + " dims")
+cdef tuple _dims(object dims, str what):
+    """A params dims field: distinct dims in [-FK_MAX_DIMS, FK_MAX_DIMS), at most FK_MAX_DIMS."""
+    dims = _ints(dims, what)
     if len(dims) > FK_MAX_DIMS:
-        raise ParamsError(f"{what.decode()} lists {len(dims)} dims; at most {FK_MAX_DIMS}")
+        raise ParamsError(f"{what} lists {len(dims)} dims; at most {FK_MAX_DIMS}")
     if len(set(dims)) != len(dims):
-        raise ParamsError(f"{what.decode()} lists a dim twice: {dims}")
-    for i, d in enumerate(dims):
+        raise ParamsError(f"{what} lists a dim twice: {dims}")
+    for d in dims:
         if not -FK_MAX_DIMS <= d < FK_MAX_DIMS:
-            raise ParamsError(f"{what.decode()} dim {d} is out of range")
-        out[i] = <int8_t>d
-    return len(dims)
+            raise ParamsError(f"{what}: dim {d} is out of range")
+    return dims
+
+
+cdef object _choice(object value, str what, dict choices):
+    """A params field naming one of `choices` (name -> C constant): the constant."""
+    if not isinstance(value, str) or value not in choices:
+        raise ParamsError(f"{what} is one of {sorted(choices)}, not {value!r}")
+    return choices[value]
+
+
+cdef tuple _matmul_m(object m_compute, object capacity):
+    """MATMUL's m_compute, a MatmulM (None: every row), as (kind, value); MatmulM.rows(n) may not
+    exceed the row capacity m."""
+    if m_compute is None:
+        m_compute = MatmulM.all()
+    if not isinstance(m_compute, MatmulM):
+        raise ParamsError(f"matmul m_compute is a MatmulM (MatmulM.all(), .rows(n), "
+                          f".deferred(i)) or None, not {m_compute!r}")
+    kind = _int(m_compute.kind, "MatmulM kind")
+    value = _int(m_compute.value, "MatmulM value")
+    if kind not in (MatmulM.ALL_KIND, MatmulM.ROWS_KIND, MatmulM.DEFERRED_KIND) or value < 0:
+        raise ParamsError(f"{m_compute!r} is not a valid MatmulM")
+    if kind == MatmulM.ROWS_KIND and value > capacity:
+        raise ParamsError(f"MatmulM.rows({value}) exceeds the row capacity m={capacity}")
+    return kind, value
+
+
+# _fill_<family> per params family, _build_params and _params_fields: written by the build from
+# fuel_kernel/spec.py (PARAMS, PARAMS_CONSTRUCTORS) with the converters above.
+include "_params_generated.pxi"
 
 
 def _make_params(str family, **fields):
@@ -637,170 +609,6 @@ def _make_params(str family, **fields):
         raise
     except (OverflowError, TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
         raise ParamsError(f"invalid {family} params: {exc}") from None
-
-
-cdef OpParams _build_params(str family, dict fields):
-    cdef OpParams p = OpParams.__new__(OpParams)
-    cdef fk_params *c = &p.c
-    cdef int i
-    if family == "none":
-        c.kind = FK_PARAMS_NONE
-    elif family == "reduce":
-        c.kind = FK_PARAMS_REDUCE
-        c.u.reduce.ndims = _dims_into(fields["dims"], c.u.reduce.dims, b"reduce")
-        c.u.reduce.keepdim = bool(fields["keepdim"])
-    elif family == "matmul":
-        c.kind = FK_PARAMS_MATMUL
-        batch = _ints(fields["batch"], "matmul batch")
-        if len(batch) > FK_MAX_DIMS - 2:
-            raise ParamsError(f"matmul supports at most {FK_MAX_DIMS - 2} batch dims")
-        c.u.matmul.batch_ndim = len(batch)
-        for i, b in enumerate(batch):
-            if b < 0:
-                raise ParamsError(f"matmul batch extent {b} is negative")
-            c.u.matmul.batch[i] = b
-        m, n, k = (_int(fields[name], f"matmul {name}") for name in ("m", "n", "k"))
-        for name, v in (("m", m), ("n", n), ("k", k)):
-            if v < 0:
-                raise ParamsError(f"matmul {name}={v} is negative")
-        c.u.matmul.m = m
-        c.u.matmul.n = n
-        c.u.matmul.k = k
-        m_compute = fields["m_compute"]
-        if m_compute is None:
-            m_compute = MatmulM.all()
-        if not isinstance(m_compute, MatmulM):
-            raise ParamsError(f"matmul m_compute is a MatmulM (MatmulM.all(), .rows(n), "
-                              f".deferred(i)) or None, not {m_compute!r}")
-        kind = _int(m_compute.kind, "MatmulM kind")
-        value = _int(m_compute.value, "MatmulM value")
-        if kind not in (MatmulM.ALL_KIND, MatmulM.ROWS_KIND, MatmulM.DEFERRED_KIND) or value < 0:
-            raise ParamsError(f"{m_compute!r} is not a valid MatmulM")
-        if kind == MatmulM.ROWS_KIND and value > c.u.matmul.m:
-            raise ParamsError(f"MatmulM.rows({value}) exceeds the row capacity m={c.u.matmul.m}")
-        c.u.matmul.m_compute.kind = kind
-        c.u.matmul.m_compute.value = value
-    elif family == "conv2d":
-        c.kind = FK_PARAMS_CONV2D
-        pairs = {}
-        for name in ("stride", "padding", "dilation"):
-            pair = _pair(fields[name], f"conv2d {name}")
-            low = 0 if name == "padding" else 1
-            if pair[0] < low or pair[1] < low:
-                raise ParamsError(f"conv2d {name} {pair} must be >= {low}")
-            pairs[name] = pair
-        for i in range(2):
-            c.u.conv2d.stride[i] = pairs["stride"][i]
-            c.u.conv2d.padding[i] = pairs["padding"][i]
-            c.u.conv2d.dilation[i] = pairs["dilation"][i]
-        groups = _int(fields["groups"], "conv2d groups")
-        if groups < 1:
-            raise ParamsError(f"conv2d groups must be >= 1, not {fields['groups']}")
-        c.u.conv2d.groups = groups
-    elif family == "slice":
-        c.kind = FK_PARAMS_SLICE
-        start = _ints(fields["start"], "slice start")
-        stop = _ints(fields["stop"], "slice stop")
-        step = (1,) * len(start) if fields["step"] is None else _ints(fields["step"], "slice step")
-        if not len(start) == len(stop) == len(step) or len(start) > FK_MAX_DIMS:
-            raise ParamsError("slice start, stop and step need one value per dim (at most 8)")
-        c.u.slice.ndim = len(start)
-        for i in range(len(start)):
-            if step[i] == 0:
-                raise ParamsError(f"slice step on dim {i} is zero")
-            c.u.slice.start[i] = start[i]
-            c.u.slice.stop[i] = stop[i]
-            c.u.slice.step[i] = step[i]
-    elif family == "affine":
-        c.kind = FK_PARAMS_AFFINE
-        c.u.affine.mul = _float(fields["mul"], "affine mul")
-        c.u.affine.add = _float(fields["add"], "affine add")
-    elif family == "clamp":
-        c.kind = FK_PARAMS_CLAMP
-        lo = _float(fields["min"], "clamp min")
-        hi = _float(fields["max"], "clamp max")
-        # min > max is allowed: the result is max everywhere, as np.clip and torch.clamp
-        if lo != lo or hi != hi:
-            raise ParamsError(f"clamp bounds must be numbers, not NaN (min {fields['min']}, max {fields['max']})")
-        c.u.clamp.min = lo
-        c.u.clamp.max = hi
-    elif family == "powi":
-        c.kind = FK_PARAMS_POWI
-        c.u.powi.exp = _int(fields["exp"], "powi exp")
-    elif family in ("concat", "index_select", "gather", "scatter", "softmax_last_dim"):
-        c.kind = {"concat": FK_PARAMS_CONCAT, "index_select": FK_PARAMS_INDEX_SELECT,
-                  "gather": FK_PARAMS_GATHER, "scatter": FK_PARAMS_SCATTER,
-                  "softmax_last_dim": FK_PARAMS_SOFTMAX_LAST_DIM}[family]
-        c.u.axis.axis = _int(fields.get("axis", -1), f"{family} axis")
-    elif family == "cumsum":
-        c.kind = FK_PARAMS_CUMSUM
-        c.u.cumsum.axis = _int(fields["axis"], "cumsum axis")
-        c.u.cumsum.exclusive = bool(fields["exclusive"])
-        c.u.cumsum.reverse = bool(fields["reverse"])
-    elif family == "flip":
-        c.kind = FK_PARAMS_FLIP
-        c.u.flip.ndims = _dims_into(fields["dims"], c.u.flip.dims, b"flip")
-    elif family == "roll":
-        c.kind = FK_PARAMS_ROLL
-        shifts = _ints(fields["shifts"], "roll shifts")
-        c.u.roll.ndims = _dims_into(fields["dims"], c.u.roll.dims, b"roll")
-        if len(shifts) != c.u.roll.ndims:
-            raise ParamsError("roll needs one shift per dim")
-        for i, s in enumerate(shifts):
-            c.u.roll.shifts[i] = s
-    elif family == "triangular":
-        c.kind = FK_PARAMS_TRIANGULAR
-        c.u.triangular.diagonal = _int(fields["diagonal"], "triangular diagonal")
-    elif family == "pad":
-        c.kind = FK_PARAMS_PAD
-        modes = {"constant": FK_PAD_CONSTANT, "reflect": FK_PAD_REFLECT, "replicate": FK_PAD_REPLICATE}
-        mode = fields["mode"]
-        if not isinstance(mode, str) or mode not in modes:
-            raise ParamsError(f"pad mode is one of {sorted(modes)}, not {mode!r}")
-        before = _ints(fields["before"], "pad before")
-        after = _ints(fields["after"], "pad after")
-        if len(before) != len(after) or len(before) > FK_MAX_DIMS:
-            raise ParamsError("pad needs before and after of equal length (at most 8)")
-        if any(v < 0 for v in before + after):
-            raise ParamsError("pad widths are non-negative")
-        value = _float(fields["value"], "pad value")
-        c.u.pad.mode = modes[mode]
-        c.u.pad.ndim = len(before)
-        for i in range(len(before)):
-            c.u.pad.before[i] = before[i]
-            c.u.pad.after[i] = after[i]
-        c.u.pad.value = value
-    elif family == "masked_fill":
-        c.kind = FK_PARAMS_MASKED_FILL
-        c.u.masked_fill.value = _float(fields["value"], "masked_fill value")
-    elif family == "norm_last_dim":
-        c.kind = FK_PARAMS_NORM_LAST_DIM
-        eps = _float(fields["eps"], "norm eps")
-        if not eps >= 0:
-            raise ParamsError(f"eps must be non-negative, not {fields['eps']}")
-        c.u.norm.eps = eps
-    elif family == "rope":
-        c.kind = FK_PARAMS_ROPE
-        c.u.rope.interleaved = bool(fields["interleaved"])
-    elif family == "flash_attn":
-        c.kind = FK_PARAMS_FLASH_ATTN
-        c.u.flash_attn.scale = _float(fields["scale"], "flash_attn scale")
-        c.u.flash_attn.softcap = _float(fields["softcap"], "flash_attn softcap")
-        c.u.flash_attn.causal = bool(fields["causal"])
-        c.u.flash_attn.window_left = _int(fields["window_left"], "flash_attn window_left")
-        c.u.flash_attn.window_right = _int(fields["window_right"], "flash_attn window_right")
-    elif family == "paged_attn":
-        c.kind = FK_PARAMS_PAGED_ATTN
-        block_size = _int(fields["block_size"], "paged_attn block_size")
-        if block_size < 1:
-            raise ParamsError(f"paged attention block_size must be >= 1, not {fields['block_size']}")
-        c.u.paged_attn.scale = _float(fields["scale"], "paged_attn scale")
-        c.u.paged_attn.softcap = _float(fields["softcap"], "paged_attn softcap")
-        c.u.paged_attn.block_size = block_size
-        c.u.paged_attn.window_left = _int(fields["window_left"], "paged_attn window_left")
-    else:
-        raise ParamsError(f"unknown params family {family!r}")
-    return p
 
 
 # ---- precision and cost ------------------------------------------------------------------------

@@ -2,8 +2,10 @@
 
 Each class also derives from the built-in exception a Python caller would expect, so
 `except TypeError` still catches a dtype mismatch.  Kernels report failures as an fk_status code
-plus a thread-local message; _dispatch maps the code to one of these classes (STATUS_ERRORS).
+plus a thread-local message; _dispatch maps the code to one of these classes (STATUS_ERRORS, built
+from the `error` names of fuel_kernel/spec.py's STATUSES).
 """
+from . import spec
 
 
 class FuelKernelError(Exception):
@@ -80,19 +82,6 @@ class KernelError(FuelKernelError, RuntimeError):
     """A kernel failed for a reason of its own."""
 
 
-# fk_status code -> exception class (abi.h, fk_status)
-STATUS_ERRORS = {
-    1: DTypeError,
-    2: ShapeError,
-    3: KernelIndexError,
-    4: ParamsError,
-    5: KernelZeroDivisionError,
-    6: BackendError,
-    7: KernelMemoryError,
-    8: AliasError,
-    9: ReadOnlyError,
-    10: OperandCountError,
-    11: NoKernelError,
-    12: RegistrationError,
-    13: KernelError,
-}
+# fk_status code -> exception class: the class each status's row in fuel_kernel/spec.py (STATUSES)
+# names; the one map from status codes to exceptions (_dispatch's raise_status reads it).
+STATUS_ERRORS = {status.value: globals()[status.error] for status in spec.STATUSES if status.error}

@@ -3,12 +3,17 @@
 Kernels validate shapes themselves (so C callers are protected too); this table is what Python
 needs on top: allocating an output when the caller passes none, and letting the graph builder
 infer a node's shape and dtype before it consults the binding table.
+
+SCHEMAS is built from fuel_kernel/spec.py: each spec op names its shape rule and its output-dtype
+rule, and the rule "foo" is the function foo_shape / foo_dtype below.  A new op whose rules exist
+already (a plain unary op: "broadcast", "same_as_first") needs no edit here.
 """
 from dataclasses import dataclass
 from typing import Callable, Optional
 
 import numpy as np
 
+from . import spec
 from .errors import OperandCountError, ParamsError, ShapeError
 from .types import DType, OpKind
 
@@ -19,10 +24,10 @@ class OpSchema:
     n_inputs: Optional[int]          # None: variadic (CONCAT)
     params: str                      # the params family the op takes ("none", "reduce", ...)
     infer_shape: Callable            # (input shapes, params) -> output shape
-    infer_dtype: Callable            # (input dtypes, params) -> output dtype
-    make_params: Optional[Callable] = None   # (input shapes) -> OpParams when the caller gives none
+    infer_dtype: Optional[Callable]  # (input dtypes, params) -> output dtype; None: the caller's
 
 
+# ---- output-shape rules: (input shapes, params) -> the output shape --------------------------------
 def broadcast_shape(shapes, params=None):
     try:
         return tuple(np.broadcast_shapes(*shapes))
@@ -30,51 +35,38 @@ def broadcast_shape(shapes, params=None):
         raise ShapeError(f"shapes {', '.join(map(str, shapes))} do not broadcast: {exc}") from None
 
 
-def same_as_first(dtypes, params=None):
+def same_as_first_shape(shapes, params=None):
+    return tuple(shapes[0])
+
+
+# ---- output-dtype rules: (input dtypes, params) -> the output dtype -------------------------------
+def same_as_first_dtype(dtypes, params=None):
     return dtypes[0]
 
 
-def same_as_last(dtypes, params=None):
-    return dtypes[-1]
-
-
-def boolean(dtypes, params=None):
-    return DType.BOOL
-
-
-SCHEMAS = {}
-
-
-def _add(op, n_inputs, params, infer_shape, infer_dtype, make_params=None):
-    SCHEMAS[op] = OpSchema(op, n_inputs, params, infer_shape, infer_dtype, make_params)
-
-
-# CAST's output dtype is the caller's choice, so dispatch() needs an explicit output for it.
-_add(OpKind.CAST, 1, "none", broadcast_shape, None)
-_add(OpKind.CONTIGUIZE, 1, "none", broadcast_shape, same_as_first)
-
-# Elementwise ops: inputs broadcast together (NumPy rules).
-for _op in (OpKind.NEG, OpKind.ABS, OpKind.SQR, OpKind.SQRT, OpKind.RSQRT, OpKind.RECIP, OpKind.EXP,
-            OpKind.LOG, OpKind.SIN, OpKind.COS, OpKind.TANH, OpKind.SIGMOID, OpKind.RELU,
-            OpKind.SILU, OpKind.GELU, OpKind.GELU_ERF, OpKind.ERF, OpKind.STEP, OpKind.FLOOR,
-            OpKind.CEIL, OpKind.ROUND, OpKind.SIGN):
-    _add(_op, 1, "none", broadcast_shape, same_as_first)
-for _op in (OpKind.ADD, OpKind.SUB, OpKind.MUL, OpKind.DIV, OpKind.MAXIMUM, OpKind.MINIMUM,
-            OpKind.POW, OpKind.REM):
-    _add(_op, 2, "none", broadcast_shape, same_as_first)
-for _op in (OpKind.EQ, OpKind.NE, OpKind.LT, OpKind.LE, OpKind.GT, OpKind.GE):
-    _add(_op, 2, "none", broadcast_shape, boolean)
-
-
-def _where_dtype(dtypes, params=None):
+def same_as_second_dtype(dtypes, params=None):
     """WHERE(cond BOOL, a, b) has the dtype of a."""
     return dtypes[1]
 
 
-_add(OpKind.WHERE, 3, "none", broadcast_shape, _where_dtype)
-_add(OpKind.AFFINE, 1, "affine", broadcast_shape, same_as_first)
-_add(OpKind.CLAMP, 1, "clamp", broadcast_shape, same_as_first)
-_add(OpKind.POWI, 1, "powi", broadcast_shape, same_as_first)
+def boolean_dtype(dtypes, params=None):
+    return DType.BOOL
+
+
+def accumulate_dtype(dtypes, params=None):
+    """SUM and PROD: floats keep their dtype, integers and BOOL accumulate in I64 (as
+    reduce_kernels.h's rows)."""
+    return dtypes[0] if dtypes[0].is_float else DType.I64
+
+
+def mean_dtype(dtypes, params=None):
+    """MEAN: floats keep their dtype, integers and BOOL give F64."""
+    return dtypes[0] if dtypes[0].is_float else DType.F64
+
+
+def index_dtype(dtypes, params=None):
+    """ARGMAX, ARGMIN: an I64 index."""
+    return DType.I64
 
 
 # ---- data movement, indexing and attention (CPU kernels in fuel_kernel/cpu/_movement, _index,
@@ -91,11 +83,7 @@ def _axis(axis, ndim):
     return axis % ndim
 
 
-def _same_as_first_shape(shapes, params=None):
-    return shapes[0]
-
-
-def _slice_shape(shapes, params):
+def slice_shape(shapes, params):
     f = _fields(params, "slice")
     (x,) = shapes
     if len(f["start"]) != len(x):
@@ -103,7 +91,7 @@ def _slice_shape(shapes, params):
     return tuple(len(range(*slice(a, b, s).indices(n))) for n, a, b, s in zip(x, f["start"], f["stop"], f["step"]))
 
 
-def _concat_shape(shapes, params):
+def concat_shape(shapes, params):
     if not shapes:
         raise OperandCountError("concat takes at least one input")
     axis = _axis(_fields(params, "concat")["axis"], len(shapes[0]))
@@ -115,7 +103,7 @@ def _concat_shape(shapes, params):
     return tuple(out)
 
 
-def _index_select_shape(shapes, params):
+def index_select_shape(shapes, params):
     x, idx = shapes
     axis = _axis(_fields(params, "index_select")["axis"], len(x))
     if len(idx) != 1:
@@ -123,7 +111,7 @@ def _index_select_shape(shapes, params):
     return x[:axis] + idx + x[axis + 1:]
 
 
-def _pad_shape(shapes, params):
+def pad_shape(shapes, params):
     f = _fields(params, "pad")
     (x,) = shapes
     first = len(x) - len(f["before"])
@@ -132,24 +120,13 @@ def _pad_shape(shapes, params):
     return tuple(n + (f["before"][d - first] + f["after"][d - first] if d >= first else 0) for d, n in enumerate(x))
 
 
-def _attention_shape(shapes, params=None):
+def attention_shape(shapes, params=None):
     return shapes[0][:-1] + shapes[2][-1:]
 
 
-_add(OpKind.SLICE, 1, "slice", _slice_shape, same_as_first)
-_add(OpKind.CONCAT, None, "concat", _concat_shape, same_as_first)
-_add(OpKind.INDEX_SELECT, 2, "index_select", _index_select_shape, same_as_first)
-_add(OpKind.GATHER, 2, "gather", lambda shapes, params=None: shapes[1], same_as_first)
-_add(OpKind.SCATTER_ADD, 3, "scatter", _same_as_first_shape, same_as_first)
-_add(OpKind.INDEX_ADD, 3, "scatter", _same_as_first_shape, same_as_first)
-for _op, _family in ((OpKind.FLIP, "flip"), (OpKind.ROLL, "roll"), (OpKind.CUMSUM, "cumsum"),
-                     (OpKind.TRIU, "triangular"), (OpKind.TRIL, "triangular")):
-    _add(_op, 1, _family, _same_as_first_shape, same_as_first)
-_add(OpKind.PAD, 1, "pad", _pad_shape, same_as_first)
-_add(OpKind.MASKED_FILL, 2, "masked_fill", broadcast_shape, same_as_first)
-_add(OpKind.ROPE, 3, "rope", _same_as_first_shape, same_as_first)
-_add(OpKind.FLASH_ATTN, 3, "flash_attn", _attention_shape, same_as_first)
-_add(OpKind.PAGED_ATTN, 6, "paged_attn", _attention_shape, same_as_first)
+def gather_shape(shapes, params=None):
+    """GATHER's output has the index tensor's shape."""
+    return tuple(shapes[1])
 
 
 def schema(op):
@@ -233,24 +210,6 @@ def reduce_shape(shapes, params=None):
     return tuple(1 if d in dims else s for d, s in enumerate(shape) if keepdim or d not in dims)
 
 
-def _sum_dtype(dtypes, params=None):
-    return dtypes[0] if dtypes[0].is_float else DType.I64
-
-
-def _mean_dtype(dtypes, params=None):
-    return dtypes[0] if dtypes[0].is_float else DType.F64
-
-
-def _index_dtype(dtypes, params=None):
-    return DType.I64
-
-
-for _op, _dtype in ((OpKind.SUM, _sum_dtype), (OpKind.PROD, _sum_dtype), (OpKind.MAX, same_as_first),
-                    (OpKind.MIN, same_as_first), (OpKind.MEAN, _mean_dtype),
-                    (OpKind.ARGMAX, _index_dtype), (OpKind.ARGMIN, _index_dtype)):
-    _add(_op, 1, "reduce", reduce_shape, _dtype)
-
-
 def matmul_shape(shapes, params=None):
     """[A, B] or [A, B, count] -> (*batch, m, n): batch and m, n from params.matmul, else from the
     shapes (A (..., m, k) @ B (..., k, n), batch dims broadcast)."""
@@ -268,18 +227,6 @@ def matmul_shape(shapes, params=None):
         raise ShapeError(f"matmul inner extents differ: {a} @ {b}")
     return broadcast_shape([a[:-2], b[:-2]]) + (a[-2], b[-1])
 
-
-_add(OpKind.MATMUL, None, "matmul", matmul_shape, same_as_first)
-
-
-def same_shape_as_first(shapes, params=None):
-    return tuple(shapes[0])
-
-
-_add(OpKind.SOFTMAX_LAST_DIM, 1, "softmax_last_dim", same_shape_as_first, same_as_first)
-_add(OpKind.LOG_SOFTMAX_LAST_DIM, 1, "softmax_last_dim", same_shape_as_first, same_as_first)
-_add(OpKind.RMS_NORM, 2, "norm_last_dim", same_shape_as_first, same_as_first)
-_add(OpKind.LAYER_NORM, 3, "norm_last_dim", same_shape_as_first, same_as_first)
 
 
 def conv2d_shape(shapes, params=None):
@@ -300,4 +247,16 @@ def conv2d_shape(shapes, params=None):
     return tuple(out)
 
 
-_add(OpKind.CONV2D, None, "conv2d", conv2d_shape, same_as_first)
+# ---- the schemas, one per spec op ----------------------------------------------------------------
+def _rule(name, kind):
+    """The function of a spec rule name: "broadcast", "shape" -> broadcast_shape (None: None)."""
+    return None if name is None else globals()[f"{name}_{kind}"]
+
+
+def _schema(op_spec):
+    fixed = op_spec.inputs if isinstance(op_spec.inputs, int) else None
+    return OpSchema(OpKind[op_spec.name], fixed, op_spec.params, _rule(op_spec.shape, "shape"),
+                    _rule(op_spec.dtype, "dtype"))
+
+
+SCHEMAS = {OpKind[o.name]: _schema(o) for o in spec.OPS}

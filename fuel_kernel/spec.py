@@ -7,9 +7,14 @@ generate_umath.py) and imports nothing, so the build can read it before anything
 * tools/generate_abi.py (run by setup.py before cythonize) writes from it
     - fuel_kernel/include/fuel_kernel/abi_enums.h: the enums fk_dtype, fk_op, fk_params_kind and
       fk_status, which abi.h includes;
-    - fuel_kernel/abi_enums.pxi: their Cython declarations, which abi.pxd includes.
-  Both are build outputs: gitignored, never edited by hand.
-* fuel_kernel/types.py builds the Python IntEnums DType and OpKind from it at import.
+    - fuel_kernel/abi_enums.pxi: their Cython declarations, which abi.pxd includes;
+    - fuel_kernel/graph/_generated_builders.py: the Graph builders of the ops (OPS);
+    - fuel_kernel/_params_constructors.py and _params_generated.pxi: the fuel_kernel.params
+      constructors and their checks and C fill (PARAMS_CONSTRUCTORS);
+    - fuel_kernel/cpu/_<family>.pyx: the kernel modules (KERNEL_MODULES).
+  All are build outputs: gitignored, never edited by hand.
+* At import, fuel_kernel/types.py builds the Python IntEnums DType and OpKind from it, ops.py the
+  op schemas, errors.py STATUS_ERRORS and fuel_kernel/cpu KERNEL_MODULES.
 * tests/test_spec.py checks it against the runtime (every op has kernels and an oracle) and that
   the generated files are fresh.
 
@@ -17,11 +22,11 @@ Numbering is append-only and frozen by tests/test_abi.py (tests/data/abi_signatu
 new dtype, op, params family or status at the END of its list with the next number; never
 renumber, never reuse a number.
 
-What is not here yet: the op schemas' shape and dtype rules (fuel_kernel/ops.py), the params
-structs themselves and their Python constructors (abi.h, abi.pxd, params.py, _dispatch.pyx; the
-PARAMS table below describes them and tests/test_spec.py holds it to abi.h), the exception
-classes (errors.py; STATUSES names them and the test holds the two together), backends and
-kernel caps (abi.h, types.py), and the per-family kernel tables (fuel_kernel/cpu/*.h).
+What is not here yet: the shape and dtype rule functions the ops name (fuel_kernel/ops.py), the
+params structs themselves (abi.h, abi.pxd; the PARAMS table below describes them and
+tests/core/test_spec_abi.py holds it to abi.h), the exception classes (errors.py; STATUSES names
+them), backends and kernel caps (abi.h, types.py), and the per-family kernel tables
+(fuel_kernel/cpu/*.h).
 """
 from collections import namedtuple
 
@@ -101,18 +106,26 @@ PARAMS = (
 # ---- ops -----------------------------------------------------------------------------------------
 # number: the fk_op value (append-only); name: FK_OP_<name> in C, OpKind.<name> in Python;
 # inputs: the input count, or (fewest, most) when it varies; outputs: the output count; params:
-# the params family (a name in PARAMS); doc: one line.
-OpSpec = namedtuple("OpSpec", "number name inputs outputs params doc")
+# the params family (a name in PARAMS); doc: one line; args: the inputs' names (the Graph builder's
+# positional parameters; by default x, or x, y); shape: the output-shape rule, the function
+# <shape>_shape in fuel_kernel/ops.py (by default "broadcast": inputs broadcast, NumPy rules);
+# dtype: the output-dtype rule, the function <dtype>_dtype in ops.py (by default
+# "same_as_first"; None: the caller names it with an explicit output, as CAST).
+OpSpec = namedtuple("OpSpec", "number name inputs outputs params doc args shape dtype")
 
 VARIADIC = (1, 7)        # CONCAT: 1 .. FK_MAX_OPERANDS - 1 inputs (one operand slot is the output)
+_DEFAULT_ARGS = {1: ("x",), 2: ("x", "y")}
 
 
-def _op(number, name, inputs, params, doc, outputs=1):
-    return OpSpec(number, name, inputs, outputs, params, doc)
+def _op(number, name, inputs, params, doc, outputs=1, args=None, shape="broadcast",
+        dtype="same_as_first"):
+    if args is None:
+        args = _DEFAULT_ARGS[inputs]
+    return OpSpec(number, name, inputs, outputs, params, doc, args, shape, dtype)
 
 
 OPS = (
-    _op(0, "CAST", 1, "none", "convert to the output's dtype"),
+    _op(0, "CAST", 1, "none", "convert to the output's dtype", dtype=None),
     _op(1, "CONTIGUIZE", 1, "none", "copy a strided or broadcast input into a dense output"),
     # unary elementwise
     _op(2, "NEG", 1, "none", "-x"),
@@ -129,8 +142,9 @@ OPS = (
     _op(13, "SIGMOID", 1, "none", "1 / (1 + e ** -x)"),
     _op(14, "RELU", 1, "none", "max(x, 0)"),
     _op(15, "SILU", 1, "none", "x * sigmoid(x)"),
-    _op(16, "GELU", 1, "none", "GELU, tanh approximation"),
-    _op(17, "GELU_ERF", 1, "none", "GELU, exact (erf) form"),
+    _op(16, "GELU", 1, "none",
+        "GELU, tanh approximation: 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3)))"),
+    _op(17, "GELU_ERF", 1, "none", "GELU, exact (erf) form: 0.5x(1 + erf(x / sqrt 2))"),
     _op(18, "ERF", 1, "none", "the error function"),
     _op(19, "STEP", 1, "none", "1 where x > 0, else 0 (NaN kept)"),
     _op(20, "FLOOR", 1, "none", "round toward -inf"),
@@ -147,50 +161,74 @@ OPS = (
     _op(30, "POW", 2, "none", "a ** b"),
     _op(31, "REM", 2, "none", "remainder of a / b (an integer division by zero is an error)"),
     # comparisons (BOOL output) and selection
-    _op(32, "EQ", 2, "none", "a == b"),
-    _op(33, "NE", 2, "none", "a != b"),
-    _op(34, "LT", 2, "none", "a < b"),
-    _op(35, "LE", 2, "none", "a <= b"),
-    _op(36, "GT", 2, "none", "a > b"),
-    _op(37, "GE", 2, "none", "a >= b"),
-    _op(38, "WHERE", 3, "none", "cond ? a : b (cond BOOL)"),
+    _op(32, "EQ", 2, "none", "a == b", dtype="boolean"),
+    _op(33, "NE", 2, "none", "a != b", dtype="boolean"),
+    _op(34, "LT", 2, "none", "a < b", dtype="boolean"),
+    _op(35, "LE", 2, "none", "a <= b", dtype="boolean"),
+    _op(36, "GT", 2, "none", "a > b", dtype="boolean"),
+    _op(37, "GE", 2, "none", "a >= b", dtype="boolean"),
+    _op(38, "WHERE", 3, "none", "cond ? a : b (cond BOOL)",
+        args=("cond", "a", "b"), dtype="same_as_second"),
     # unary elementwise with params
     _op(39, "AFFINE", 1, "affine", "x * mul + add"),
     _op(40, "CLAMP", 1, "clamp", "min(max(x, min), max)"),
     _op(41, "POWI", 1, "powi", "x ** exp for an integer exp"),
     # reductions
-    _op(42, "SUM", 1, "reduce", "sum over dims (integers accumulate in I64)"),
-    _op(43, "MAX", 1, "reduce", "maximum over dims"),
-    _op(44, "MIN", 1, "reduce", "minimum over dims"),
-    _op(45, "MEAN", 1, "reduce", "mean over dims (integers give F64)"),
-    _op(46, "PROD", 1, "reduce", "product over dims (integers accumulate in I64)"),
-    _op(47, "ARGMAX", 1, "reduce", "index of the first maximum (I64)"),
-    _op(48, "ARGMIN", 1, "reduce", "index of the first minimum (I64)"),
+    _op(42, "SUM", 1, "reduce", "sum over dims (integers accumulate in I64)",
+        shape="reduce", dtype="accumulate"),
+    _op(43, "MAX", 1, "reduce", "maximum over dims", shape="reduce"),
+    _op(44, "MIN", 1, "reduce", "minimum over dims", shape="reduce"),
+    _op(45, "MEAN", 1, "reduce", "mean over dims (integers give F64)",
+        shape="reduce", dtype="mean"),
+    _op(46, "PROD", 1, "reduce", "product over dims (integers accumulate in I64)",
+        shape="reduce", dtype="accumulate"),
+    _op(47, "ARGMAX", 1, "reduce", "index of the first maximum (I64)",
+        shape="reduce", dtype="index"),
+    _op(48, "ARGMIN", 1, "reduce", "index of the first minimum (I64)",
+        shape="reduce", dtype="index"),
     # compute
-    _op(49, "MATMUL", (2, 3), "matmul", "batched A @ B; a third input is the run-time row count"),
-    _op(50, "CONV2D", (2, 3), "conv2d", "NCHW 2-d convolution, optional bias"),
-    _op(51, "SOFTMAX_LAST_DIM", 1, "softmax_last_dim", "softmax over the last dim"),
-    _op(52, "LOG_SOFTMAX_LAST_DIM", 1, "softmax_last_dim", "log-softmax over the last dim"),
-    _op(53, "RMS_NORM", 2, "norm_last_dim", "x / rms(x) * weight over the last dim"),
-    _op(54, "LAYER_NORM", 3, "norm_last_dim", "(x - mean) / std * weight + bias over the last dim"),
+    _op(49, "MATMUL", (2, 3), "matmul", "batched A @ B; a third input is the run-time row count",
+        args=("a", "b", "count"), shape="matmul"),
+    _op(50, "CONV2D", (2, 3), "conv2d", "NCHW 2-d convolution, optional bias",
+        args=("x", "w", "bias"), shape="conv2d"),
+    _op(51, "SOFTMAX_LAST_DIM", 1, "softmax_last_dim", "softmax over the last dim",
+        shape="same_as_first"),
+    _op(52, "LOG_SOFTMAX_LAST_DIM", 1, "softmax_last_dim", "log-softmax over the last dim",
+        shape="same_as_first"),
+    _op(53, "RMS_NORM", 2, "norm_last_dim", "x / rms(x) * weight over the last dim",
+        args=("x", "weight"), shape="same_as_first"),
+    _op(54, "LAYER_NORM", 3, "norm_last_dim", "(x - mean) / std * weight + bias over the last dim",
+        args=("x", "weight", "bias"), shape="same_as_first"),
     # data movement and indexing
-    _op(55, "SLICE", 1, "slice", "strided slice per dim"),
-    _op(56, "CONCAT", VARIADIC, "concat", "join inputs along an axis"),
-    _op(57, "INDEX_SELECT", 2, "index_select", "pick slices along an axis by an index vector"),
-    _op(58, "GATHER", 2, "gather", "pick elements along an axis by an index tensor"),
-    _op(59, "SCATTER_ADD", 3, "scatter", "copy of x with src added at index along an axis"),
-    _op(60, "INDEX_ADD", 3, "scatter", "copy of x with src slices added at an index vector"),
-    _op(61, "FLIP", 1, "flip", "reverse along dims"),
-    _op(62, "ROLL", 1, "roll", "rotate along dims by shifts"),
-    _op(63, "CUMSUM", 1, "cumsum", "cumulative sum along an axis (exclusive, reverse options)"),
-    _op(64, "TRIU", 1, "triangular", "zero below the diagonal of the last two dims"),
-    _op(65, "TRIL", 1, "triangular", "zero above the diagonal of the last two dims"),
-    _op(66, "PAD", 1, "pad", "pad each dim (constant, reflect or replicate)"),
-    _op(67, "MASKED_FILL", 2, "masked_fill", "value where mask, else x"),
+    _op(55, "SLICE", 1, "slice", "strided slice per dim", shape="slice"),
+    _op(56, "CONCAT", VARIADIC, "concat", "join inputs along an axis",
+        args=("xs",), shape="concat"),
+    _op(57, "INDEX_SELECT", 2, "index_select", "pick slices along an axis by an index vector",
+        args=("x", "idx"), shape="index_select"),
+    _op(58, "GATHER", 2, "gather", "pick elements along an axis by an index tensor",
+        args=("x", "idx"), shape="gather"),
+    _op(59, "SCATTER_ADD", 3, "scatter", "copy of x with src added at index along an axis",
+        args=("x", "idx", "src"), shape="same_as_first"),
+    _op(60, "INDEX_ADD", 3, "scatter", "copy of x with src slices added at an index vector",
+        args=("x", "idx", "src"), shape="same_as_first"),
+    _op(61, "FLIP", 1, "flip", "reverse along dims", shape="same_as_first"),
+    _op(62, "ROLL", 1, "roll", "rotate along dims by shifts", shape="same_as_first"),
+    _op(63, "CUMSUM", 1, "cumsum", "cumulative sum along an axis (exclusive, reverse options)",
+        shape="same_as_first"),
+    _op(64, "TRIU", 1, "triangular", "zero below the diagonal of the last two dims",
+        shape="same_as_first"),
+    _op(65, "TRIL", 1, "triangular", "zero above the diagonal of the last two dims",
+        shape="same_as_first"),
+    _op(66, "PAD", 1, "pad", "pad each dim (constant, reflect or replicate)", shape="pad"),
+    _op(67, "MASKED_FILL", 2, "masked_fill", "value where mask, else x", args=("x", "mask")),
     # attention
-    _op(68, "ROPE", 3, "rope", "rotary position embedding from cos and sin tables"),
-    _op(69, "FLASH_ATTN", 3, "flash_attn", "softmax(q k^T * scale) v, causal / windowed / softcap"),
-    _op(70, "PAGED_ATTN", 6, "paged_attn", "attention over a paged KV cache through a block table"),
+    _op(68, "ROPE", 3, "rope", "rotary position embedding from cos and sin tables",
+        args=("x", "cos", "sin"), shape="same_as_first"),
+    _op(69, "FLASH_ATTN", 3, "flash_attn", "softmax(q k^T * scale) v, causal / windowed / softcap",
+        args=("q", "k", "v"), shape="attention"),
+    _op(70, "PAGED_ATTN", 6, "paged_attn", "attention over a paged KV cache through a block table",
+        args=("q", "k_cache", "v_cache", "block_table", "context_lens", "alibi_slopes"),
+        shape="attention"),
 )
 
 # ---- status codes --------------------------------------------------------------------------------
@@ -360,3 +398,163 @@ def check_kernel_tables():
 
 
 check()
+
+
+# ---- params constructors -------------------------------------------------------------------------
+# One row per PARAMS family, in the same order: the Python constructor fuel_kernel.params.<name>
+# and how each of its arguments fills (and reads back from) the family's C struct.  The build
+# generates from these the constructors (fuel_kernel/_params_constructors.py) and the Cython code
+# that validates the arguments and fills fk_params (fuel_kernel/_params_generated.pxi, included by
+# _dispatch.pyx).  Every refused argument is a ParamsError.
+#
+# An argument: name (the Python keyword, the key in OpParams.fields()); kind, one of
+#   "int"      an integer (never truncated: 1.5 is refused), stored in `field`
+#   "float"    any real number; "real": a real number but not NaN
+#   "bool"     stored as 0 / 1
+#   "ints"     a sequence of integers, its length in the `count` field, at most `length` (a C
+#              expression) values; with `same_as`, exactly as many as that argument; a default of
+#              None is `fill` repeated to that length
+#   "dims"     a sequence of distinct dims in [-FK_MAX_DIMS, FK_MAX_DIMS), length in `count`
+#   "pair"     one integer or a pair of integers, stored in a [2] array
+#   "choice"   one of the names in `choices` ((name, C constant) pairs), stored as its constant
+#   "matmul_m" a MatmulM or None (all rows), at most the `same_as` argument's rows; stored as the
+#              fk_matmul_m `field`
+#   "const"    not an argument: `field` is always `default`
+# default: REQUIRED or the default value; check: a condition every value (every element of a
+# sequence) must meet, as a comparison suffix (">= 0"); field: the C struct field (default: name).
+REQUIRED = "required"
+ParamsArg = namedtuple("ParamsArg", "name kind default field count length same_as fill check choices",
+                       defaults=(REQUIRED, None, None, None, None, None, None, None))
+ParamsConstructor = namedtuple("ParamsConstructor", "name doc args")
+
+
+def _axis_constructor(name, doc):
+    return ParamsConstructor(name, doc, (ParamsArg("axis", "int"),))
+
+
+_MATMUL_EXTENT = dict(kind="int", check=">= 0")
+PARAMS_CONSTRUCTORS = (
+    ParamsConstructor("none", "No params: what an op without params takes.", ()),
+    ParamsConstructor("reduce", "The dims to reduce (negative from the end; empty: every dim) and "
+                      "whether they stay as extent 1.",
+                      (ParamsArg("dims", "dims", count="ndims"), ParamsArg("keepdim", "bool", False))),
+    ParamsConstructor("matmul", "The extents of a batched (m, k) @ (k, n); m is the row capacity and "
+                      "m_compute (a MatmulM) says how many rows to compute.",
+                      (ParamsArg("m", **_MATMUL_EXTENT), ParamsArg("n", **_MATMUL_EXTENT),
+                       ParamsArg("k", **_MATMUL_EXTENT),
+                       ParamsArg("batch", "ints", (), count="batch_ndim", length="FK_MAX_DIMS - 2",
+                                 check=">= 0"),
+                       ParamsArg("m_compute", "matmul_m", None, same_as="m"))),
+    ParamsConstructor("conv2d", "Stride, padding and dilation (one int or a pair (h, w)) and groups.",
+                      (ParamsArg("stride", "pair", 1, check=">= 1"),
+                       ParamsArg("padding", "pair", 0, check=">= 0"),
+                       ParamsArg("dilation", "pair", 1, check=">= 1"),
+                       ParamsArg("groups", "int", 1, check=">= 1"))),
+    ParamsConstructor("slice", "Python slice bounds per dim; step defaults to 1 on every dim.",
+                      (ParamsArg("start", "ints", count="ndim", length="FK_MAX_DIMS"),
+                       ParamsArg("stop", "ints", count="ndim", same_as="start"),
+                       ParamsArg("step", "ints", None, count="ndim", same_as="start", fill=1,
+                                 check="!= 0"))),
+    ParamsConstructor("affine", "x * mul + add.", (ParamsArg("mul", "float"), ParamsArg("add", "float"))),
+    ParamsConstructor("clamp", "Bounds (min > max gives max everywhere, as np.clip; NaN refused).",
+                      (ParamsArg("min", "real"), ParamsArg("max", "real"))),
+    ParamsConstructor("powi", "The integer exponent.", (ParamsArg("exp", "int"),)),
+    _axis_constructor("concat", "The axis the inputs are joined along."),
+    ParamsConstructor("softmax_last_dim", "No arguments: the axis is the last.",
+                      (ParamsArg("axis", "const", -1),)),
+    ParamsConstructor("norm_last_dim", "The epsilon added to the variance (non-negative).",
+                      (ParamsArg("eps", "float", 1e-5, check=">= 0"),)),
+    _axis_constructor("index_select", "The axis the index vector picks along."),
+    _axis_constructor("gather", "The axis the index tensor picks along."),
+    _axis_constructor("scatter", "The axis src is added along."),
+    ParamsConstructor("cumsum", "The axis, and whether the sum excludes the current element and runs "
+                      "from the end.",
+                      (ParamsArg("axis", "int"), ParamsArg("exclusive", "bool", False),
+                       ParamsArg("reverse", "bool", False))),
+    ParamsConstructor("flip", "The dims to reverse.", (ParamsArg("dims", "dims", count="ndims"),)),
+    ParamsConstructor("roll", "One shift per dim rolled.",
+                      (ParamsArg("shifts", "ints", count="ndims", same_as="dims"),
+                       ParamsArg("dims", "dims", count="ndims"))),
+    ParamsConstructor("triangular", "The diagonal: 0 is the main one, positive above it.",
+                      (ParamsArg("diagonal", "int", 0),)),
+    ParamsConstructor("pad", "Widths before and after each of the last dims, the mode and the "
+                      "constant value.",
+                      (ParamsArg("before", "ints", count="ndim", length="FK_MAX_DIMS", check=">= 0"),
+                       ParamsArg("after", "ints", count="ndim", same_as="before", check=">= 0"),
+                       ParamsArg("mode", "choice", "constant",
+                                 choices=(("constant", "FK_PAD_CONSTANT"), ("reflect", "FK_PAD_REFLECT"),
+                                          ("replicate", "FK_PAD_REPLICATE"))),
+                       ParamsArg("value", "float", 0.0))),
+    ParamsConstructor("masked_fill", "The value written where the mask is true.",
+                      (ParamsArg("value", "float"),)),
+    ParamsConstructor("rope", "Whether rotated pairs are interleaved (else the two halves).",
+                      (ParamsArg("interleaved", "bool", False),)),
+    ParamsConstructor("flash_attn", "Score scale, causal mask, tanh softcap (0: none) and a sliding "
+                      "window (-1: unbounded).",
+                      (ParamsArg("scale", "float"), ParamsArg("causal", "bool", False),
+                       ParamsArg("softcap", "float", 0.0), ParamsArg("window_left", "int", -1),
+                       ParamsArg("window_right", "int", -1))),
+    ParamsConstructor("paged_attn", "Score scale, the KV cache's block size, tanh softcap (0: none) "
+                      "and a left window (-1: unbounded).",
+                      (ParamsArg("scale", "float"), ParamsArg("block_size", "int", check=">= 1"),
+                       ParamsArg("softcap", "float", 0.0), ParamsArg("window_left", "int", -1))),
+)
+
+# ---- CPU kernel modules --------------------------------------------------------------------------
+# The extension modules fuel_kernel/cpu/_<name>.pyx, in registration order (fuel_kernel.cpu's
+# KERNEL_MODULES).  header: the C header holding the family's kernels and manifest; manifest: the
+# fk_manifest_row array it exports (its length is <manifest>_len); doc: what the module holds;
+# generated: the build writes the module from fuel_kernel/cpu/kernel_module.pyx.in (False: the
+# module is written by hand, as the BLAS sibling that binds SciPy at import).
+KernelModuleSpec = namedtuple("KernelModuleSpec", "name header manifest doc generated")
+
+
+def _module(name, doc, generated=True):
+    return KernelModuleSpec(name, f"{name}_kernels.h", f"fk_{name}_manifest", doc, generated)
+
+
+KERNEL_MODULES = (
+    _module("cast", "CPU CAST and CONTIGUIZE kernels"),
+    _module("binary", "CPU elementwise binary kernels"),
+    _module("compare", "CPU elementwise compare and WHERE kernels"),
+    _module("unary", "CPU elementwise unary kernels"),
+    _module("movement", "CPU data-movement kernels: SLICE, CONCAT, FLIP, ROLL, TRIU, TRIL, PAD, "
+            "MASKED_FILL, CUMSUM"),
+    _module("index", "CPU indexing kernels: INDEX_SELECT, GATHER, SCATTER_ADD, INDEX_ADD"),
+    _module("attention", "CPU attention kernels: ROPE, FLASH_ATTN, PAGED_ATTN"),
+    _module("reduce", "CPU reductions SUM/MAX/MIN/MEAN/PROD/ARGMAX/ARGMIN"),
+    _module("matmul", "Native CPU MATMUL kernels (GEMM engine in gemm_core.h)"),
+    _module("matmul_blas", "The BLAS MATMUL sibling: registers only when SciPy is importable",
+            generated=False),
+    _module("norm", "CPU SOFTMAX/LOG_SOFTMAX over the last dim, RMS_NORM and LAYER_NORM"),
+    _module("conv", "CPU CONV2D kernels, im2col+GEMM and direct siblings"),
+)
+
+PARAMS_ARG_KINDS = ("int", "float", "real", "bool", "ints", "dims", "pair", "choice", "matmul_m", "const")
+
+
+def check_generated_tables():
+    """Raise ValueError if the params constructors or kernel modules break their rules: one
+    constructor per family in PARAMS order, argument kinds known, fields and `same_as` names
+    existing, sequence arguments counted; kernel module names unique."""
+    if [c.name for c in PARAMS_CONSTRUCTORS] != [p.name for p in PARAMS]:
+        raise ValueError("spec: PARAMS_CONSTRUCTORS must list the PARAMS families in order")
+    for family, constructor in zip(PARAMS, PARAMS_CONSTRUCTORS):
+        fields = {name.split("[")[0] for _, name in family.fields}
+        names = [a.name for a in constructor.args]
+        for arg in constructor.args:
+            where = f"spec: params.{family.name} argument {arg.name}"
+            if arg.kind not in PARAMS_ARG_KINDS:
+                raise ValueError(f"{where}: unknown kind {arg.kind!r}")
+            if (arg.field or arg.name) not in fields or (arg.count and arg.count not in fields):
+                raise ValueError(f"{where}: names a field {family.member} lacks")
+            if arg.kind in ("ints", "dims") and not arg.count:
+                raise ValueError(f"{where}: a sequence needs a count field")
+            if arg.same_as and arg.same_as not in names:
+                raise ValueError(f"{where}: same_as names no argument")
+    names = [m.name for m in KERNEL_MODULES]
+    if len(set(names)) != len(names):
+        raise ValueError("spec: duplicate kernel module names")
+
+
+check_generated_tables()

@@ -9,6 +9,13 @@ Outputs (gitignored, shipped as package data; each opens with a "do not edit" li
   fuel_kernel/abi_enums.pxi                    the same enums for Cython (abi.pxd includes it)
   fuel_kernel/include/fuel_kernel/dtype_tables.h  item size, its log2 and short name per dtype
                                                (strided.h includes it)
+  fuel_kernel/graph/_generated_builders.py     GeneratedBuilders: a Graph builder per op of a fixed
+                                               input count (Graph derives from it)
+  fuel_kernel/_params_constructors.py          the fuel_kernel.params constructors
+  fuel_kernel/_params_generated.pxi            their checks, the fk_params fill and OpParams.fields()
+                                               (_dispatch.pyx includes it)
+  fuel_kernel/cpu/_<family>.pyx                each generated kernel module, from
+                                               fuel_kernel/cpu/kernel_module.pyx.in (Cython's Tempita)
 
 A file is rewritten only when its text changes, so a rebuild with an unchanged spec does not
 make every extension look out of date.  The spec is loaded by path: the package itself cannot be
@@ -16,6 +23,7 @@ imported before its extensions are built.
 """
 import importlib.util
 import sys
+import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -127,7 +135,8 @@ def dtype_tables_text(spec):
 def outputs(spec=None):
     """{path: text} of every generated file."""
     spec = spec or load_spec()
-    return {HEADER: header_text(spec), PXI: pxi_text(spec), DTYPE_TABLES: dtype_tables_text(spec)}
+    return {HEADER: header_text(spec), PXI: pxi_text(spec), DTYPE_TABLES: dtype_tables_text(spec),
+            **generated_sources(spec)}
 
 
 def stale(files=None):
@@ -158,6 +167,212 @@ def main(argv=None):
         return 2
     write()
     return 0
+
+
+
+# ---- sources generated from the spec's op, params and kernel-module tables ------------------------
+# Each writer below returns the text of one gitignored file; generated_sources() lists them all, and
+# outputs() adds them to the enum files.
+BUILDERS = ROOT / "fuel_kernel" / "graph" / "_generated_builders.py"
+PARAMS_PY = ROOT / "fuel_kernel" / "_params_constructors.py"
+PARAMS_PXI = ROOT / "fuel_kernel" / "_params_generated.pxi"
+KERNEL_MODULE_TEMPLATE = ROOT / "fuel_kernel" / "cpu" / "kernel_module.pyx.in"
+
+
+def hanging(head, items, tail, width=WIDTH):
+    """`head` + items joined by ", " + `tail`, continuation lines aligned under the first item."""
+    indent = " " * len(head)
+    lines, line = [], head
+    for i, item in enumerate(items):
+        piece = item + (", " if i < len(items) - 1 else tail)
+        if line.strip() and line != head and len(line) + len(piece.rstrip()) > width:
+            lines.append(line.rstrip())
+            line = indent
+        line += piece
+    if not items:
+        line += tail
+    lines.append(line)
+    return lines
+
+
+def builder_ops(spec):
+    """The ops whose Graph builder is generated: a fixed input count and an inferred output dtype
+    (the others, cast, matmul, conv2d and concat, are written by hand in graph/builders.py)."""
+    return [o for o in spec.OPS if isinstance(o.inputs, int) and o.dtype is not None]
+
+
+def python_arguments(constructor):
+    """The arguments of a params constructor a caller passes (a "const" one is not passed)."""
+    return [a for a in constructor.args if a.kind != "const"]
+
+
+def builders_text(spec):
+    constructors = {c.name: c for c in spec.PARAMS_CONSTRUCTORS}
+    out = [f"# {NOTICE}.",
+           '"""Graph\'s op builders for every spec op with a fixed input count and an inferred output',
+           "dtype; Graph (fuel_kernel/graph/builders.py) derives from GeneratedBuilders and writes by hand",
+           'the builders whose signature is special (cast, matmul, conv2d, concat)."""',
+           "from ..types import OpKind", "", "",
+           "class GeneratedBuilders:",
+           '    """One method per op of fuel_kernel/spec.py: its inputs, the keywords of its',
+           '    fuel_kernel.params constructor (None: not given), params= and backend=."""']
+    for o in builder_ops(spec):
+        keywords = [a.name for a in python_arguments(constructors[o.params])]
+        signature = ["self", *o.args, "*", *[f"{k}=None" for k in keywords], "params=None", "backend=None"]
+        out.append("")
+        out += hanging(f"    def {o.name.lower()}(", signature, "):")
+        text = f"Output shape: ops.{o.shape}_shape; dtype: ops.{o.dtype}_dtype."
+        if keywords:
+            text += f" Keywords {', '.join(keywords)} build fuel_kernel.params.{o.params}(...); or pass params=."
+        out += [f'        """{o.doc}.', ""]
+        out += textwrap.wrap(text, WIDTH, initial_indent=" " * 8, subsequent_indent=" " * 8)
+        out.append('        """')
+        inputs = "(" + ", ".join(o.args) + ("," if len(o.args) == 1 else "") + ")"
+        call = [f"OpKind.{o.name}", inputs, "params", "backend=backend", *[f"{k}={k}" for k in keywords]]
+        out += hanging("        return self._node(", call, ")")
+    return "\n".join(out) + "\n"
+
+
+def params_constructors_text(spec):
+    out = [f"# {NOTICE}.",
+           '"""The fuel_kernel.params constructors, one per family of fuel_kernel/spec.py',
+           "(PARAMS_CONSTRUCTORS); fuel_kernel.params re-exports them.  _dispatch checks the arguments",
+           '(_params_generated.pxi): a bad one is a ParamsError."""',
+           "from ._dispatch import _make_params", ""]
+    out += hanging("__all__ = [", [repr(c.name) for c in spec.PARAMS_CONSTRUCTORS], "]")
+    for c in spec.PARAMS_CONSTRUCTORS:
+        arguments = python_arguments(c)
+        signature = [a.name if a.default == spec.REQUIRED else f"{a.name}={a.default!r}" for a in arguments]
+        out += ["", ""]
+        out += hanging(f"def {c.name}(", signature, "):")
+        doc = textwrap.wrap(f'"""{c.doc}"""', WIDTH, initial_indent="    ", subsequent_indent="    ")
+        out += doc
+        out += hanging("    return _make_params(", [repr(c.name), *[f"{a.name}={a.name}" for a in arguments]], ")")
+    return "\n".join(out) + "\n"
+
+
+def _refuse(condition, message):
+    """Cython lines raising ParamsError(f"message") when `condition` holds."""
+    return [f"    if {condition}:", f'        raise ParamsError(f"{message}")']
+
+
+def _fill_lines(spec, family, constructor):
+    """The body of _fill_<family>: convert and check every argument into a local, check lengths
+    against each other, then write the C struct (nothing is written before every check passed)."""
+    member = f"c.u.{family.member}"
+    out = [f"    c.kind = FK_PARAMS_{family.name.upper()}"]
+    convert, compare, store = [], [], []
+    for a in constructor.args:
+        what = f"{family.name} {a.name}"
+        local, given, field = f"a_{a.name}", f'f["{a.name}"]', f"{member}.{a.field or a.name}"
+        if a.kind == "const":
+            store.append(f"    {field} = {a.default!r}")
+            continue
+        if a.kind in ("int", "float", "real", "bool", "pair"):
+            function = {"int": "_int", "float": "_float", "real": "_float", "pair": "_pair"}.get(a.kind)
+            value = f"bool({given})" if a.kind == "bool" else f'{function}({given}, "{what}")'
+        elif a.kind == "ints":
+            value = f'_ints({given}, "{what}")'
+            if a.fill is not None:
+                value = f"({a.fill!r},) * len(a_{a.same_as}) if {given} is None else {value}"
+        elif a.kind == "dims":
+            value = f'_dims({given}, "{what}")'
+        elif a.kind == "choice":
+            value = f'_choice({given}, "{what}", {{{", ".join(f"{n!r}: {k}" for n, k in a.choices)}}})'
+        else:                                                   # matmul_m
+            value = f"_matmul_m({given}, a_{a.same_as})"
+        convert.append(f"    {local} = {value}")
+        if a.kind == "real":
+            convert += _refuse(f"{local} != {local}", f"{what} must be a number, not NaN")
+        if a.length:
+            convert += _refuse(f"len({local}) > {a.length}",
+                               f"{what} lists {{len({local})}} values; at most {{{a.length}}}")
+        if a.check and a.kind in ("ints", "pair"):
+            convert += _refuse(f"not all(v {a.check} for v in {local})",
+                               f"{what} values must be {a.check}, not {{{local}!r}}")
+        elif a.check:
+            convert += _refuse(f"not {local} {a.check}", f"{what} must be {a.check}, not {{{local}!r}}")
+        if a.same_as and a.kind in ("ints", "dims"):
+            other = f"a_{a.same_as}"
+            compare += _refuse(f"len({local}) != len({other})",
+                               f"{what} needs one value per {a.same_as} ({{len({other})}}), not {{len({local})}}")
+        if a.kind in ("ints", "dims"):
+            if not a.same_as:
+                store.append(f"    {member}.{a.count} = len({local})")
+            store += [f"    for i in range(len({local})):", f"        {field}[i] = {local}[i]"]
+        elif a.kind == "pair":
+            store += [f"    {field}[0] = {local}[0]", f"    {field}[1] = {local}[1]"]
+        elif a.kind == "matmul_m":
+            store += [f"    {field}.kind = {local}[0]", f"    {field}.value = {local}[1]"]
+        else:
+            store.append(f"    {field} = {local}")
+    return out + convert + compare + store
+
+
+def _read_expression(family, a):
+    """The Python value of argument `a` read back from a filled fk_params `c` (OpParams.fields)."""
+    field = f"c.u.{family.member}.{a.field or a.name}"
+    if a.kind == "bool":
+        return f"bool({field})"
+    if a.kind in ("ints", "dims"):
+        return f"tuple([{field}[i] for i in range(c.u.{family.member}.{a.count})])"
+    if a.kind == "pair":
+        return f"({field}[0], {field}[1])"
+    if a.kind == "choice":
+        return "{" + ", ".join(f"{k}: {n!r}" for n, k in a.choices) + f"}}[{field}]"
+    if a.kind == "matmul_m":
+        return f"MatmulM({field}.kind, {field}.value)"
+    return field
+
+
+def params_pxi_text(spec):
+    pairs = list(zip(spec.PARAMS, spec.PARAMS_CONSTRUCTORS))
+    out = [f"# {NOTICE}.",
+           "# Included by fuel_kernel/_dispatch.pyx: per params family, the fill of fk_params from the",
+           "# constructor's keywords (every argument checked first: a bad one is a ParamsError and",
+           "# nothing is written) and the read-back of OpParams.fields().  The converters it calls (_int,",
+           "# _float, _ints, _dims, _pair, _choice, _matmul_m) are written in _dispatch.pyx.", ""]
+    for family, constructor in pairs:
+        out += ["", f"cdef int _fill_{family.name}(fk_params *c, dict f) except -1:"]
+        out += _fill_lines(spec, family, constructor)
+        out.append("    return 0")
+    out += ["", "", "cdef OpParams _build_params(str family, dict fields):",
+            "    cdef OpParams p = OpParams.__new__(OpParams)"]
+    for i, (family, _) in enumerate(pairs):
+        out += [f'    {"if" if i == 0 else "elif"} family == "{family.name}":',
+                f"        _fill_{family.name}(&p.c, fields)"]
+    out += ["    else:", '        raise ParamsError(f"unknown params family {family!r}")', "    return p",
+            "", "", "cdef dict _params_fields(const fk_params *c):",
+            '    """The meaningful fields of a filled fk_params, as OpParams.fields() returns them."""']
+    for family, constructor in pairs:
+        if not constructor.args:
+            continue
+        out.append(f"    if c.kind == FK_PARAMS_{family.name.upper()}:")
+        items = [f'"{a.name}": {_read_expression(family, a)}' for a in constructor.args]
+        out += hanging("        return {", items, "}")
+    out.append("    return {}")
+    return "\n".join(out) + "\n"
+
+
+def kernel_module_text(spec, module):
+    from Cython import Tempita
+    template = Tempita.Template(KERNEL_MODULE_TEMPLATE.read_text(), name=str(KERNEL_MODULE_TEMPLATE))
+    return template.substitute(notice=NOTICE, doc=module.doc, header=module.header,
+                               manifest=module.manifest)
+
+
+def kernel_module_path(module):
+    return ROOT / "fuel_kernel" / "cpu" / f"_{module.name}.pyx"
+
+
+def generated_sources(spec):
+    """{path: text} of the files generated from the op, params and kernel-module tables."""
+    files = {BUILDERS: builders_text(spec), PARAMS_PY: params_constructors_text(spec),
+             PARAMS_PXI: params_pxi_text(spec)}
+    for module in spec.KERNEL_MODULES:
+        if module.generated:
+            files[kernel_module_path(module)] = kernel_module_text(spec, module)
+    return files
 
 
 if __name__ == "__main__":

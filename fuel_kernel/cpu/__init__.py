@@ -1,25 +1,16 @@
 """The CPU backend: typed kernel modules that register their manifests at import.
 
-Each module listed in KERNEL_MODULES exports manifest() -> (capsule, rows); register_cpu_kernels
-registers every row of every module in one transaction, then fills family-default costs for any
-row without one, so importing fuel_kernel publishes exactly one snapshot for the CPU backend.
+Each module listed in KERNEL_MODULES (from fuel_kernel/spec.py) exports manifest() -> (capsule,
+rows); register_cpu_kernels registers every row of every module in one transaction, then fills
+family-default costs for any row without one, so importing fuel_kernel publishes exactly one snapshot for the CPU backend.
 """
 import importlib
 
-KERNEL_MODULES = (
-    "fuel_kernel.cpu._cast",
-    "fuel_kernel.cpu._binary",
-    "fuel_kernel.cpu._compare",
-    "fuel_kernel.cpu._unary",
-    "fuel_kernel.cpu._movement",
-    "fuel_kernel.cpu._index",
-    "fuel_kernel.cpu._attention",
-    "fuel_kernel.cpu._reduce",
-    "fuel_kernel.cpu._matmul",
-    "fuel_kernel.cpu._matmul_blas",      # zero rows unless SciPy is importable
-    "fuel_kernel.cpu._norm",
-    "fuel_kernel.cpu._conv",
-)
+from fuel_kernel import spec
+
+# every module in fuel_kernel/spec.py's KERNEL_MODULES, in that order (the BLAS sibling registers
+# zero rows unless SciPy is importable)
+KERNEL_MODULES = tuple(f"fuel_kernel.cpu._{module.name}" for module in spec.KERNEL_MODULES)
 
 
 def register_cpu_kernels():

@@ -1,4 +1,9 @@
-"""The Graph builder: leaves, one method per op, views, and compile() into a Plan."""
+"""The Graph builder: leaves, one method per op, views, and compile() into a Plan.
+
+The builders of ops with a fixed input count come from GeneratedBuilders (_generated_builders.py,
+written at build time from fuel_kernel/spec.py); the ones whose signature is special (cast, matmul,
+conv2d, concat) are written here.
+"""
 from typing import List
 
 import numpy as np
@@ -9,6 +14,7 @@ from ..errors import (BackendError, DTypeError, KernelIndexError, NoKernelError,
                       OperandTypeError, ParamsError, ShapeError)
 from ..records import BindingKey
 from ..types import Backend, DType, OpKind
+from ._generated_builders import GeneratedBuilders
 from .fused import fused_op
 from .planner import _Planner
 from .values import Buffer, Node, Value, _check_size, _contiguous_strides, _int_sequence
@@ -41,9 +47,10 @@ def _native(array):
 
 
 # ---- the graph ---------------------------------------------------------------------------------------
-class Graph:
+class Graph(GeneratedBuilders):
     """A tensor program under construction.  Nodes are checked against the binding table as they
-    are built; compile() turns the graph into a Plan."""
+    are built; compile() turns the graph into a Plan.  One builder method per op (neg, add, sum,
+    ...: see GeneratedBuilders) adds a node."""
 
     def __init__(self, target_backend=Backend.CPU):
         self.target_backend = _backend_id(target_backend)
@@ -97,8 +104,6 @@ class Graph:
         schema = ops.schema(op)
         if schema.n_inputs is not None and len(inputs) != schema.n_inputs:
             raise OperandCountError(f"{op.short_name} takes {schema.n_inputs} inputs, got {len(inputs)}")
-        if params is None and schema.make_params is not None:
-            params = schema.make_params([v.shape for v in inputs])
         shape = ops.infer_output_shape(op, [v.shape for v in inputs], params)
         if out_dtype is None:
             out_dtype = ops.infer_output_dtype(op, [v.dtype for v in inputs], params)
@@ -150,204 +155,8 @@ class Graph:
                                   f"fuel_kernel.params.{family}(...): {exc}") from None
         return self.op(op, *inputs, params=params, backend=backend)
 
-    # ---- ops: data movement between dtypes and layouts
-    def contiguize(self, x, *, params=None, backend=None):
-        """A C-contiguous copy of x (bit-exact)."""
-        return self._node(OpKind.CONTIGUIZE, (x,), params, backend=backend)
-
-    # ---- ops: unary elementwise (floats; NEG ABS SQR SIGN RELU also signed ints)
-    def neg(self, x, *, params=None, backend=None):
-        """-x, elementwise."""
-        return self._node(OpKind.NEG, (x,), params, backend=backend)
-
-    def abs(self, x, *, params=None, backend=None):
-        """|x|, elementwise."""
-        return self._node(OpKind.ABS, (x,), params, backend=backend)
-
-    def sqr(self, x, *, params=None, backend=None):
-        """x * x, elementwise."""
-        return self._node(OpKind.SQR, (x,), params, backend=backend)
-
-    def sqrt(self, x, *, params=None, backend=None):
-        """sqrt(x), elementwise."""
-        return self._node(OpKind.SQRT, (x,), params, backend=backend)
-
-    def rsqrt(self, x, *, params=None, backend=None):
-        """1 / sqrt(x), elementwise."""
-        return self._node(OpKind.RSQRT, (x,), params, backend=backend)
-
-    def recip(self, x, *, params=None, backend=None):
-        """1 / x, elementwise."""
-        return self._node(OpKind.RECIP, (x,), params, backend=backend)
-
-    def exp(self, x, *, params=None, backend=None):
-        """e ** x, elementwise."""
-        return self._node(OpKind.EXP, (x,), params, backend=backend)
-
-    def log(self, x, *, params=None, backend=None):
-        """The natural log of x, elementwise."""
-        return self._node(OpKind.LOG, (x,), params, backend=backend)
-
-    def sin(self, x, *, params=None, backend=None):
-        """sin(x), elementwise."""
-        return self._node(OpKind.SIN, (x,), params, backend=backend)
-
-    def cos(self, x, *, params=None, backend=None):
-        """cos(x), elementwise."""
-        return self._node(OpKind.COS, (x,), params, backend=backend)
-
-    def tanh(self, x, *, params=None, backend=None):
-        """tanh(x), elementwise."""
-        return self._node(OpKind.TANH, (x,), params, backend=backend)
-
-    def sigmoid(self, x, *, params=None, backend=None):
-        """1 / (1 + exp(-x)), elementwise."""
-        return self._node(OpKind.SIGMOID, (x,), params, backend=backend)
-
-    def relu(self, x, *, params=None, backend=None):
-        """max(x, 0), NaN kept, elementwise."""
-        return self._node(OpKind.RELU, (x,), params, backend=backend)
-
-    def silu(self, x, *, params=None, backend=None):
-        """x * sigmoid(x), elementwise."""
-        return self._node(OpKind.SILU, (x,), params, backend=backend)
-
-    def gelu(self, x, *, params=None, backend=None):
-        """GELU, tanh approximation: 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))), elementwise."""
-        return self._node(OpKind.GELU, (x,), params, backend=backend)
-
-    def gelu_erf(self, x, *, params=None, backend=None):
-        """GELU, exact: 0.5x(1 + erf(x / sqrt 2)), elementwise."""
-        return self._node(OpKind.GELU_ERF, (x,), params, backend=backend)
-
-    def erf(self, x, *, params=None, backend=None):
-        """erf(x), elementwise."""
-        return self._node(OpKind.ERF, (x,), params, backend=backend)
-
-    def step(self, x, *, params=None, backend=None):
-        """np.heaviside(x, 0): 0 for x <= 0, 1 for x > 0, NaN kept, elementwise."""
-        return self._node(OpKind.STEP, (x,), params, backend=backend)
-
-    def floor(self, x, *, params=None, backend=None):
-        """floor(x), elementwise."""
-        return self._node(OpKind.FLOOR, (x,), params, backend=backend)
-
-    def ceil(self, x, *, params=None, backend=None):
-        """ceil(x), elementwise."""
-        return self._node(OpKind.CEIL, (x,), params, backend=backend)
-
-    def round(self, x, *, params=None, backend=None):
-        """x rounded half to even (np.round), elementwise."""
-        return self._node(OpKind.ROUND, (x,), params, backend=backend)
-
-    def sign(self, x, *, params=None, backend=None):
-        """np.sign(x), NaN and +-0 kept, elementwise."""
-        return self._node(OpKind.SIGN, (x,), params, backend=backend)
-
-    # ---- ops: unary ops with params
-    def affine(self, x, *, mul=None, add=None, params=None, backend=None):
-        """x * mul + add, elementwise (floats; each operation rounded, never fused)."""
-        return self._node(OpKind.AFFINE, (x,), params, backend=backend, mul=mul, add=add)
-
-    def clamp(self, x, *, min=None, max=None, params=None, backend=None):
-        """min(max(x, min), max), elementwise; NaN kept."""
-        return self._node(OpKind.CLAMP, (x,), params, backend=backend, min=min, max=max)
-
-    def powi(self, x, *, exp=None, params=None, backend=None):
-        """x ** exp for an integer exp, elementwise (integers wrap)."""
-        return self._node(OpKind.POWI, (x,), params, backend=backend, exp=exp)
-
-    # ---- ops: binary elementwise (inputs broadcast, NumPy rules)
-    def add(self, x, y, *, params=None, backend=None):
-        """x + y, elementwise."""
-        return self._node(OpKind.ADD, (x, y), params, backend=backend)
-
-    def sub(self, x, y, *, params=None, backend=None):
-        """x - y, elementwise."""
-        return self._node(OpKind.SUB, (x, y), params, backend=backend)
-
-    def mul(self, x, y, *, params=None, backend=None):
-        """x * y, elementwise."""
-        return self._node(OpKind.MUL, (x, y), params, backend=backend)
-
-    def div(self, x, y, *, params=None, backend=None):
-        """x / y (floor division for integers), elementwise."""
-        return self._node(OpKind.DIV, (x, y), params, backend=backend)
-
-    def maximum(self, x, y, *, params=None, backend=None):
-        """np.maximum(x, y): NaN propagates, elementwise."""
-        return self._node(OpKind.MAXIMUM, (x, y), params, backend=backend)
-
-    def minimum(self, x, y, *, params=None, backend=None):
-        """np.minimum(x, y): NaN propagates, elementwise."""
-        return self._node(OpKind.MINIMUM, (x, y), params, backend=backend)
-
-    def pow(self, x, y, *, params=None, backend=None):
-        """x ** y (C pow; integers wrap), elementwise."""
-        return self._node(OpKind.POW, (x, y), params, backend=backend)
-
-    def rem(self, x, y, *, params=None, backend=None):
-        """np.remainder(x, y): the sign of y, elementwise."""
-        return self._node(OpKind.REM, (x, y), params, backend=backend)
-
-    def eq(self, x, y, *, params=None, backend=None):
-        """x == y as BOOL, elementwise (IEEE: NaN compares unequal)."""
-        return self._node(OpKind.EQ, (x, y), params, backend=backend)
-
-    def ne(self, x, y, *, params=None, backend=None):
-        """x != y as BOOL, elementwise (IEEE: NaN compares unequal)."""
-        return self._node(OpKind.NE, (x, y), params, backend=backend)
-
-    def lt(self, x, y, *, params=None, backend=None):
-        """x < y as BOOL, elementwise (IEEE: NaN compares unequal)."""
-        return self._node(OpKind.LT, (x, y), params, backend=backend)
-
-    def le(self, x, y, *, params=None, backend=None):
-        """x <= y as BOOL, elementwise (IEEE: NaN compares unequal)."""
-        return self._node(OpKind.LE, (x, y), params, backend=backend)
-
-    def gt(self, x, y, *, params=None, backend=None):
-        """x > y as BOOL, elementwise (IEEE: NaN compares unequal)."""
-        return self._node(OpKind.GT, (x, y), params, backend=backend)
-
-    def ge(self, x, y, *, params=None, backend=None):
-        """x >= y as BOOL, elementwise (IEEE: NaN compares unequal)."""
-        return self._node(OpKind.GE, (x, y), params, backend=backend)
-
-    def where(self, cond, a, b, *, params=None, backend=None):
-        """a where the BOOL cond is true, else b, elementwise (inputs broadcast)."""
-        return self._node(OpKind.WHERE, (cond, a, b), params, backend=backend)
-
-    # ---- ops: reductions: dims (negative from the end; none or empty = all), keepdim
-    def sum(self, x, *, dims=None, keepdim=None, params=None, backend=None):
-        """The sum over dims (ints and bool accumulate to I64)."""
-        return self._node(OpKind.SUM, (x,), params, backend=backend, dims=dims, keepdim=keepdim)
-
-    def max(self, x, *, dims=None, keepdim=None, params=None, backend=None):
-        """The maximum over dims (NaN propagates)."""
-        return self._node(OpKind.MAX, (x,), params, backend=backend, dims=dims, keepdim=keepdim)
-
-    def min(self, x, *, dims=None, keepdim=None, params=None, backend=None):
-        """The minimum over dims (NaN propagates)."""
-        return self._node(OpKind.MIN, (x,), params, backend=backend, dims=dims, keepdim=keepdim)
-
-    def mean(self, x, *, dims=None, keepdim=None, params=None, backend=None):
-        """The mean over dims (ints and bool give F64)."""
-        return self._node(OpKind.MEAN, (x,), params, backend=backend, dims=dims, keepdim=keepdim)
-
-    def prod(self, x, *, dims=None, keepdim=None, params=None, backend=None):
-        """The product over dims (ints and bool accumulate to I64)."""
-        return self._node(OpKind.PROD, (x,), params, backend=backend, dims=dims, keepdim=keepdim)
-
-    def argmax(self, x, *, dims=None, keepdim=None, params=None, backend=None):
-        """The I64 flat index of the first maximum over dims."""
-        return self._node(OpKind.ARGMAX, (x,), params, backend=backend, dims=dims, keepdim=keepdim)
-
-    def argmin(self, x, *, dims=None, keepdim=None, params=None, backend=None):
-        """The I64 flat index of the first minimum over dims."""
-        return self._node(OpKind.ARGMIN, (x,), params, backend=backend, dims=dims, keepdim=keepdim)
-
-    # ---- ops: matmul, conv2d, last-dim softmax and norms
+    # ---- ops whose builder signature is special (every other op's builder is generated from
+    # fuel_kernel/spec.py into GeneratedBuilders): optional or variadic inputs
     def matmul(self, a, b, count=None, *, m=None, n=None, k=None, batch=None, m_compute=None, params=None,
                backend=None):
         """a (..., m, k) @ b (..., k, n), batch dims broadcast; count: rows to compute at run time."""
@@ -360,94 +169,9 @@ class Graph:
         return self._node(OpKind.CONV2D, (x, w) if bias is None else (x, w, bias), params, backend=backend,
                           stride=stride, padding=padding, dilation=dilation, groups=groups)
 
-    def softmax_last_dim(self, x, *, params=None, backend=None):
-        """Softmax over the last dim (stable: the row max is subtracted first)."""
-        return self._node(OpKind.SOFTMAX_LAST_DIM, (x,), params, backend=backend)
-
-    def log_softmax_last_dim(self, x, *, params=None, backend=None):
-        """Log-softmax over the last dim (stable)."""
-        return self._node(OpKind.LOG_SOFTMAX_LAST_DIM, (x,), params, backend=backend)
-
-    def rms_norm(self, x, weight, *, eps=None, params=None, backend=None):
-        """x / sqrt(mean(x^2) + eps) * weight over the last dim (eps default 1e-5)."""
-        return self._node(OpKind.RMS_NORM, (x, weight), params, backend=backend, eps=eps)
-
-    def layer_norm(self, x, weight, bias, *, eps=None, params=None, backend=None):
-        """(x - mean) / sqrt(var + eps) * weight + bias over the last dim."""
-        return self._node(OpKind.LAYER_NORM, (x, weight, bias), params, backend=backend, eps=eps)
-
-    # ---- ops: data movement and indexing
-    def slice(self, x, *, start=None, stop=None, step=None, params=None, backend=None):
-        """A copy of x[start:stop:step] per dim (Python slice rules); slice_view makes a view."""
-        return self._node(OpKind.SLICE, (x,), params, backend=backend, start=start, stop=stop, step=step)
-
     def concat(self, *xs, axis=None, params=None, backend=None):
         """The inputs joined along axis (2 to 7 inputs)."""
         return self._node(OpKind.CONCAT, xs, params, backend=backend, axis=axis)
-
-    def index_select(self, x, idx, *, axis=None, params=None, backend=None):
-        """np.take(x, idx, axis) for a 1-d I32/I64 idx (indices checked)."""
-        return self._node(OpKind.INDEX_SELECT, (x, idx), params, backend=backend, axis=axis)
-
-    def gather(self, x, idx, *, axis=None, params=None, backend=None):
-        """torch.gather(x, axis, idx): out has idx's shape (indices checked)."""
-        return self._node(OpKind.GATHER, (x, idx), params, backend=backend, axis=axis)
-
-    def scatter_add(self, x, idx, src, *, axis=None, params=None, backend=None):
-        """x, then out[i with i[axis] = idx[i]] += src[i] (torch.scatter_add)."""
-        return self._node(OpKind.SCATTER_ADD, (x, idx, src), params, backend=backend, axis=axis)
-
-    def index_add(self, x, idx, src, *, axis=None, params=None, backend=None):
-        """x, then out[.., idx[j], ..] += src[.., j, ..] along axis (1-d idx)."""
-        return self._node(OpKind.INDEX_ADD, (x, idx, src), params, backend=backend, axis=axis)
-
-    def flip(self, x, *, dims=None, params=None, backend=None):
-        """x reversed along dims."""
-        return self._node(OpKind.FLIP, (x,), params, backend=backend, dims=dims)
-
-    def roll(self, x, *, shifts=None, dims=None, params=None, backend=None):
-        """x rolled by shifts along dims: out[(i + shift) mod n] = x[i]."""
-        return self._node(OpKind.ROLL, (x,), params, backend=backend, shifts=shifts, dims=dims)
-
-    def cumsum(self, x, *, axis=None, exclusive=None, reverse=None, params=None, backend=None):
-        """The cumulative sum along axis (exclusive and/or reverse if asked)."""
-        return self._node(OpKind.CUMSUM, (x,), params, backend=backend, axis=axis, exclusive=exclusive,
-                          reverse=reverse)
-
-    def triu(self, x, *, diagonal=None, params=None, backend=None):
-        """The upper triangle of the last two dims: keeps j - i >= diagonal (default 0)."""
-        return self._node(OpKind.TRIU, (x,), params, backend=backend, diagonal=diagonal)
-
-    def tril(self, x, *, diagonal=None, params=None, backend=None):
-        """The lower triangle of the last two dims: keeps j - i <= diagonal (default 0)."""
-        return self._node(OpKind.TRIL, (x,), params, backend=backend, diagonal=diagonal)
-
-    def pad(self, x, *, before=None, after=None, mode=None, value=None, params=None, backend=None):
-        """x padded by before/after on its last dims: constant (value), reflect or replicate."""
-        return self._node(OpKind.PAD, (x,), params, backend=backend, before=before, after=after, mode=mode,
-                          value=value)
-
-    def masked_fill(self, x, mask, *, value=None, params=None, backend=None):
-        """value where the BOOL mask is true, else x (x and mask broadcast)."""
-        return self._node(OpKind.MASKED_FILL, (x, mask), params, backend=backend, value=value)
-
-    # ---- ops: attention
-    def rope(self, x, cos, sin, *, interleaved=None, params=None, backend=None):
-        """Rotary embedding of x [..., S, D] by cos, sin [S, D/2] (half-split or interleaved)."""
-        return self._node(OpKind.ROPE, (x, cos, sin), params, backend=backend, interleaved=interleaved)
-
-    def flash_attn(self, q, k, v, *, scale=None, causal=None, softcap=None, window_left=None,
-                   window_right=None, params=None, backend=None):
-        """softmax(scale * q.k) v without the score matrix; causal, windows, softcap, GQA."""
-        return self._node(OpKind.FLASH_ATTN, (q, k, v), params, backend=backend, scale=scale, causal=causal,
-                          softcap=softcap, window_left=window_left, window_right=window_right)
-
-    def paged_attn(self, q, k_cache, v_cache, block_table, context_lens, alibi_slopes, *, scale=None,
-                   block_size=None, softcap=None, window_left=None, params=None, backend=None):
-        """One decode query per sequence over a paged KV cache (I32 block table, lengths; ALiBi)."""
-        return self._node(OpKind.PAGED_ATTN, (q, k_cache, v_cache, block_table, context_lens, alibi_slopes),
-                          params, backend=backend, scale=scale, block_size=block_size, softcap=softcap,
-                          window_left=window_left)
 
     # ---- views (metadata only)
     def transpose(self, x, axes=None):

@@ -6,12 +6,19 @@
 * Every spec dtype is a DType with the spec's item size and NumPy type; every params family is
   a constructor in fuel_kernel.params and its fields are the abi.h struct of its union member;
   every status maps to the exception class the spec names.
-* tools/generate_abi.py, run now, gives exactly the files the build wrote (abi_enums.h,
-  abi_enums.pxi, dtype_tables.h), and those carry the "do not edit" line; the per-dtype tables
-  say what the spec says.
+* Every schema uses the shape and dtype rules its spec op names; every params constructor has the
+  spec's arguments and defaults, fills and reads back through the generated code, and refuses
+  what the spec's checks refuse with a ParamsError; KERNEL_MODULES is the spec's module list.
+* tools/generate_abi.py, run now, gives exactly the files the build wrote (the enum files, the
+  per-dtype tables, the graph builders, the params constructors and fill, the kernel modules), those carry the "do not
+  edit" line, and git ignores them.
 """
 import importlib.util
+import inspect
 import re
+import shutil
+import subprocess
+import types
 from pathlib import Path
 
 import pytest
@@ -109,7 +116,10 @@ def test_statuses_map_to_the_spec_errors():
 def test_generated_files_are_fresh():
     generator = load_generator()
     files = generator.outputs()
-    assert set(files) == {generator.HEADER, generator.PXI, generator.DTYPE_TABLES}
+    expected = {generator.HEADER, generator.PXI, generator.BUILDERS, generator.PARAMS_PY,
+                generator.PARAMS_PXI, generator.DTYPE_TABLES}
+    expected |= {generator.kernel_module_path(m) for m in spec.KERNEL_MODULES if m.generated}
+    assert set(files) == expected
     for path, text in files.items():
         if not path.exists():
             pytest.fail(f"{path.relative_to(ROOT)} is missing: build with `python setup.py build_ext --inplace`")
@@ -128,3 +138,91 @@ def test_dtype_tables_follow_the_spec():
     assert table("fk_dtype_itemsize") == [str(d.itemsize) for d in spec.DTYPES]
     assert table("fk_dtype_shift") == [str(d.itemsize.bit_length() - 1) for d in spec.DTYPES]
     assert table("fk_dtype_short_name") == [d.short for d in spec.DTYPES]
+
+
+def test_generated_files_are_not_committed():
+    """Every generated file is gitignored (skipped outside a git checkout, as an unpacked sdist)."""
+    git = shutil.which("git")
+    if git is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    paths = [str(p.relative_to(ROOT)) for p in load_generator().outputs()]
+    ignored = subprocess.run([git, "check-ignore", *paths], cwd=ROOT, capture_output=True, text=True)
+    assert sorted(ignored.stdout.split()) == sorted(paths)
+    tracked = subprocess.run([git, "ls-files", *paths], cwd=ROOT, capture_output=True, text=True)
+    assert tracked.stdout.split() == []
+
+
+def test_every_schema_uses_the_rules_the_spec_names():
+    for o in spec.OPS:
+        schema = ops.SCHEMAS[fk.OpKind[o.name]]
+        assert schema.infer_shape is getattr(ops, f"{o.shape}_shape"), o.name
+        assert schema.infer_dtype is (None if o.dtype is None else getattr(ops, f"{o.dtype}_dtype")), o.name
+
+
+def test_params_constructors_follow_the_spec():
+    """Each constructor's signature is the spec's arguments with their defaults, and OpParams.fields()
+    reads back exactly those arguments (a "const" one included)."""
+    for c in spec.PARAMS_CONSTRUCTORS:
+        constructor = getattr(fk.params, c.name)
+        assert constructor.__doc__, c.name
+        parameters = inspect.signature(constructor).parameters
+        passed = [a for a in c.args if a.kind != "const"]
+        assert list(parameters) == [a.name for a in passed], c.name
+        for a in passed:
+            default = parameters[a.name].default
+            assert default == (inspect.Parameter.empty if a.default == spec.REQUIRED else a.default), (c.name, a)
+    assert fk.params.__all__ == ["OpParams", "MatmulM"] + [c.name for c in spec.PARAMS_CONSTRUCTORS]
+
+
+def test_params_round_trip_through_the_generated_fill():
+    made = {"reduce": fk.params.reduce((0, -1), True),
+            "roll": fk.params.roll((2, -1), (0, 1)),
+            "pad": fk.params.pad((1, 2), (0, 3), mode="reflect", value=2.5),
+            "slice": fk.params.slice((0, 1), (4, 5)),
+            "conv2d": fk.params.conv2d(2, (0, 1)),
+            "softmax_last_dim": fk.params.softmax_last_dim()}
+    assert made["reduce"].fields() == {"dims": (0, -1), "keepdim": True}
+    assert made["roll"].fields() == {"shifts": (2, -1), "dims": (0, 1)}
+    assert made["pad"].fields() == {"before": (1, 2), "after": (0, 3), "mode": "reflect", "value": 2.5}
+    assert made["slice"].fields() == {"start": (0, 1), "stop": (4, 5), "step": (1, 1)}
+    assert made["conv2d"].fields() == {"stride": (2, 2), "padding": (0, 1), "dilation": (1, 1), "groups": 1}
+    assert made["softmax_last_dim"].fields() == {"axis": -1}
+    assert [p.kind for p in made.values()] == list(made)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: fk.params.matmul(-1, 2, 3), lambda: fk.params.matmul(2, 2, 2, batch=(1,) * 7),
+    lambda: fk.params.matmul(2, 2, 2, m_compute=fk.params.MatmulM.rows(3)),
+    lambda: fk.params.conv2d(stride=(1, 0)), lambda: fk.params.conv2d(groups=0),
+    lambda: fk.params.slice((0,), (1, 2)), lambda: fk.params.slice((0,), (1,), (0,)),
+    lambda: fk.params.clamp(float("nan"), 1), lambda: fk.params.norm_last_dim(float("nan")),
+    lambda: fk.params.roll((1, 2), (0,)), lambda: fk.params.flip((0, 0)), lambda: fk.params.reduce((9,)),
+    lambda: fk.params.pad((1,), (1,), mode="wrap"), lambda: fk.params.pad((-1,), (1,)),
+    lambda: fk.params.paged_attn(1.0, 0), lambda: fk.params.powi(1.5), lambda: fk.params.affine("1", 0),
+    lambda: fk.params.triangular(2 ** 70)])
+def test_every_spec_check_is_a_params_error(make):
+    with pytest.raises(fk.ParamsError):
+        make()
+
+
+def test_kernel_modules_are_the_spec_list():
+    assert fk.cpu.KERNEL_MODULES == tuple(f"fuel_kernel.cpu._{m.name}" for m in spec.KERNEL_MODULES)
+    for m in spec.KERNEL_MODULES:
+        header = ROOT / "fuel_kernel" / "cpu" / m.header          # hand-written, or rendered from a template
+        assert header.exists() or header.with_name(m.header + ".in").exists(), m.header
+        source = (ROOT / "fuel_kernel" / "cpu" / f"_{m.name}.pyx").read_text()
+        assert f"const fk_manifest_row {m.manifest}[]" in source, m.name
+
+
+def test_a_plain_new_op_needs_only_its_spec_row():
+    """An op appended with the defaults gets its builder from the generator and its schema rules
+    from functions ops.py already has."""
+    generator = load_generator()
+    foo = spec._op(len(spec.OPS), "FOO", 1, "none", "a new unary op")
+    grown = types.SimpleNamespace(**{name: getattr(spec, name) for name in dir(spec) if name.isupper()})
+    grown.OPS = spec.OPS + (foo,)
+    text = generator.builders_text(grown)
+    assert "    def foo(self, x, *, params=None, backend=None):\n        \"\"\"a new unary op." in text
+    assert "self._node(OpKind.FOO, (x,), params, backend=backend)" in text
+    assert ops._rule(foo.shape, "shape") is ops.broadcast_shape
+    assert ops._rule(foo.dtype, "dtype") is ops.same_as_first_dtype

@@ -1,4 +1,7 @@
-"""Graph's op builders: one explicit method per op schema, with a real signature and a docstring."""
+"""Graph's op builders: one explicit method per op schema, with a real signature and a docstring.
+
+Most are generated at build time from fuel_kernel/spec.py (GeneratedBuilders, which Graph derives
+from); the ones with a special signature are written in graph/builders.py."""
 import inspect
 import pydoc
 
@@ -6,9 +9,10 @@ import numpy as np
 import pytest
 
 import fuel_kernel as fk
-from fuel_kernel import ops
+from fuel_kernel import ops, spec
 from fuel_kernel import params as P
 from fuel_kernel.graph import Graph
+from fuel_kernel.graph._generated_builders import GeneratedBuilders
 
 F32 = fk.DType.F32
 SCHEMA_OPS = sorted(ops.SCHEMAS, key=int)
@@ -16,7 +20,7 @@ SCHEMA_OPS = sorted(ops.SCHEMAS, key=int)
 
 @pytest.mark.parametrize("op", SCHEMA_OPS, ids=lambda op: op.short_name)
 def test_every_schema_op_has_a_documented_builder_method(op):
-    method = Graph.__dict__.get(op.short_name)
+    method = inspect.getattr_static(Graph, op.short_name, None)
     assert inspect.isfunction(method), f"Graph has no {op.short_name}() method"
     assert method.__doc__ and method.__doc__.strip(), f"Graph.{op.short_name} has no docstring"
     keywords = set(inspect.signature(method).parameters)
@@ -77,3 +81,19 @@ def test_optional_inputs_and_variadic_concat():
     assert len(g.conv2d(x, w, b, padding=1).producer.inputs) == 3
     assert g.conv2d(x, w, b, padding=1).shape == (1, 3, 5, 5)
     assert g.concat(b, b, b, axis=0).shape == (9,)
+
+
+@pytest.mark.parametrize("op_spec", spec.OPS, ids=lambda o: o.name.lower())
+def test_every_spec_op_has_a_builder_with_its_inputs_and_source(op_spec):
+    """A builder takes the spec's input names as its leading parameters, is a def with source text
+    (what IDEs and help() read) and is generated unless its signature is special."""
+    method = inspect.getattr_static(Graph, op_spec.name.lower())
+    parameters = list(inspect.signature(method).parameters.values())[1:]
+    if op_spec.name == "CONCAT":
+        assert parameters[0].kind is inspect.Parameter.VAR_POSITIONAL
+    else:
+        assert [p.name for p in parameters[:len(op_spec.args)]] == list(op_spec.args)
+    assert f"def {op_spec.name.lower()}(" in inspect.getsource(method)
+    generated = isinstance(op_spec.inputs, int) and op_spec.dtype is not None
+    assert (op_spec.name.lower() in GeneratedBuilders.__dict__) == generated
+    assert (op_spec.name.lower() in Graph.__dict__) == (not generated)
