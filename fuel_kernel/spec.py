@@ -348,6 +348,63 @@ CPU_KERNELS["index"] = (
                "fk_{op}_{d0}", "INDEX_ADD_IN_ORDER", "fk_mv_add_cost", _MOVE_INPLACE_CAPS),
 )
 
+# reduce: SUM, MAX, MIN, MEAN, PROD, ARGMAX, ARGMIN for every dtype (cpu/reduce_kernels.h.in)
+REDUCE_OPS = tuple(op.name for op in OPS if op.params == "reduce")
+# The output dtype per input kind; a kind not listed keeps the input's dtype.  SUM and PROD
+# accumulate bool and integers in I64 (two's-complement wrap-around), MEAN of them gives F64,
+# ARGMAX and ARGMIN give the I64 index.
+_REDUCE_I64 = {"bool": "I64", "uint": "I64", "int": "I64"}
+REDUCE_OUTPUT = {
+    "SUM": _REDUCE_I64,
+    "PROD": _REDUCE_I64,
+    "MEAN": {"bool": "F64", "uint": "F64", "int": "F64"},
+    "ARGMAX": dict(_REDUCE_I64, float="I64"),
+    "ARGMIN": dict(_REDUCE_I64, float="I64"),
+}
+_REDUCE_KIND = {d.name: d.kind for d in DTYPES}
+
+
+def reduce_output(op, name):
+    """The output dtype name of reduction op (an OPS name) over an input of dtype name."""
+    return REDUCE_OUTPUT.get(op, {}).get(_REDUCE_KIND[name], name)
+
+
+# Precision claims (tests/cpu/reduce checks each against an exact oracle): integer results,
+# MAX/MIN and ARG* are exact; SUM and MEAN into a float dtype claim its SUM_<dtype> bound (one
+# rounding of that dtype plus the F64 pairwise bound (log2(n) + 32) * 2^-53 for n < 2^40, F32
+# adding 7 * 2^-24 for its F32 lanes on contiguous leaves), relative to sum(|x|); PROD of floats
+# claims its PROD_<dtype> bound relative to |result|, plus one subnormal, for n <= 2^20.
+_SUM_BOUND = "|err| <= max_rel*sum|x| + max_abs; F64 pairwise accumulation"
+_PROD_BOUND = "|err| <= max_rel*|prod| + max_abs, n <= 2^20; F64 accumulation"
+CLAIMS.update({
+    "EXACT_REDUCE": Claim(0, "exact"),
+    "SUM_F16": Claim(0, _SUM_BOUND, 4.9e-4, 3.0e-8),
+    "SUM_BF16": Claim(0, _SUM_BOUND, 3.9e-3, 1e-40),
+    "SUM_F32": Claim(0, _SUM_BOUND, 5.0e-7, 1e-45),
+    "SUM_F64": Claim(0, _SUM_BOUND, 1.0e-14, 0.0),
+    "PROD_F16": Claim(0, _PROD_BOUND, 4.9e-4, 6.0e-8),
+    "PROD_BF16": Claim(0, _PROD_BOUND, 3.9e-3, 1e-40),
+    "PROD_F32": Claim(0, _PROD_BOUND, 6.0e-8, 1.5e-45),
+    "PROD_F64": Claim(0, _PROD_BOUND, 2.4e-10, 5e-324),
+})
+
+
+def reduce_claim(op, name):
+    """The claim of reduction op over an input of dtype name: a float SUM or MEAN result claims
+    SUM_<its dtype>, a float PROD PROD_<its dtype>, everything else is exact."""
+    output = reduce_output(op, name)
+    if _REDUCE_KIND[output] != "float" or op not in ("SUM", "MEAN", "PROD"):
+        return "EXACT_REDUCE"
+    return ("PROD_" if op == "PROD" else "SUM_") + output
+
+
+CPU_KERNELS["reduce"] = tuple(
+    KernelRows((op,), tuple((name, reduce_output(op, name)) for name in ALL_DTYPES), "fk_{op}_{d0}",
+               {name: reduce_claim(op, name) for name in ALL_DTYPES}, "fk_reduce_cost",
+               "FK_CAP_STRIDED_INPUT")
+    for op in REDUCE_OPS)
+
+
 def check():
     """Raise ValueError if the tables break their own rules: numbers are 0..n-1 in order (so that
     appending is the only way to add), names are unique, every op's params family exists."""
