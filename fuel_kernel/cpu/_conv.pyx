@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""CPU CONV2D kernels, im2col+GEMM and direct siblings (C in conv_kernels.h); manifest() feeds fuel_kernel.cpu."""
+"""CPU CONV2D kernels, im2col+GEMM and direct siblings (C: template conv_kernels.h.in); manifest() feeds fuel_kernel.cpu."""
 from cpython.pycapsule cimport PyCapsule_New
 
 from fuel_kernel.abi cimport fk_import_api, fk_manifest_row

@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""Native CPU MATMUL kernels (C in matmul_kernels.h, GEMM engine in gemm_core.h); manifest() feeds fuel_kernel.cpu."""
+"""Native CPU MATMUL kernels (C: templates matmul_kernels.h.in, gemm_core.h.in); manifest() feeds fuel_kernel.cpu."""
 from cpython.pycapsule cimport PyCapsule_New
 
 from fuel_kernel.abi cimport fk_import_api, fk_manifest_row
