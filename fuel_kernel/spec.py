@@ -404,6 +404,54 @@ CPU_KERNELS["reduce"] = tuple(
                "FK_CAP_STRIDED_INPUT")
     for op in REDUCE_OPS)
 
+# matmul: MATMUL for every float and integer dtype, [T, T, T] and with a deferred row count
+# [T, T, count, T] (cpu/matmul_kernels.h.in, on the GEMM engine of cpu/gemm_core.h.in)
+MATMUL_COUNT_DTYPES = ("I32", "I64")     # the dtypes MATMUL's deferred row-count operand may have
+# max_rel of a K <= 4096 term dot product accumulated in the dtype's compute type (F32 for F16,
+# BF16 and F32; F64 for F64), plus one rounding to F16/BF16: MATMUL and CONV2D claim it
+_DOT_MAX_REL = {"F16": 1.5e-3, "BF16": 8.0e-3, "F32": 2.5e-4, "F64": 5.0e-13}
+for _name in FLOAT:
+    CLAIMS["MATMUL_" + _name] = Claim(0, "|err| <= max_rel * sum_k |a*b| for k <= 4096",
+                                      _DOT_MAX_REL[_name])
+CLAIMS["MATMUL_WRAP"] = Claim(0, "exact modulo 2^bits (NumPy wrap-around)")
+
+
+def _matmul_rows(names, kernel, claim, cost, source):
+    """The MATMUL rows of one implementation: [T, T, T] (kernel) and [T, T, count, T]
+    (kernel + "_count_<count dtype>") for each dtype name T."""
+    caps = "FK_CAP_STRIDED_INPUT | FK_CAP_STRIDED_OUTPUT"
+    counted = tuple((name, name, count, name) for name in names for count in MATMUL_COUNT_DTYPES)
+    return (KernelRows(("MATMUL",), same(names, 3), kernel, claim, cost, caps, source),
+            KernelRows(("MATMUL",), counted, kernel + "_count_{d2}", claim, cost, caps, source))
+
+
+CPU_KERNELS["matmul"] = _matmul_rows(
+    FLOAT + INTEGER, "fk_matmul_{d0}",
+    {**{name: "MATMUL_" + name for name in FLOAT}, **{name: "MATMUL_WRAP" for name in INTEGER}},
+    "fk_matmul_native_cost", "native")
+
+# matmul_blas: MATMUL through SciPy's BLAS ?gemm for the float dtypes stored in a C type BLAS
+# computes in (cpu/matmul_blas_kernels.h.in); cpu/_matmul_blas.pyx binds the routines from
+# scipy.linalg.cython_blas and registers no row when SciPy is absent
+MATMUL_BLAS_GEMM = {"float": "sgemm", "double": "dgemm"}     # C type -> its BLAS routine
+MATMUL_BLAS_DTYPES = tuple(d.name for d in DTYPES if d.kind == "float" and d.ctype in MATMUL_BLAS_GEMM)
+for _name in MATMUL_BLAS_DTYPES:
+    CLAIMS["MATMUL_BLAS_" + _name] = Claim(0, "|err| <= max_rel * sum_k |a*b| for k <= 4096 (BLAS ?gemm)",
+                                           _DOT_MAX_REL[_name])
+CPU_KERNELS["matmul_blas"] = _matmul_rows(
+    MATMUL_BLAS_DTYPES, "fk_matmul_blas_{d0}", {name: "MATMUL_BLAS_" + name for name in MATMUL_BLAS_DTYPES},
+    "fk_matmul_blas_cost", "blas")
+
+# conv: CONV2D for every float dtype, without and with bias, im2col and direct siblings at each
+# key, im2col first (cpu/conv_kernels.h.in)
+for _name in FLOAT:
+    CLAIMS["CONV2D_" + _name] = Claim(0, "|err| <= max_rel * (sum |x*w| + |b|) for K <= 4096",
+                                      _DOT_MAX_REL[_name])
+CPU_KERNELS["conv"] = tuple(
+    KernelRows(("CONV2D",), same(FLOAT, operands), "fk_conv2d_" + algorithm + "_{d0}" + suffix,
+               {name: "CONV2D_" + name for name in FLOAT}, f"fk_conv_{algorithm}_cost",
+               "FK_CAP_STRIDED_INPUT | FK_CAP_STRIDED_OUTPUT", algorithm)
+    for operands, suffix in ((3, ""), (4, "_bias")) for algorithm in ("im2col", "direct"))
 
 def check():
     """Raise ValueError if the tables break their own rules: numbers are 0..n-1 in order (so that

@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""The BLAS MATMUL sibling (C in matmul_blas_kernels.h): registers only when SciPy is importable.
+"""The BLAS MATMUL sibling (C: template matmul_blas_kernels.h.in): registers only when SciPy is importable.
 
 SciPy is not a build dependency: at import we look up sgemm/dgemm in the capsules of
 scipy.linalg.cython_blas.__pyx_capi__ and bind them once (see the header for why a module-level

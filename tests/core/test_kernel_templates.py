@@ -47,6 +47,10 @@ def caps_value(expression):
 
 @pytest.mark.parametrize("family", sorted(spec.CPU_KERNELS))
 def test_every_table_row_is_registered_as_the_spec_says(family):
+    if family == "matmul_blas":
+        from fuel_kernel.cpu import _matmul_blas
+        if not _matmul_blas.AVAILABLE:
+            pytest.skip("SciPy is not importable, so the BLAS module registers no rows")
     table = fk.bindings()
     rows = generate_kernels.manifest_rows(spec, family)
     assert rows
