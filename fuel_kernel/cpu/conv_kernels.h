@@ -148,7 +148,7 @@ static inline void fk_conv_valid(const fk_conv_plan *p, int64_t off, int64_t ow0
 typedef struct { const fk_conv_plan *p; const char *x_img; } fk_conv_cols;   /* x at (n, g*Cg) */
 
 #define FK_DEFINE_CONV(NAME, CT, SUF, T)                                                          \
-    FK_CLONES static void fk_conv_pack_b_##NAME(const void *ctx, int64_t p0, int64_t j0, int64_t kc, int64_t nc, void *dstv) { \
+    FK_ISA_COMPUTE static void fk_conv_pack_b_##NAME(const void *ctx, int64_t p0, int64_t j0, int64_t kc, int64_t nc, void *dstv) { \
         const fk_conv_cols *cc = (const fk_conv_cols *)ctx;                                       \
         const fk_conv_plan *p = cc->p;                                                            \
         const int NR = FK_GEMM_NR_##SUF;                                                          \

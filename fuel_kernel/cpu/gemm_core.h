@@ -25,7 +25,7 @@ typedef void (*fk_pack_b_fn)(const void *ctx, int64_t p0, int64_t j0, int64_t kc
            FK_GEMM_MC_##SUF = MC, FK_GEMM_NC_##SUF = NC };                                        \
     typedef T fk_gv_##SUF __attribute__((vector_size(VL * sizeof(T))));                           \
     typedef T fk_gvu_##SUF __attribute__((vector_size(VL * sizeof(T)), aligned(sizeof(T))));      \
-    FK_CLONES static void fk_gemm_micro_##SUF(int64_t kc, const T *restrict a, const T *restrict b, \
+    FK_ISA_COMPUTE static void fk_gemm_micro_##SUF(int64_t kc, const T *restrict a, const T *restrict b, \
                                               T *restrict c, int64_t ldc, int accumulate) {       \
         fk_gv_##SUF r[MR][NR / VL];                                                               \
         FK_PRAGMA(GCC unroll 32)                                                                  \
@@ -107,7 +107,7 @@ FK_DEFINE_GEMM(f64, double, 8, 8, 16, 256, 64, 512)
 typedef struct { const char *base; int64_t rs, cs; } fk_strided_matrix;   /* strides in elements */
 
 #define FK_DEFINE_PACK(SUF, T, NAME, CT)                                                          \
-    FK_CLONES static void fk_pack_a_##SUF##_##NAME(const void *ctx, int64_t i0, int64_t p0, int64_t mc, int64_t kc, void *dstv) { \
+    FK_ISA_COMPUTE static void fk_pack_a_##SUF##_##NAME(const void *ctx, int64_t i0, int64_t p0, int64_t mc, int64_t kc, void *dstv) { \
         const fk_strided_matrix *m = (const fk_strided_matrix *)ctx;                              \
         const CT *src = (const CT *)m->base;                                                      \
         T *dst = (T *)dstv;                                                                       \
@@ -123,7 +123,7 @@ typedef struct { const char *base; int64_t rs, cs; } fk_strided_matrix;   /* str
                 for (int64_t p = 0; p < kc; p++) dst[p * MR + i] = (T)0;                          \
         }                                                                                         \
     }                                                                                             \
-    FK_CLONES static void fk_pack_b_##SUF##_##NAME(const void *ctx, int64_t p0, int64_t j0, int64_t kc, int64_t nc, void *dstv) { \
+    FK_ISA_COMPUTE static void fk_pack_b_##SUF##_##NAME(const void *ctx, int64_t p0, int64_t j0, int64_t kc, int64_t nc, void *dstv) { \
         const fk_strided_matrix *m = (const fk_strided_matrix *)ctx;                              \
         const CT *src = (const CT *)m->base;                                                      \
         T *dst = (T *)dstv;                                                                       \

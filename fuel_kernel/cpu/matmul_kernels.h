@@ -22,7 +22,7 @@
  * of B (unit column stride) is read once and added into every row's accumulator. */
 #define FK_MM_FEW_ROWS 4
 #define FK_DEFINE_FEW_ROWS(SUF, T)                                                                \
-    FK_CLONES static void fk_mm_axpy_##SUF(T *restrict acc, const T *restrict b, T a, int64_t n) { \
+    FK_ISA_COMPUTE static void fk_mm_axpy_##SUF(T *restrict acc, const T *restrict b, T a, int64_t n) { \
         for (int64_t j = 0; j < n; j++) acc[j] += a * b[j];                                       \
     }                                                                                             \
     static void fk_mm_few_rows_##SUF(const fk_mm_plan *p, const T *A, const T *B, T *acc) {       \
@@ -89,7 +89,7 @@ FK_DEFINE_MATMUL_FLOAT(F64, double, f64, double)
 
 /* ---- integers: row-times-panel with a wrap-around accumulator -------------------------------- */
 #define FK_DEFINE_MATMUL_INT(NAME, CT, ACC)                                                       \
-    FK_CLONES static void fk_matmul_int_row_##NAME(ACC *restrict acc, const ACC *restrict bp, ACC av, int64_t n) { \
+    FK_ISA_COMPUTE static void fk_matmul_int_row_##NAME(ACC *restrict acc, const ACC *restrict bp, ACC av, int64_t n) { \
         for (int64_t j = 0; j < n; j++) acc[j] += av * bp[j];                                     \
     }                                                                                             \
     static int fk_matmul_run_##NAME(fk_mm_plan *p) {                                              \

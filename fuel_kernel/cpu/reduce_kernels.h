@@ -271,7 +271,7 @@ typedef double fk_v16d __attribute__((vector_size(128)));
         return acc[0];                                                                            \
     }                                                                                             \
     /* pairwise over leaves without recursion: a binary counter merges equal-sized partial sums */ \
-    FK_CLONES static double fk_dsum_row_##NAME(const char *p, int64_t n, int64_t s) {             \
+    FK_ISA_COMPUTE static double fk_dsum_row_##NAME(const char *p, int64_t n, int64_t s) {             \
         const int64_t leaf = F32_LANES ? 16 * FK_SUM_LEAF : FK_SUM_LEAF;                           \
         double stack[64], total = 0.0;                                                            \
         int top = 0;                                                                              \
@@ -369,7 +369,7 @@ FK_DEFINE_DSUM(F64, double, 0)
  * whether a NaN (or an infinity, conservatively) was seen; such rows fall back to the ordered
  * walk, which implements the NaN rules exactly. */
 #define FK_DEFINE_LANES(NAME, CT, WHICH, CMP)                                                     \
-    FK_CLONES static CT fk_lanes_##WHICH##_##NAME(const CT *restrict x, int64_t n, int *has_nan) { \
+    FK_ISA_COMPUTE static CT fk_lanes_##WHICH##_##NAME(const CT *restrict x, int64_t n, int *has_nan) { \
         CT m[64], z[64];   /* z sums v - v per lane: NaN (or inf - inf) marks a non-finite value */ \
         int nan = 0;                                                                              \
         int64_t i = 0;                                                                            \
@@ -397,7 +397,7 @@ FK_DEFINE_FAST_MINMAX(F32, float)
 FK_DEFINE_FAST_MINMAX(F64, double)
 /* One reduced row into L column extrema (unit stride), with the same non-finite marker. */
 #define FK_DEFINE_COLUMN_LANES(NAME, CT, WHICH, CMP)                                              \
-    FK_CLONES static void fk_columns_##WHICH##_##NAME(CT *restrict m, CT *restrict z, const CT *restrict x, int64_t n) { \
+    FK_ISA_COMPUTE static void fk_columns_##WHICH##_##NAME(CT *restrict m, CT *restrict z, const CT *restrict x, int64_t n) { \
         for (int64_t j = 0; j < n; j++) {                                                         \
             CT v = x[j];                                                                          \
             m[j] = v CMP m[j] ? v : m[j];                                                         \
@@ -535,7 +535,7 @@ FK_FOR_FLOAT_DTYPES(FK_FLOAT_MINMAX)
  * binary counter (the same bound as fk_dsum_*).  res receives L doubles; scratch holds the leaf
  * and one partial-sum row per merge level (the driver sizes it from the reduced count). */
 #define FK_DEFINE_DSUM_OUTER(NAME, CT)                                                            \
-    FK_CLONES static void fk_dsum_axpy_##NAME(double *restrict acc, const char *q, int64_t n, int64_t si) { \
+    FK_ISA_COMPUTE static void fk_dsum_axpy_##NAME(double *restrict acc, const char *q, int64_t n, int64_t si) { \
         if (si == (int64_t)sizeof(CT)) {                                                          \
             const CT *x = (const CT *)q;                                                          \
             for (int64_t j = 0; j < n; j++) acc[j] += (double)FK_LD_##NAME(x[j]);                 \
