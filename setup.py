@@ -44,11 +44,8 @@ directives = {
 
 # No kernel reads or traps on floating-point exception flags (-fno-math-errno, -fno-trapping-math),
 # so GCC may if-convert selects around float arithmetic and vectorize those loops; values and
-# rounding are unchanged (no -ffast-math).  -ffp-contract=off: hot loops are cloned per ISA level
-# (compute_common.h), and fusing a*b+c into an FMA only where the clone has one would make results
-# depend on the machine.
-compile_args = ["-std=gnu11", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off",
-                "-Wno-unused-function",
+# rounding are unchanged (no -ffast-math).
+compile_args = ["-std=gnu11", "-fno-math-errno", "-fno-trapping-math", "-Wno-unused-function",
                 "-Werror=implicit-function-declaration"]
 link_args = []
 macros = [("NPY_NO_DEPRECATED_API", "NPY_2_0_API_VERSION")]

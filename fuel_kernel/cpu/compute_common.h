@@ -33,8 +33,8 @@
  * CHOICE (over __builtin_cpu_supports) names, resolved once at load through ifunc as well.
  * Without target_clones (a compiler other than GCC, or FK_NO_TARGET_CLONES defined) the loops are
  * built for the baseline only and FK_ISA_PICK evaluates CHOICE per call.
- * Clones must return the same bits: setup.py compiles with -ffp-contract=off, so no clone fuses
- * a*b+c into an FMA that the baseline rounds twice (kernels call fmaf where they want one). */
+ * The v3 and v4 clones have FMA, so GCC may contract a*b+c in them; a family that promises the
+ * same bits on every machine turns contraction off (elementwise_kernels.h). */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(FK_NO_TARGET_CLONES)
 #define FK_ISA_COMPUTE __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #define FK_ISA_STREAM __attribute__((target_clones("arch=x86-64-v3", "default")))

@@ -16,6 +16,10 @@
 #ifndef FUEL_KERNEL_CPU_ELEMENTWISE_KERNELS_H
 #define FUEL_KERNEL_CPU_ELEMENTWISE_KERNELS_H
 
+/* Contracting a*b+c into an FMA would make results depend on which clone runs (the default clone
+ * has no FMA); elementwise kernels promise the same bits on every machine, so contraction is off. */
+#pragma GCC optimize("fp-contract=off")
+
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -191,8 +195,8 @@ static inline void fk_store_bool_row(const uint8_t *src, char *dst, int64_t ds, 
 }
 
 /* ---- fast F32 exp / sigmoid / tanh (branch-free, so loops over them vectorize) ----------------
- * The polynomials use fmaf explicitly: one instruction in the v3/v4 clones, and the C library's
- * exactly rounded fmaf in the baseline clone, so every clone returns the same bits.
+ * The polynomials use fmaf explicitly: one instruction in the v3/v4 builds, and the C library's
+ * exactly rounded fmaf in the baseline build, so every build returns the same bits.
  * exp: x = n*ln2 + r with a two-part ln2 (Cody-Waite), exp(r) by the Cephes expf polynomial on
  * |r| <= ln2/2, times 2^n applied as two exact power-of-two factors so subnormal results round
  * once and large ones overflow to inf exactly where expf does.  The maximum errors measured over
