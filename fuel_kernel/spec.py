@@ -453,6 +453,52 @@ CPU_KERNELS["conv"] = tuple(
                "FK_CAP_STRIDED_INPUT | FK_CAP_STRIDED_OUTPUT", algorithm)
     for operands, suffix in ((3, ""), (4, "_bias")) for algorithm in ("im2col", "direct"))
 
+# binary: ADD, SUB, MUL, DIV, MAXIMUM, MINIMUM, POW, REM on every numeric dtype, and the logical
+# ADD, MUL, MAXIMUM, MINIMUM on BOOL; key [T, T, T] (cpu/binary_kernels.h.in)
+CLAIMS["BINARY_HALF"] = Claim(0, "computed in F32, rounded once: correctly rounded")
+CLAIMS["BINARY_POW"] = Claim(1, "C pow (F16/BF16 via powf); <= 1 ulp of the correctly rounded result")
+CLAIMS["BINARY_REM"] = Claim(0, "bit-exact with np.remainder (fmod then sign fix-up)")
+_BINARY_ROUNDED = {d.name: "BINARY_HALF" if d.ctype != d.compute else "EXACT" for d in DTYPES}
+CPU_KERNELS["binary"] = (
+    KernelRows(("ADD", "SUB", "MUL", "DIV"), same(NUMERIC, 3), "fk_{op}_{d0}", _BINARY_ROUNDED,
+               "fk_cost_simple", "FK_ELEMENTWISE_CAPS"),
+    KernelRows(("MAXIMUM", "MINIMUM"), same(NUMERIC, 3), "fk_{op}_{d0}", "EXACT", "fk_cost_simple",
+               "FK_ELEMENTWISE_CAPS"),
+    KernelRows(("POW",), same(NUMERIC, 3), "fk_{op}_{d0}", "BINARY_POW", "fk_cost_simple",
+               "FK_ELEMENTWISE_CAPS"),
+    KernelRows(("REM",), same(NUMERIC, 3), "fk_{op}_{d0}", "BINARY_REM", "fk_cost_simple",
+               "FK_ELEMENTWISE_CAPS"),
+    KernelRows(("ADD", "MUL", "MAXIMUM", "MINIMUM"), same(dtype_names("bool"), 3), "fk_{op}_{d0}", "EXACT",
+               "fk_cost_simple", "FK_ELEMENTWISE_CAPS"),
+)
+
+# compare: EQ, NE, LT, LE, GT, GE on every dtype (key [T, T, BOOL]) and WHERE(cond, a, b) on every
+# dtype (key [BOOL, T, T, T]) (cpu/compare_kernels.h.in)
+CLAIMS["COMPARE"] = Claim(0, "exact: IEEE comparison")
+CLAIMS["WHERE_COPY"] = Claim(0, "exact: bit copy of the chosen operand")
+CPU_KERNELS["compare"] = (
+    KernelRows(("EQ", "NE", "LT", "LE", "GT", "GE"), tuple((n, n, "BOOL") for n in ALL_DTYPES), "fk_{op}_{d0}",
+               "COMPARE", "fk_cost_simple", "FK_ELEMENTWISE_CAPS"),
+    KernelRows(("WHERE",), tuple(("BOOL", n, n, n) for n in ALL_DTYPES), "fk_{op}_{d1}", "WHERE_COPY",
+               "fk_cost_simple", "FK_ELEMENTWISE_CAPS"),
+)
+
+# attention: ROPE, FLASH_ATTN, PAGED_ATTN on every float dtype (F16/BF16 compute in F32)
+# (cpu/attention_kernels.h.in); tolerances are relative to max|v| over the attended rows
+CLAIMS["ROPE"] = Claim(1, "F32 math (F64 for f64), FMA may fuse: err <= 1 ulp of |a c|+|b s| plus one rounding")
+CLAIMS["FLASH_ATTN_F32"] = Claim(0, "abs err <= 2e-5 * max|v| (f32 math, fast exp); blocked order is fixed",
+                                 0.0, 2e-5)
+CLAIMS["FLASH_ATTN_F64"] = Claim(0, "abs err <= 1e-12 * max|v| (f64 math, libm exp)", 0.0, 1e-12)
+CLAIMS["FLASH_ATTN_F16"] = Claim(0, "f32 math, one f16 rounding: abs err <= 2e-3 * max|v|", 0.0, 2e-3)
+CLAIMS["FLASH_ATTN_BF16"] = Claim(0, "f32 math, one bf16 rounding: abs err <= 1.6e-2 * max|v|", 0.0, 1.6e-2)
+_ATTN_CLAIMS = {name: "FLASH_ATTN_" + name for name in FLOAT}
+CPU_KERNELS["attention"] = (
+    KernelRows(("ROPE",), same(FLOAT, 4), "fk_rope", "ROPE", "fk_rope_cost", "FK_ATTN_CAPS | FK_CAP_INPLACE"),
+    KernelRows(("FLASH_ATTN",), same(FLOAT, 4), "fk_flash_attn", _ATTN_CLAIMS, "fk_flash_attn_cost", "FK_ATTN_CAPS"),
+    KernelRows(("PAGED_ATTN",), tuple((n, n, n, "I32", "I32", "F32", n) for n in FLOAT), "fk_paged_attn",
+               _ATTN_CLAIMS, "fk_paged_attn_cost", "FK_ATTN_CAPS"),
+)
+
 def check():
     """Raise ValueError if the tables break their own rules: numbers are 0..n-1 in order (so that
     appending is the only way to add), names are unique, every op's params family exists."""

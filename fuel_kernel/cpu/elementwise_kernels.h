@@ -1,6 +1,7 @@
-/* Shared machinery of the CPU elementwise kernels (_binary, _compare, _unary): run-time ISA
- * selection, vectorized F16/BF16 row conversions, the validation prologue, pre-write scans, fast
- * F32 exp/tanh/sigmoid, cost functions and precision-claim macros.
+/* Shared machinery of the CPU elementwise kernels (_binary, _compare, _unary): the hot-loop
+ * builders on the ISA dispatch scheme of compute_common.h, vectorized F16/BF16 row conversions,
+ * the validation prologue, pre-write scans, fast F32 exp/tanh/sigmoid, cost functions and
+ * precision-claim macros.
  *
  * Execution model.  A kernel validates its operands (count, backend, dtype, params kind), plans the
  * loop with fk_loop_plan (bounds, broadcast, axis collapsing), runs any data-dependent check that
@@ -16,7 +17,7 @@
 #define FUEL_KERNEL_CPU_ELEMENTWISE_KERNELS_H
 
 /* Contracting a*b+c into an FMA would make results depend on which clone runs (the default clone
- * has no FMA); kernels promise the same bits on every machine, so contraction is off. */
+ * has no FMA); elementwise kernels promise the same bits on every machine, so contraction is off. */
 #pragma GCC optimize("fp-contract=off")
 
 #include <math.h>
@@ -27,41 +28,15 @@
 #include "fuel_kernel/abi.h"
 #include "fuel_kernel/half.h"
 #include "fuel_kernel/strided.h"
+#include "compute_common.h"
 
-/* Run-time ISA selection.  Hot contiguous loops are compiled several times from one always-inline
- * body and a small dispatcher picks a build per call from the CPU's features, so a portable build
- * uses AVX2 / AVX-512 where they exist.  MODE chooses the builds:
- *   FK_MV_COMPUTE  x86-64-v4 (AVX-512, 512-bit vectors), x86-64-v3 (AVX2+FMA), baseline (SSE2):
- *                  compute-bound loops (the polynomial exp/tanh/sigmoid).
- *   FK_MV_STREAM   x86-64-v3 (also chosen on AVX-512 machines) and baseline: memory-bound loops.
- *                  Measured on this AMD Zen 4 host (ADD f32, 4M elements, NumPy buffers):
- *                  AVX2 ran 0.98-1.03x NumPy's time, AVX-512 with 256-bit vectors 1.04-1.07x and
- *                  512-bit vectors ~1.13x (64-byte stores to 16-byte-aligned buffers split lines).
+/* Hot contiguous loops: NAME runs BODY ARGS (BODY an always-inline function), built by the ISA
+ * dispatch scheme of compute_common.h:
+ *   FK_MV_COMPUTE  FK_ISA_COMPUTE clones (x86-64-v4, v3, baseline): the polynomial exp/tanh/sigmoid.
+ *   FK_MV_STREAM   FK_ISA_STREAM clones (x86-64-v3, baseline): memory-bound loops.
  *   FK_MV_NONE     one build: loops around C library calls, which do not vectorize. */
-static inline int fk_cpu_level(void) {
-    if (__builtin_cpu_supports("x86-64-v4")) return 4;
-    if (__builtin_cpu_supports("x86-64-v3")) return 3;
-    return 1;
-}
-#define FK_MV_VERSIONS(V4, NAME, PARAMS, ARGS, BODY)                                             \
-    __attribute__((target(V4))) static void NAME##_v4 PARAMS { BODY ARGS; }                     \
-    __attribute__((target("arch=x86-64-v3"))) static void NAME##_v3 PARAMS { BODY ARGS; }       \
-    static void NAME##_v1 PARAMS { BODY ARGS; }                                                  \
-    static void NAME PARAMS {                                                                    \
-        int level = fk_cpu_level();                                                              \
-        if (level >= 4) NAME##_v4 ARGS;                                                          \
-        else if (level == 3) NAME##_v3 ARGS;                                                     \
-        else NAME##_v1 ARGS;                                                                     \
-    }
-#define FK_MV_STREAM(NAME, PARAMS, ARGS, BODY)                                                   \
-    __attribute__((target("arch=x86-64-v3"))) static void NAME##_v3 PARAMS { BODY ARGS; }       \
-    static void NAME##_v1 PARAMS { BODY ARGS; }                                                  \
-    static void NAME PARAMS {                                                                    \
-        if (fk_cpu_level() >= 3) NAME##_v3 ARGS;                                                 \
-        else NAME##_v1 ARGS;                                                                     \
-    }
-#define FK_MV_COMPUTE(NAME, PARAMS, ARGS, BODY) \
-    FK_MV_VERSIONS("arch=x86-64-v4,prefer-vector-width=512", NAME, PARAMS, ARGS, BODY)
+#define FK_MV_COMPUTE(NAME, PARAMS, ARGS, BODY) FK_ISA_COMPUTE static void NAME PARAMS { BODY ARGS; }
+#define FK_MV_STREAM(NAME, PARAMS, ARGS, BODY) FK_ISA_STREAM static void NAME PARAMS { BODY ARGS; }
 #define FK_MV_NONE(NAME, PARAMS, ARGS, BODY) static void NAME PARAMS { BODY ARGS; }
 #define FK_INLINE static inline __attribute__((always_inline))
 
@@ -160,25 +135,29 @@ static void fk_f32_to_f16_f16c(const float *src, uint16_t *dst, int64_t n) {
     for (; i < n; i++) dst[i] = fk_f32_to_f16(src[i]);
 }
 
+static void fk_f16_to_f32_plain(const uint16_t *src, float *dst, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = fk_f16_to_f32(src[i]);
+}
+static void fk_f32_to_f16_plain(const float *src, uint16_t *dst, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = fk_f32_to_f16(src[i]);
+}
+/* every AVX-512 CPU has F16C */
+FK_ISA_PICK(fk_f16_to_f32_contig, (const uint16_t *src, float *dst, int64_t n), (src, dst, n),
+            __builtin_cpu_supports("avx512f") ? fk_f16_to_f32_avx512
+            : __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2") ? fk_f16_to_f32_f16c
+            : fk_f16_to_f32_plain)
+FK_ISA_PICK(fk_f32_to_f16_contig, (const float *src, uint16_t *dst, int64_t n), (src, dst, n),
+            __builtin_cpu_supports("avx512f") ? fk_f32_to_f16_avx512
+            : __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2") ? fk_f32_to_f16_f16c
+            : fk_f32_to_f16_plain)
+
 static inline void fk_load_f16_row(const char *src, int64_t ss, float *dst, int64_t n) {
-    if (ss == 2) {
-        if (__builtin_cpu_supports("avx512f")) { fk_f16_to_f32_avx512((const uint16_t *)src, dst, n); return; }
-        if (__builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2")) {
-            fk_f16_to_f32_f16c((const uint16_t *)src, dst, n);
-            return;
-        }
-    }
+    if (ss == 2) { fk_f16_to_f32_contig((const uint16_t *)src, dst, n); return; }
     for (int64_t i = 0; i < n; i++) dst[i] = fk_f16_to_f32(*(const uint16_t *)(src + i * ss));
 }
 
 static inline void fk_store_f16_row(const float *src, char *dst, int64_t ds, int64_t n) {
-    if (ds == 2) {
-        if (__builtin_cpu_supports("avx512f")) { fk_f32_to_f16_avx512(src, (uint16_t *)dst, n); return; }
-        if (__builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2")) {
-            fk_f32_to_f16_f16c(src, (uint16_t *)dst, n);
-            return;
-        }
-    }
+    if (ds == 2) { fk_f32_to_f16_contig(src, (uint16_t *)dst, n); return; }
     for (int64_t i = 0; i < n; i++) *(uint16_t *)(dst + i * ds) = fk_f32_to_f16(src[i]);
 }
 
@@ -367,9 +346,10 @@ FK_INLINE float fk_bf16_load(uint16_t h) { return fk_bits_f32((uint32_t)h << 16)
         fk_row_##OP##_BF16_chunked(p, s, n, ctx);                                                \
     }
 
-#define FK_BINARY_KERNEL(OP, D, OD, PRE, N)                                                      \
-    static int fk_##OP##_##D(const fk_storage *inputs, int n_in, fk_storage *outputs, int n_out, \
-                             const fk_layout *layouts, const fk_params *params) {                \
+/* the kernel NAME: checks, the pre-write check PRE(OP, N), then the rows of fk_row_<OP>_<D> */
+#define FK_BINARY_KERNEL(NAME, OP, D, OD, PRE, N)                                                \
+    static int NAME(const fk_storage *inputs, int n_in, fk_storage *outputs, int n_out,          \
+                    const fk_layout *layouts, const fk_params *params) {                         \
         const int dtypes[3] = {FK_##D, FK_##D, FK_##OD};                                         \
         fk_loop loop;                                                                            \
         int status = fk_elementwise_prepare(&loop, inputs, n_in, outputs, n_out, layouts, params, \
@@ -377,7 +357,7 @@ FK_INLINE float fk_bf16_load(uint16_t h) { return fk_bits_f32((uint32_t)h << 16)
         if (status) return status;                                                               \
         PRE(OP, N)                                                                               \
         const int sizes[3] = {fk_dtype_itemsize[FK_##D], fk_dtype_itemsize[FK_##D], fk_dtype_itemsize[FK_##OD]}; \
-        fk_loop_run(&loop, fk_row_##OP##_##D, NULL, sizes);                                             \
+        fk_loop_run(&loop, fk_row_##OP##_##D, NULL, sizes);                                      \
         return FK_OK;                                                                            \
     }
 

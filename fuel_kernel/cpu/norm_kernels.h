@@ -48,7 +48,7 @@ static inline float fk_expf_nonpos(float x) {
 }
 
 /* One softmax row in F32: x and y are distinct, unit stride. */
-FK_CLONES static void fk_softmax_row_f32(const float *restrict x, float *restrict y, int64_t n, int log_out) {
+FK_ISA_COMPUTE static void fk_softmax_row_f32(const float *restrict x, float *restrict y, int64_t n, int log_out) {
     float mx[16];
     double acc[16] = {0};
     float m;
