@@ -68,21 +68,27 @@
 typedef float fk_norm_lanes32 __attribute__((vector_size(FK_NORM_LANES * sizeof(float))));
 typedef double fk_norm_lanes64 __attribute__((vector_size(FK_NORM_LANES * sizeof(double))));
 
+
+/* x[i .. i+32) as lanes 0..31; past the end of the row the lanes hold `pad`. */
+FK_INLINE fk_norm_lanes32 fk_norm_load(const float *x, int64_t i, int64_t n, float pad) {
+    fk_norm_lanes32 v;
+    if (i + FK_NORM_LANES <= n) {
+        memcpy(&v, x + i, sizeof v);
+    } else {
+        float rest[FK_NORM_LANES];
+        for (int64_t j = 0; j < FK_NORM_LANES; j++) rest[j] = i + j < n ? x[i + j] : pad;
+        memcpy(&v, rest, sizeof v);
+    }
+    return v;
+}
+
+#define fk_norm_widen(v) __builtin_convertvector((v), fk_norm_lanes64)
+
 /* Add the len <= FK_NORM_BLOCK terms t[0..len) into the F64 lanes: term k goes to lane k % 32. */
 FK_INLINE void fk_norm_add_block(fk_norm_lanes64 *acc, const float *t, int64_t len) {
-    fk_norm_lanes32 lanes = {0}, v;
-    int64_t k = 0;
-    for (; k + FK_NORM_LANES <= len; k += FK_NORM_LANES) {
-        memcpy(&v, t + k, sizeof v);
-        lanes += v;
-    }
-    if (k < len) {
-        float rest[FK_NORM_LANES] = {0};
-        memcpy(rest, t + k, (size_t)(len - k) * sizeof(float));
-        memcpy(&v, rest, sizeof v);
-        lanes += v;
-    }
-    *acc += __builtin_convertvector(lanes, fk_norm_lanes64);
+    fk_norm_lanes32 lanes = {0};
+    for (int64_t k = 0; k < len; k += FK_NORM_LANES) lanes += fk_norm_load(t, k, len, 0.0f);
+    *acc += fk_norm_widen(lanes);
 }
 
 /* The F64 lanes summed pairwise. */
@@ -94,15 +100,21 @@ FK_INLINE double fk_norm_total(const fk_norm_lanes64 *acc) {
     return v[0];
 }
 
+/* The row max, as a max over integer keys that order like the floats (the sign-magnitude bits of
+ * a negative float flipped), which vectorizes as an exact integer reduction.  A NaN in the row
+ * may or may not become the max; either way exp(x - max) makes the row NaN. */
+FK_INLINE int32_t fk_norm_order_key(int32_t bits) { return bits ^ ((bits >> 31) & 0x7fffffff); }
 FK_INLINE float fk_norm_row_max(const float *x, int64_t n) {
-    float mx[FK_NORM_LANES], m;
-    int64_t i;
-    for (int j = 0; j < FK_NORM_LANES; j++) mx[j] = -INFINITY;
-    for (i = 0; i + FK_NORM_LANES <= n; i += FK_NORM_LANES)
-        for (int j = 0; j < FK_NORM_LANES; j++) mx[j] = x[i + j] > mx[j] ? x[i + j] : mx[j];
-    for (int j = 0; i < n; i++, j++) mx[j] = x[i] > mx[j] ? x[i] : mx[j];
-    m = mx[0];
-    for (int j = 1; j < FK_NORM_LANES; j++) m = mx[j] > m ? mx[j] : m;
+    int32_t top = INT32_MIN;
+    float m;
+    for (int64_t i = 0; i < n; i++) {
+        int32_t bits;
+        memcpy(&bits, x + i, sizeof bits);
+        bits = fk_norm_order_key(bits);
+        top = bits > top ? bits : top;
+    }
+    top = fk_norm_order_key(top);
+    memcpy(&m, &top, sizeof m);
     return m;
 }
 
@@ -133,13 +145,16 @@ FK_INLINE int fk_norm_f32_in_range(double v) { return v >= 0x1p-100 && v <= DBL_
 /* One RMS_NORM row in F32; *wide = 1 (and y untouched) when the row needs the F64 code. */
 FK_INLINE void fk_rms_norm_row_body(const float *restrict x, const float *restrict w, float *restrict y,
                                     int64_t n, double eps, int *wide) {
-    float t[FK_NORM_BLOCK], r;
+    float r;
     fk_norm_lanes64 acc = {0};
     double ms;
-    for (int64_t i = 0; i < n; i += FK_NORM_BLOCK) {
-        int64_t len = n - i < FK_NORM_BLOCK ? n - i : FK_NORM_BLOCK;
-        for (int64_t k = 0; k < len; k++) t[k] = x[i + k] * x[i + k];
-        fk_norm_add_block(&acc, t, len);
+    for (int64_t i = 0; i < n;) {
+        fk_norm_lanes32 sq = {0};
+        for (int k = 0; k < FK_NORM_BLOCK / FK_NORM_LANES && i < n; k++, i += FK_NORM_LANES) {
+            fk_norm_lanes32 v = fk_norm_load(x, i, n, 0.0f);
+            sq += v * v;
+        }
+        acc += fk_norm_widen(sq);
     }
     ms = fk_norm_total(&acc) / (double)n + eps;
     *wide = !fk_norm_f32_in_range(ms);
@@ -154,25 +169,26 @@ FK_MV_COMPUTE(fk_rms_norm_row_f32, (const float *restrict x, const float *restri
 /* One LAYER_NORM row in F32; *wide = 1 (and y untouched) when the row needs the F64 code. */
 FK_INLINE void fk_layer_norm_row_body(const float *restrict x, const float *restrict w, const float *restrict b,
                                       float *restrict y, int64_t n, double eps, int *wide) {
-    float t[FK_NORM_BLOCK], t2[FK_NORM_BLOCK], shift = x[0], m, cf, a;
+    float shift = x[0], m, cf, a;
     fk_norm_lanes64 acc = {0}, acc2 = {0};
     double c, var;
-    for (int64_t i = 0; i < n; i += FK_NORM_BLOCK) {
-        int64_t len = n - i < FK_NORM_BLOCK ? n - i : FK_NORM_BLOCK;
-        for (int64_t k = 0; k < len; k++) t[k] = x[i + k] - shift;
-        fk_norm_add_block(&acc, t, len);
+    for (int64_t i = 0; i < n;) {
+        fk_norm_lanes32 sum = {0};
+        for (int k = 0; k < FK_NORM_BLOCK / FK_NORM_LANES && i < n; k++, i += FK_NORM_LANES)
+            sum += fk_norm_load(x, i, n, shift) - shift;
+        acc += fk_norm_widen(sum);
     }
     m = (float)((double)shift + fk_norm_total(&acc) / (double)n);
     acc = acc2;
-    for (int64_t i = 0; i < n; i += FK_NORM_BLOCK) {
-        int64_t len = n - i < FK_NORM_BLOCK ? n - i : FK_NORM_BLOCK;
-        for (int64_t k = 0; k < len; k++) {
-            float d = x[i + k] - m;
-            t[k] = d;
-            t2[k] = d * d;
+    for (int64_t i = 0; i < n;) {
+        fk_norm_lanes32 sum = {0}, sum2 = {0};
+        for (int k = 0; k < FK_NORM_BLOCK / FK_NORM_LANES && i < n; k++, i += FK_NORM_LANES) {
+            fk_norm_lanes32 d = fk_norm_load(x, i, n, m) - m;
+            sum += d;
+            sum2 += d * d;
         }
-        fk_norm_add_block(&acc, t, len);
-        fk_norm_add_block(&acc2, t2, len);
+        acc += fk_norm_widen(sum);
+        acc2 += fk_norm_widen(sum2);
     }
     c = fk_norm_total(&acc) / (double)n;
     var = fk_norm_total(&acc2) / (double)n - c * c;
@@ -559,10 +575,11 @@ FK_NORM_KERNELS(F32)
 FK_NORM_KERNELS_F64(F64, )
 
 /* ---- cost ----------------------------------------------------------------------------------------
- * Every operand moved once; flops per element: the F32 code a handful (exp ~ 12), the F64 row
- * code, which runs scalar, as many as it takes on one core (measured: about 40x the F32 code's
- * time once the row is in cache, as F32 matmul-peak flops). */
-#define FK_NORM_F64_COST_FACTOR 40.0
+ * Every operand moved once; flops per element: the F32 code a handful (exp ~ 12).  The F64 row
+ * code runs scalar (libm exp, sequential sums): 4-10 ns per element on one core of the 2-core dev
+ * VM, 6-12x the F32 code at 128x768, which at F32 matmul peak is 400-1200 flops per element:
+ * priced as 64 times the F32 count. */
+#define FK_NORM_F64_COST_FACTOR 64.0
 static fk_cost fk_norm_cost_scaled(const fk_layout *layouts, int n_layouts, const fk_dtypes *dtypes, double factor) {
     fk_cost cost = {0.0, 0.0, 80.0};
     double n;
