@@ -68,7 +68,6 @@
 typedef float fk_norm_lanes32 __attribute__((vector_size(FK_NORM_LANES * sizeof(float))));
 typedef double fk_norm_lanes64 __attribute__((vector_size(FK_NORM_LANES * sizeof(double))));
 
-
 /* x[i .. i+32) as lanes 0..31; past the end of the row the lanes hold `pad`. */
 FK_INLINE fk_norm_lanes32 fk_norm_load(const float *x, int64_t i, int64_t n, float pad) {
     fk_norm_lanes32 v;
