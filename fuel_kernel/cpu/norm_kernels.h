@@ -42,11 +42,13 @@
  *   layer_norm   shifted mean m = (float)(x_0 + sum(x_i - x_0)/D) (a constant row gives its value
  *                exactly); second pass over d_i = x_i - m: c = sum(d_i)/D corrects the mean and
  *                var = sum(d_i^2)/D - c^2 (the corrected two-pass variance, in F64 from the blocked
- *                sums); y_i = (((x_i - m) - (float)c) * (float)rstd) * w_i + b_i.  The corrected
- *                mean is off by <= 4.1u (std + |m - mean|) and the variance by <= 6.1u var plus
- *                terms of order u^2 D; |err| <= 9.3u S with S = |w|(|x| + |mean| + std) rstd + |b|
- *                (claimed 6.5e-7 S, 11 ulp of S).  The std term covers the corrected mean's error
- *                where x and the mean are both near 0.
+ *                sums); y_i = (((x_i - m) - (float)c) * (float)rstd) * w_i + b_i.  With e =
+ *                |m - mean| <= 4.1u mean|x - x_0| + u|mean|, the corrected mean is off by
+ *                <= 4.1u (std + e) and the variance by <= 6.1u var + 8.2u std e + 14.3u e^2;
+ *                |err| <= 9.3u S + 28.6u^2 D S with S = |w|(|x| + |mean| + std) rstd + |b| (the D
+ *                term is the e^2 of a row whose values differ by a few ulp; a constant row has
+ *                e = 0): claimed 6.5e-7 S, 11 ulp of S, for D <= 131072.  The std term covers the
+ *                corrected mean's error where x and the mean are both near 0.
  *   A norm row whose F32 sums leave the range where those bounds hold (a sum overflows, as for
  *   |x| > 1.8e19, or var + eps < 2^-100, where F32 squares underflow; also rows holding inf or
  *   NaN) is recomputed by the F64 row code, so such rows get the F64 result.
@@ -621,7 +623,7 @@ static fk_cost fk_norm_cost_f64(const fk_layout *layouts, int n_layouts, const f
 #define FK_P_RMS_F32 FK_P(6, 3.3e-7, 3e-45, "|err| <= max_rel*|y| + max_abs; F32 compute")
 #define FK_P_RMS_F16 FK_P(1, 5e-4, 6e-8, "|err| <= max_rel*|y| + max_abs; F32 compute")
 #define FK_P_RMS_BF16 FK_P(1, 4e-3, 1e-38, "|err| <= max_rel*|y| + max_abs; F32 compute")
-#define FK_P_LAYER_F32 FK_P(11, 6.5e-7, 3e-45, "|err| <= max_rel*S + max_abs, " FK_LN_SCALE "; F32 compute")
+#define FK_P_LAYER_F32 FK_P(11, 6.5e-7, 3e-45, "|err| <= max_rel*S + max_abs for D <= 131072, " FK_LN_SCALE "; F32 compute")
 #define FK_P_LAYER_F16 FK_P(1, 5e-4, 6e-8, "|err| <= max_rel*S + max_abs, " FK_LN_SCALE "; F32 compute")
 #define FK_P_LAYER_BF16 FK_P(1, 4e-3, 1e-38, "|err| <= max_rel*S + max_abs, " FK_LN_SCALE "; F32 compute")
 /* F64 compute: the siblings (one rounding of an F64 result) and the F64 key */
