@@ -121,13 +121,14 @@ FK_INLINE float fk_norm_row_max(const float *x, int64_t n) {
 
 /* One softmax row in F32: x and y are distinct, unit stride. */
 FK_INLINE void fk_softmax_row_body(const float *restrict x, float *restrict y, int64_t n, int log_out) {
-    float m = fk_norm_row_max(x, n), scratch[FK_NORM_BLOCK];
+    float m = fk_norm_row_max(x, n);
     fk_norm_lanes64 acc = {0};
+    /* exp(x - m) goes to y even for log_softmax: the first write to each output line then
+     * overlaps the exp arithmetic instead of stalling the short last loop */
     for (int64_t i = 0; i < n; i += FK_NORM_BLOCK) {
         int64_t len = n - i < FK_NORM_BLOCK ? n - i : FK_NORM_BLOCK;
-        float *e = log_out ? scratch : y + i;
-        for (int64_t k = 0; k < len; k++) e[k] = fk_fast_expf(x[i + k] - m);
-        fk_norm_add_block(&acc, e, len);
+        for (int64_t k = 0; k < len; k++) y[i + k] = fk_fast_expf(x[i + k] - m);
+        fk_norm_add_block(&acc, y + i, len);
     }
     if (log_out) {
         float ls = (float)log(fk_norm_total(&acc));
