@@ -451,6 +451,17 @@ def layer_norm(x, eps, w=None, b=None):
         return y if b is None else y + b
 
 
+def layer_norm_error_scale(x, eps, w, b, with_std=True):
+    """The scale a LAYER_NORM claim bounds its error by: |w| (|x| + |mean| (+ std)) rstd + |b| over
+    the last axis, in x's own dtype.  std covers an F32 kernel's corrected mean, whose error is
+    relative to the spread of the row, where x and the mean are both near 0."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.mean(x, axis=-1, keepdims=True)
+        var = np.mean((x - mean) ** 2, axis=-1, keepdims=True)
+        spread = np.abs(x) + np.abs(mean) + (np.sqrt(var) if with_std else 0)
+        return np.abs(w) * spread / np.sqrt(var + eps) + np.abs(b)
+
+
 @register([fk.OpKind.MATMUL], kind="accumulate", strict=False)
 def _matmul(inputs, params, out_dtype, out_shape):
     if len(inputs) != 2:

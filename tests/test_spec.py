@@ -15,7 +15,7 @@ TESTS = Path(__file__).resolve().parent
 
 OP = fk.OpKind
 CPU = fk.Backend.CPU
-SHIPPED_SOURCES = ("native", "blas", "im2col", "direct")   # what fuel_kernel.cpu registers
+SHIPPED_SOURCES = ("native", "native-f64", "blas", "im2col", "direct")   # what fuel_kernel.cpu registers
 MOVEMENT_INDEX_ATTENTION_OPS = {
     OP.SLICE, OP.CONCAT, OP.INDEX_SELECT, OP.GATHER, OP.SCATTER_ADD, OP.INDEX_ADD, OP.FLIP, OP.ROLL,
     OP.CUMSUM, OP.TRIU, OP.TRIL, OP.PAD, OP.MASKED_FILL, OP.ROPE, OP.FLASH_ATTN, OP.PAGED_ATTN}

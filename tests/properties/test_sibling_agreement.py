@@ -1,5 +1,5 @@
-"""Every key with two or more alternatives (siblings such as CONV2D im2col/direct or MATMUL
-native/blas): all alternatives agree on random and on special values (NaN, +-inf, +-0, huge,
+"""Every key with two or more alternatives (siblings such as CONV2D im2col/direct, MATMUL
+native/blas, or the softmax and norm native/native-f64): all alternatives agree on random and on special values (NaN, +-inf, +-0, huge,
 subnormal) within their precision claims.
 
 The route picker may choose any sibling (a Graph and fk.dispatch can pick differently), so a
@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import fuel_kernel as fk
+import oracles
 from oracles import conv2d_reference
 
 D = fk.DType
@@ -85,7 +86,33 @@ def matmul_cases(dtypes, rng, special):
         yield inputs, params, (m, n), scale
 
 
+def last_dim_cases(op):
+    """Softmax / norm rows; the scale is the one each claim names (|y|, or the layer-norm scale)."""
+    def cases(dtypes, rng, special):
+        dt = dtypes[0]
+        eps = 1e-5
+        for shape in ((1, 1), (3, 7), (4, 33), (2, 130), (3, 300)):
+            x = values(shape, dt, rng, special)
+            xf = finite_part(x)
+            if op in (fk.OpKind.SOFTMAX_LAST_DIM, fk.OpKind.LOG_SOFTMAX_LAST_DIM):
+                with np.errstate(all="ignore"):
+                    y = oracles.softmax_last_dim(xf, log=op == fk.OpKind.LOG_SOFTMAX_LAST_DIM)
+                yield (x,), fk.params.softmax_last_dim(), shape, np.abs(y)
+                continue
+            w = values(shape[-1:], dt, rng, special)
+            params = fk.params.norm_last_dim(eps)
+            if op == fk.OpKind.RMS_NORM:
+                yield (x, w), params, shape, np.abs(oracles.rms_norm(xf, eps, finite_part(w)))
+                continue
+            b = values(shape[-1:], dt, rng, special)
+            scale = oracles.layer_norm_error_scale(xf, eps, finite_part(w), finite_part(b))
+            yield (x, w, b), params, shape, scale
+    return cases
+
+
 BUILDERS = {fk.OpKind.CONV2D: conv2d_cases, fk.OpKind.MATMUL: matmul_cases}
+BUILDERS.update({op: last_dim_cases(op) for op in (fk.OpKind.SOFTMAX_LAST_DIM, fk.OpKind.LOG_SOFTMAX_LAST_DIM,
+                                                   fk.OpKind.RMS_NORM, fk.OpKind.LAYER_NORM)})
 
 
 def assert_agree(first, other, scale, claims, dtype, where):

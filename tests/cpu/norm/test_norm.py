@@ -17,9 +17,10 @@ SHAPES = [(5, 7), (1, 1), (3, 1), (1, 257), (2, 3, 17), (0, 4), (4, 0), (13,), (
 EPS = 1e-5
 
 
-def reference(op, x, w=None, b=None, eps=EPS):
+def reference(op, x, w=None, b=None, eps=EPS, claim=None):
     """(expected, scale) in long double: |err| must be <= max_rel * scale + max_abs (the scale each
-    claim's notes name). The references are oracles.py's, run in long double."""
+    claim's notes name: the F32-compute LAYER_NORM scale has a std term, the F64 one none). The
+    references are oracles.py's, run in long double."""
     x = np.asarray(x).astype(np.longdouble)
     if op in (fk.OpKind.SOFTMAX_LAST_DIM, fk.OpKind.LOG_SOFTMAX_LAST_DIM):
         y = oracles.softmax_last_dim(x, log=op == fk.OpKind.LOG_SOFTMAX_LAST_DIM)
@@ -29,10 +30,8 @@ def reference(op, x, w=None, b=None, eps=EPS):
         y = oracles.rms_norm(x, eps, w)
         return y, np.abs(y)
     b = np.asarray(b).astype(np.longdouble)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean = np.mean(x, axis=-1, keepdims=True)
-        rstd = 1 / np.sqrt(np.mean((x - mean) ** 2, axis=-1, keepdims=True) + eps)
-    return oracles.layer_norm(x, eps, w, b), np.abs(w) * (np.abs(x) + np.abs(mean)) * rstd + np.abs(b)
+    with_std = claim is None or "+std)" in claim.notes
+    return oracles.layer_norm(x, eps, w, b), oracles.layer_norm_error_scale(x, eps, w, b, with_std)
 
 
 def check(got, expected, scale, claim, where):
@@ -72,8 +71,8 @@ def test_norm_binding(op, dtype, rng):
                     inputs.append(make_operand((d,), dtype, "negative", rng, special=False))
                 out = np.full(shape, 7, dtype=dtype.numpy)
                 call(kernel, op, inputs, out)
-                expected, scale = reference(op, *inputs)
-                check(out, expected, scale, kernel.precision, (shape, layout))
+                expected, scale = reference(op, *inputs, claim=kernel.precision)
+                check(out, expected, scale, kernel.precision, (kernel.source, shape, layout))
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
@@ -105,8 +104,9 @@ def test_rms_and_layer_norm_accept_no_params_as_default_eps(rng):
     expected, scale = reference(fk.OpKind.RMS_NORM, x, w, eps=1e-5)
     check(out, expected, scale, t.lookup(fk.OpKind.RMS_NORM, [fk.DType.F32] * 3, 0).precision, "rms")
     out = fk.dispatch(fk.OpKind.LAYER_NORM, [x, w, b], params=fk.params.norm_last_dim(0.5))
-    expected, scale = reference(fk.OpKind.LAYER_NORM, x, w, b, eps=0.5)
-    check(out, expected, scale, t.lookup(fk.OpKind.LAYER_NORM, [fk.DType.F32] * 4, 0).precision, "ln")
+    claim = t.lookup(fk.OpKind.LAYER_NORM, [fk.DType.F32] * 4, 0).precision
+    expected, scale = reference(fk.OpKind.LAYER_NORM, x, w, b, eps=0.5, claim=claim)
+    check(out, expected, scale, claim, "ln")
 
 
 def test_big_f32_softmax_rows_meet_the_claim(rng):
@@ -116,6 +116,81 @@ def test_big_f32_softmax_rows_meet_the_claim(rng):
         out = call(kernel, op, [x], np.empty_like(x))
         expected, scale = reference(op, x)
         check(out, expected, scale, kernel.precision, op)
+
+
+def adversarial_rows(op, rng):
+    """(name, x, eps) rows that stress the F32 code's claims: large offsets with small noise (the
+    variance), rows long enough to matter for sums (1e5), all-equal rows (eps 0 makes them NaN),
+    rows near zero, huge and tiny magnitudes (where F32 squares overflow or underflow and the F32
+    kernels hand the row to F64), -inf entries, and for softmax rows whose x - max rounds in F32
+    and whose mass sits far from the max."""
+    n = 1000
+    rows = [("all-equal", np.full((2, n), 3.25), EPS), ("all-equal eps 0", np.full((2, n), 1e4 + 0.5), 0.0),
+            ("single", rng.standard_normal((3, 1)), EPS), ("long", rng.standard_normal((2, 100000)) * 3 + 1, EPS)]
+    if op in (fk.OpKind.SOFTMAX_LAST_DIM, fk.OpKind.LOG_SOFTMAX_LAST_DIM):
+        spread = rng.uniform(-100, 0, (2, n)) + 100.3
+        mass = np.full((2, 100000), 100.3 - np.log(100000.0))
+        mass[:, 7] = 100.3
+        masked = rng.standard_normal((2, n))
+        masked[:, ::3] = -np.inf
+        rows += [("huge and tiny", rng.choice([1e30, -1e30, 1e-30, 0.0, 1.5e38, -1.5e38], (2, n)), EPS),
+                 ("wide spread", spread, EPS), ("mass far from the max", mass, EPS),
+                 ("-inf entries", masked, EPS), ("large offset", 1e4 + rng.standard_normal((2, n)), EPS)]
+        return rows
+    one_off = np.full((2, 4096), 1e4, np.float32)
+    one_off[:, 5] = np.nextafter(np.float32(1e4), np.float32(2e4))
+    near_zero = rng.standard_normal((2, n))
+    near_zero -= near_zero.mean(axis=-1, keepdims=True)
+    near_zero[:, :10] = 1e-9
+    return rows + [
+        ("offset 1e4, noise 1", 1e4 + rng.standard_normal((2, n)), EPS),
+        ("offset 1e4, noise 1e-2", 1e4 + 1e-2 * rng.standard_normal((2, n)), 0.0),
+        ("offset 1e4, long", 1e4 + rng.standard_normal((2, 100000)), EPS),
+        ("offset -3e6, noise 1", -3e6 + rng.standard_normal((2, n)), EPS),
+        ("one element 1 ulp off", one_off, 0.0),
+        ("near zero", near_zero, EPS),
+        ("huge", 1e20 * rng.standard_normal((2, n)), EPS),
+        ("tiny eps 0", 1e-30 * rng.standard_normal((2, n)), 0.0),
+        ("tiny", 1e-30 * rng.standard_normal((2, n)), EPS)]
+
+
+@pytest.mark.filterwarnings("ignore:overflow", "ignore:invalid value")
+@pytest.mark.parametrize("op", OPS, ids=[o.short_name for o in OPS])
+@pytest.mark.parametrize("dtype", [fk.DType.F32, fk.DType.BF16], ids=["f32", "bf16"])
+def test_adversarial_rows_meet_every_claim(op, dtype, rng):
+    for name, x, eps in adversarial_rows(op, rng):
+        with np.errstate(over="ignore"):
+            x = x.astype(dtype.numpy)
+        d = x.shape[-1]
+        inputs = [x, (1 + 0.25 * rng.standard_normal(d)).astype(dtype.numpy),
+                  rng.standard_normal(d).astype(dtype.numpy)][:N_INPUTS[op]]
+        for kernel in fk.bindings().alternatives(op, [dtype] * (N_INPUTS[op] + 1), fk.Backend.CPU):
+            out = call(kernel, op, inputs, np.empty_like(x), eps=eps)
+            expected, scale = reference(op, *inputs, eps=eps, claim=kernel.precision)
+            check(out, expected, scale, kernel.precision, (kernel.source, name))
+
+
+def test_constant_rows_normalize_to_the_bias_exactly():
+    """The F32 LAYER_NORM mean of a constant row is its value, so x - mean is exactly 0."""
+    x = np.full((3, 777), 1e4 + 0.5, np.float32)
+    w = np.full(777, 2.0, np.float32)
+    b = np.linspace(-1, 1, 777).astype(np.float32)
+    kernel = fk.bindings().lookup(fk.OpKind.LAYER_NORM, [fk.DType.F32] * 4, 0)
+    out = call(kernel, fk.OpKind.LAYER_NORM, [x, w, b], np.empty_like(x))
+    np.testing.assert_array_equal(out, np.broadcast_to(b, x.shape))
+
+
+@pytest.mark.parametrize("op", OPS, ids=[o.short_name for o in OPS])
+def test_f32_compute_is_the_default_and_max_ulp_picks_the_f64_sibling(op):
+    t = fk.bindings()
+    dtypes = [fk.DType.F32] * (N_INPUTS[op] + 1)
+    shapes = [(64, 256)] + [(256,)] * (N_INPUTS[op] - 1) + [(64, 256)]
+    assert t.lookup(op, dtypes, 0).source == "native"
+    assert t.pick(op, dtypes, fk.Backend.CPU, shapes).source == "native"
+    tight = t.pick(op, dtypes, fk.Backend.CPU, shapes, max_ulp=1)
+    assert tight.source == "native-f64" and tight.precision.max_ulp <= 1
+    native = {k.source: k for k in t.alternatives(op, dtypes, fk.Backend.CPU)}["native"]
+    assert native.precision.max_ulp > 1 and native.precision.max_rel > tight.precision.max_rel
 
 
 @pytest.mark.parametrize("problem", ["dtype", "shape", "weight", "params", "axis", "eps",
