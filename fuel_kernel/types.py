@@ -27,7 +27,7 @@ class _DTypeBase(enum.IntEnum):
         return _DTYPE_SPEC[self].short
 
     @property
-    def numpy(self) -> np.dtype[Any]:
+    def numpy(self) -> np.dtype:
         """The NumPy dtype that holds this dtype (ml_dtypes.bfloat16 for BF16)."""
         return _NUMPY_DTYPES[self]
 
@@ -48,15 +48,15 @@ class _DTypeBase(enum.IntEnum):
         return _DTYPE_SPEC[self].kind == "uint"
 
     @classmethod
-    def parse(cls, value: object) -> DType:
+    def parse(cls, value: Any) -> DType:
         """A DType from a DType, its code, its short name ("f32") or a NumPy dtype-like."""
-        if isinstance(value, cls):
+        if isinstance(value, DType):
             return value
-        if isinstance(value, str) and value.upper() in cls.__members__:
-            return cls[value.upper()]
+        if isinstance(value, str) and value.upper() in DType.__members__:
+            return DType[value.upper()]
         if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-            if 0 <= int(value) < len(cls):
-                return cls(int(value))
+            if 0 <= int(value) < len(DType):
+                return DType(int(value))
         try:
             return _FROM_NUMPY[np.dtype(value)]
         except (TypeError, KeyError):
@@ -78,10 +78,10 @@ if TYPE_CHECKING:
 else:
     DType = _DTypeBase("DType", [(d.name, d.code) for d in spec.DTYPES], module=__name__)
     DType.__doc__ = """A fuel_kernel dtype, numbered as fk_dtype in abi.h (members from fuel_kernel/spec.py)."""
-_DTYPE_SPEC = {DType(d.code): d for d in spec.DTYPES}
+_DTYPE_SPEC: dict[_DTypeBase, spec.DTypeSpec] = {DType(d.code): d for d in spec.DTYPES}
 
 
-def _numpy_dtype(name: str) -> np.dtype[Any]:
+def _numpy_dtype(name: str) -> np.dtype:
     """np.dtype for a spec NumPy type name: "float32", or "module.name" for a type NumPy lacks."""
     if "." in name:
         module, attr = name.rsplit(".", 1)
@@ -90,7 +90,7 @@ def _numpy_dtype(name: str) -> np.dtype[Any]:
 
 
 _NUMPY_DTYPES = {code: _numpy_dtype(d.numpy) for code, d in _DTYPE_SPEC.items()}
-_FROM_NUMPY = {dt: code for code, dt in _NUMPY_DTYPES.items()}
+_FROM_NUMPY: dict[np.dtype, DType] = {dt: DType(code) for code, dt in _NUMPY_DTYPES.items()}
 
 
 class _OpKindBase(enum.IntEnum):
@@ -101,14 +101,14 @@ class _OpKindBase(enum.IntEnum):
         return self.name.lower()
 
     @classmethod
-    def parse(cls, value: object) -> OpKind:
+    def parse(cls, value: Any) -> OpKind:
         """An OpKind from an OpKind, its number or its name ("add")."""
-        if isinstance(value, cls):
+        if isinstance(value, OpKind):
             return value
-        if isinstance(value, str) and value.upper() in cls.__members__:
-            return cls[value.upper()]
-        if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and 0 <= int(value) < len(cls):
-            return cls(int(value))
+        if isinstance(value, str) and value.upper() in OpKind.__members__:
+            return OpKind[value.upper()]
+        if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and 0 <= int(value) < len(OpKind):
+            return OpKind(int(value))
         from .errors import UnknownOpError
         raise UnknownOpError(f"{value!r} is not an op; expected an OpKind or one of its names")
 
@@ -124,7 +124,7 @@ if TYPE_CHECKING:
 else:
     OpKind = _OpKindBase("OpKind", [(o.name, o.number) for o in spec.OPS], module=__name__)
     OpKind.__doc__ = """An op, numbered as fk_op in abi.h (append-only; members from fuel_kernel/spec.py)."""
-_OP_SPEC = {OpKind(o.number): o for o in spec.OPS}
+_OP_SPEC: dict[_OpKindBase, spec.OpSpec] = {OpKind(o.number): o for o in spec.OPS}
 
 
 class Backend(enum.IntEnum):
