@@ -5,14 +5,24 @@ key grouped by backend and op: operand dtypes, number of alternatives, caps, sou
 cost is set.  --json / --markdown change the format, --backend / --op filter, --missing lists
 (op, dtypes) combinations registered for some dtypes of a family but not for others.
 """
+from __future__ import annotations
+
 import argparse
 import json
 import sys
 from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any, NoReturn, Optional, Union
 
 import fuel_kernel as fk
 from fuel_kernel import ops, spec
-from fuel_kernel._dispatch import backend_from_name, backend_name
+from fuel_kernel._dispatch import BindingTable, backend_from_name, backend_name
+from fuel_kernel.records import BindingKey
+
+# One row of --json: backend, op and dtype names, and each alternative's source, caps, cost, precision.
+Row = dict[str, Any]
+# One --missing line: (backend, op, dtypes, "gap" or "by design").
+Missing = tuple[str, str, tuple[str, ...], str]
 
 # dtype families used by --missing: a key covered for one member of a family should be covered
 # for the others, with every operand of the same family moved together.
@@ -20,22 +30,22 @@ FAMILIES = {family: tuple(fk.DType[name] for name in spec.dtype_names(kind))
             for family, kind in (("float", "float"), ("signed", "int"), ("unsigned", "uint"))}
 
 
-def _family_of(dtype):
+def _family_of(dtype: fk.DType) -> Optional[str]:
     for name, members in FAMILIES.items():
         if dtype in members:
             return name
     return None
 
 
-def _op_name(op):
+def _op_name(op: Union[fk.OpKind, BindingKey]) -> str:
     return op.short_name if isinstance(op, fk.OpKind) else op.name
 
 
-def _caps_names(caps):
-    return [flag.name.lower() for flag in fk.KernelCaps if flag.value and flag in caps]
+def _caps_names(caps: fk.KernelCaps) -> list[str]:
+    return [str(flag.name).lower() for flag in fk.KernelCaps if flag.value and flag in caps]
 
 
-def collect(table, backend=None, op=None):
+def collect(table: BindingTable, backend: Optional[int] = None, op: Optional[str] = None) -> list[Row]:
     """Rows as dicts, in the --json shape, filtered by backend id and op name."""
     rows = []
     for binding in table.coverage():
@@ -60,14 +70,14 @@ def collect(table, backend=None, op=None):
     return rows
 
 
-def _row_order(row):
+def _row_order(row: Row) -> tuple[Any, ...]:
     op = row["op"].upper()
     op_rank = int(fk.OpKind[op]) if op in fk.OpKind.__members__ else len(fk.OpKind)
     return (row["backend"] != "cpu", row["backend"], op_rank, row["op"],
             [int(fk.DType.parse(d)) for d in row["dtypes"]])
 
 
-def missing(rows):
+def missing(rows: Sequence[Row]) -> list[Missing]:
     """(backend, op, dtypes, kind) that a registered sibling of the same dtype family implies.
 
     kind is "gap" when the combination could exist, or "by design" when the op never takes one of
@@ -75,13 +85,13 @@ def missing(rows):
     (ARGMAX/ARGMIN give I64, integer SUM and PROD accumulate in I64, integer MEAN gives F64, index
     operands are I32 or I64), or its output-dtype rule (fuel_kernel.ops) gives another output."""
     present = {(r["backend"], r["op"], tuple(r["dtypes"])) for r in rows}
-    seen_at = defaultdict(set)           # (backend, op, arity, position) -> dtypes registered there
+    seen_at: defaultdict[tuple[str, str, int, int], set[str]] = defaultdict(set)           # (backend, op, arity, position) -> dtypes registered there
     for backend, op, dtypes in present:
         for position, name in enumerate(dtypes):
             seen_at[(backend, op, len(dtypes), position)].add(name)
-    wanted = set()
+    wanted: set[Missing] = set()
     for backend, op, dtypes in present:
-        families = {_family_of(fk.DType.parse(d)) for d in dtypes} - {None}
+        families = {f for f in (_family_of(fk.DType.parse(d)) for d in dtypes) if f is not None}
         for family in families:
             for member in FAMILIES[family]:
                 candidate = tuple(member.short_name if _family_of(fk.DType.parse(d)) == family else d
@@ -101,7 +111,7 @@ def missing(rows):
     return sorted(wanted, key=lambda g: (g[3] != "gap",) + g[:3])
 
 
-def _output_rule(op, dtypes):
+def _output_rule(op: str, dtypes: Sequence[str]) -> Optional[str]:
     """The output dtype (short name) op's dtype rule gives for these inputs (all of dtypes but
     the last), or None when the op has no rule and its output dtype is the caller's choice."""
     kind = op.upper()
@@ -113,16 +123,16 @@ def _output_rule(op, dtypes):
         return None
 
 
-def _summary(alternatives):
+def _summary(alternatives: Sequence[dict[str, Any]]) -> tuple[str, str, str]:
     sources = ",".join(a["source"] for a in alternatives)
     caps = sorted({c for a in alternatives for c in a["caps"]})
     cost = "yes" if all(a["cost"] for a in alternatives) else ("some" if any(a["cost"] for a in alternatives) else "no")
     return sources, ",".join(caps) or "-", cost
 
 
-def render_text(rows):
+def render_text(rows: Sequence[Row]) -> str:
     lines = []
-    by_group = defaultdict(list)
+    by_group: defaultdict[tuple[str, str], list[Row]] = defaultdict(list)
     for r in rows:
         by_group[(r["backend"], r["op"])].append(r)
     current_backend = None
@@ -141,7 +151,7 @@ def render_text(rows):
     return "\n".join(lines)
 
 
-def render_markdown(rows):
+def render_markdown(rows: Sequence[Row]) -> str:
     lines = ["| backend | op | dtypes | alternatives | source | caps | cost |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -152,13 +162,13 @@ def render_markdown(rows):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message):
+    def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         print(f"{self.prog}: error: {message}", file=sys.stderr)
         sys.exit(2)
 
 
-def main(argv=None):
+def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = _Parser(prog="python -m fuel_kernel.coverage",
                      description="List the kernels fuel_kernel's binding table holds.")
     fmt = parser.add_mutually_exclusive_group()

@@ -3,10 +3,13 @@
 BindingKey, PrecisionGuarantee, CostEstimate, CoverageBinding, MatmulM and the three
 RuntimeFusedLookup outcomes.  They are plain data; the C structs they mirror live in abi.h.
 """
+from __future__ import annotations
+
+import enum
 import math
 import operator
 from dataclasses import dataclass
-from typing import NamedTuple, Optional
+from typing import Any, ClassVar, NamedTuple, Optional, Union
 
 from .errors import KeyRangeError, ParamsError, UnknownOpError
 from .types import Backend, DType, OpKind
@@ -16,16 +19,16 @@ KEY_RUNTIME_FUSED = 1
 FUSED_ID_LIMIT = 2 ** 32            # fk_key.id is a uint32_t; runtime fused ids are [1, 2**32)
 
 
-def as_integer(value, what, error=ParamsError):
+def as_integer(value: object, what: str, error: type[Exception] = ParamsError) -> int:
     """`value` as a Python int: an int, anything with __index__, or an integral float.  A
     non-integral number (1.5) is refused rather than truncated; so is anything else."""
     try:
-        return operator.index(value)
+        return operator.index(value)  # type: ignore[arg-type]
     except TypeError:
         pass
     if isinstance(value, float) or type(value).__name__.startswith("float"):
         try:
-            f = float(value)
+            f = float(value)  # type: ignore[arg-type]
         except (TypeError, ValueError):
             f = math.nan
         if math.isfinite(f) and f.is_integer():
@@ -40,7 +43,7 @@ class BindingKey:
     kind: int
     id: int
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         # The C key holds the kind in 16 bits and the id in 32: validate here, so an out-of-range
         # value is refused instead of truncated into some other op's key.
         kind = as_integer(self.kind, "a BindingKey kind", UnknownOpError)
@@ -58,22 +61,22 @@ class BindingKey:
         object.__setattr__(self, "id", op_id)
 
     @classmethod
-    def static(cls, op):
+    def static(cls, op: OpKind | int | str) -> BindingKey:
         return cls(KEY_STATIC, int(OpKind.parse(op)))
 
     @classmethod
-    def runtime_fused(cls, fused_id):
+    def runtime_fused(cls, fused_id: int) -> BindingKey:
         return cls(KEY_RUNTIME_FUSED, as_integer(fused_id, "a runtime fused op id", UnknownOpError))
 
     @property
-    def is_static(self):
+    def is_static(self) -> bool:
         return self.kind == KEY_STATIC
 
     @property
-    def name(self):
+    def name(self) -> str:
         return OpKind(self.id).short_name if self.is_static else f"fused#{self.id}"
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         if self.is_static:
             return f"BindingKey.static(OpKind.{OpKind(self.id).name})"
         return f"BindingKey.runtime_fused({self.id})"
@@ -94,15 +97,16 @@ class PrecisionGuarantee:
     notes: str = ""
 
     @property
-    def exact(self):
+    def exact(self) -> bool:
         return self.max_ulp == 0 and self.max_rel == 0.0 and self.max_abs == 0.0
 
-    def as_dict(self):
+    def as_dict(self) -> dict[str, Any]:
         return {"bit_stable": self.bit_stable, "max_ulp": self.max_ulp, "max_rel": self.max_rel,
                 "max_abs": self.max_abs, "notes": self.notes}
 
 
 class CostEstimate(NamedTuple):
+    """A kernel's cost claim for given operand shapes, turned into a time by fuel_kernel.route."""
     flops: float
     bytes_moved: float
     overhead_ns: float
@@ -111,8 +115,12 @@ class CostEstimate(NamedTuple):
 class CoverageBinding(NamedTuple):
     """One key of the coverage diagnostic: (backend, op, operand dtypes)."""
     backend: int
-    op: object          # OpKind, or BindingKey for a runtime fused op
-    dtypes: tuple
+    op: Union[OpKind, BindingKey]       # BindingKey for a runtime fused op
+    dtypes: tuple[DType, ...]
+
+    def __repr__(self) -> str:
+        return (f"CoverageBinding(backend={backend_repr(self.backend)}, op={enum_repr(self.op)}, "
+                f"dtypes={dtypes_repr(self.dtypes)})")
 
 
 @dataclass(frozen=True)
@@ -121,28 +129,38 @@ class MatmulM:
     kind: int
     value: int = 0
 
-    ALL_KIND = 0
-    ROWS_KIND = 1
-    DEFERRED_KIND = 2
+    ALL_KIND: ClassVar[int] = 0
+    ROWS_KIND: ClassVar[int] = 1
+    DEFERRED_KIND: ClassVar[int] = 2
 
     @classmethod
-    def all(cls):
+    def all(cls) -> MatmulM:
         return cls(cls.ALL_KIND, 0)
 
     @classmethod
-    def rows(cls, n):
+    def rows(cls, n: int) -> MatmulM:
         n = as_integer(n, "MatmulM.rows count")
         if n < 0:
             raise ParamsError(f"MatmulM.rows needs a non-negative count, not {n}")
         return cls(cls.ROWS_KIND, n)
 
     @classmethod
-    def deferred(cls, operand):
+    def deferred(cls, operand: int) -> MatmulM:
         """The row count is read at run time from scalar input operand number `operand`."""
         operand = as_integer(operand, "MatmulM.deferred operand")
         if operand < 0:
             raise ParamsError(f"MatmulM.deferred needs an operand index, not {operand}")
         return cls(cls.DEFERRED_KIND, operand)
+
+    def __repr__(self) -> str:
+        """The constructor call that makes this value: MatmulM.all(), MatmulM.rows(5), ..."""
+        if self.kind == self.ALL_KIND and self.value == 0:
+            return "MatmulM.all()"
+        if self.kind == self.ROWS_KIND:
+            return f"MatmulM.rows({self.value!r})"
+        if self.kind == self.DEFERRED_KIND:
+            return f"MatmulM.deferred({self.value!r})"
+        return f"MatmulM(kind={self.kind!r}, value={self.value!r})"
 
 
 class RuntimeFusedLookup:
@@ -155,16 +173,47 @@ class NotFound(RuntimeFusedLookup):
     fused_id: int
     backend: int
 
+    def __repr__(self) -> str:
+        return f"NotFound(fused_id={self.fused_id!r}, backend={backend_repr(self.backend)})"
+
 
 @dataclass(frozen=True)
 class Unique(RuntimeFusedLookup):
-    dtypes: tuple
-    kernel: object
+    dtypes: tuple[DType, ...]
+    kernel: Any                      # the Kernel handle
+
+    def __repr__(self) -> str:
+        return f"Unique(dtypes={dtypes_repr(self.dtypes)}, kernel={self.kernel!r})"
 
 
 @dataclass(frozen=True)
 class Ambiguous(RuntimeFusedLookup):
-    candidates: tuple   # ((dtypes, Kernel), ...)
+    candidates: tuple[tuple[tuple[DType, ...], Any], ...]   # ((dtypes, Kernel), ...)
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"({dtypes_repr(d)}, {k!r})" for d, k in self.candidates)
+        return f"Ambiguous(candidates=({inner}{',' if len(self.candidates) == 1 else ''}))"
+
+
+def enum_repr(value: object) -> str:
+    """An enum member as Class.NAME (DType.F32); anything else as its repr."""
+    if isinstance(value, enum.Enum):
+        return f"{type(value).__name__}.{value.name}"
+    return repr(value)
+
+
+def dtypes_repr(dtypes: tuple[Any, ...]) -> str:
+    """A dtype tuple with member names: (DType.F32, DType.F64)."""
+    items = [enum_repr(DType(d)) if isinstance(d, int) and 0 <= d < len(DType) else repr(d) for d in dtypes]
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
+def backend_repr(backend: int) -> str:
+    """A built-in backend as Backend.CPU; an extension backend id as its number."""
+    try:
+        return enum_repr(Backend(backend))
+    except ValueError:
+        return repr(backend)
 
 
 def backend_display(backend: int, claimed_name: Optional[str] = None) -> str:
@@ -174,5 +223,5 @@ def backend_display(backend: int, claimed_name: Optional[str] = None) -> str:
         return claimed_name or f"backend#{backend}"
 
 
-def dtypes_display(dtypes) -> str:
+def dtypes_display(dtypes: tuple[Any, ...]) -> str:
     return ", ".join(DType(d).short_name for d in dtypes)

@@ -12,6 +12,8 @@ order or an address.  A measured mode times the candidates
 on the real shapes instead and caches the choice on disk.  Graph.compile and BindingTable.pick
 both call pick().
 """
+from __future__ import annotations
+
 import json
 import math
 import os
@@ -19,7 +21,8 @@ import threading
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence
 
 import numpy as np
 
@@ -27,7 +30,15 @@ from .errors import NoKernelError, ParamsError
 from .records import CostEstimate
 from .types import DType, KernelCaps
 
-def cache_dir():
+if TYPE_CHECKING:
+    from ._dispatch import Kernel, OpParams
+    from .records import PrecisionGuarantee
+
+# An operand as the picker sees it: an array, or just its shape.
+Operand = Any
+
+
+def cache_dir() -> str:
     """Where the route cache lives, read each time it is used (not at import):
     $FUEL_KERNEL_CACHE_DIR, else $XDG_CACHE_HOME/fuel_kernel, else ~/.cache/fuel_kernel.  It holds
     machine.json (this machine's peak flop/s and memory bandwidth, measured once) and
@@ -40,7 +51,7 @@ def cache_dir():
     return os.path.join(base, "fuel_kernel")
 
 _machine_lock = threading.Lock()
-_machine = None
+_machine: Optional[MachineConstants] = None
 
 
 @dataclass(frozen=True)
@@ -56,15 +67,15 @@ class CacheWarning(RuntimeWarning):
     """A cache file under cache_dir() is unreadable or corrupt; it is ignored and re-measured."""
 
 
-def _warn_corrupt(path, why):
+def _warn_corrupt(path: str, why: str) -> None:
     warnings.warn(f"ignoring the route cache {path}: {why}; re-measuring", CacheWarning, stacklevel=3)
 
 
-def _usable_constants(constants):
+def _usable_constants(constants: MachineConstants) -> bool:
     return all(math.isfinite(v) and v > 0 for v in (constants.peak_flops, constants.bandwidth))
 
 
-def _read_machine(path):
+def _read_machine(path: str) -> Optional[MachineConstants]:
     """The cached constants, or None: silently when the file is missing or from an older format,
     with a CacheWarning when it is corrupt (not JSON, not an object, missing or non-positive
     values)."""
@@ -92,7 +103,7 @@ def _read_machine(path):
     return constants
 
 
-def machine_constants():
+def machine_constants() -> MachineConstants:
     """Measured once per machine (about 0.2 s) and cached in cache_dir()/machine.json."""
     global _machine
     with _machine_lock:
@@ -115,7 +126,7 @@ def machine_constants():
         return _machine
 
 
-def _best_time(fn, repeats=5):
+def _best_time(fn: Callable[[], object], repeats: int = 5) -> float:
     best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
@@ -124,7 +135,7 @@ def _best_time(fn, repeats=5):
     return max(best, 1e-9)            # a coarse clock can read 0; never divide by it
 
 
-def _measure_machine():
+def _measure_machine() -> MachineConstants:
     """One core's peak: fuel_kernel's own F32 matmul (single-threaded by construction, unlike a
     BLAS pool) and a large F32 copy through CONTIGUIZE.  Best of several runs, after a warm-up."""
     from . import _dispatch
@@ -135,7 +146,7 @@ def _measure_machine():
     c = np.empty_like(a)
     try:
         matmul = table.lookup(OpKind.MATMUL, [DType.F32] * 3, 0)
-        run_matmul = lambda: matmul(a, a, out=c)
+        run_matmul: Callable[[], object] = lambda: matmul(a, a, out=c)
     except NoKernelError:
         run_matmul = lambda: np.matmul(a, a, out=c)
     run_matmul()
@@ -162,24 +173,26 @@ class Verdict:
 
 @dataclass
 class Choice:
-    kernel: object
+    """The picker's answer: the winning Kernel and every candidate's verdict."""
+    kernel: Kernel
     verdicts: List[Verdict] = field(default_factory=list)
 
 
-def estimate_ns(cost, machine):
+def estimate_ns(cost: CostEstimate, machine: MachineConstants) -> float:
     compute = cost.flops / machine.peak_flops
     memory = cost.bytes_moved / machine.bandwidth
     return max(compute, memory) * 1e9 + cost.overhead_ns
 
 
-def _shape_of(operand):
+def _shape_of(operand: Operand) -> tuple[int, ...]:
     return tuple(operand) if isinstance(operand, tuple) else tuple(np.shape(operand))
 
 
 DEFAULT_OVERHEAD_NS = 50.0
 
 
-def default_cost(kernel, shapes, params=None):
+def default_cost(kernel: Kernel, shapes: Sequence[tuple[int, ...]],
+                 params: Optional[OpParams] = None) -> CostEstimate:
     """The op-family default estimate, as DEFAULT_COST (the cost fill_unset_cost installs)
     computes it: every operand read or written once, one flop per output element, 2*k flops per
     output element for a matmul with params.matmul, and a 50 ns call overhead."""
@@ -199,7 +212,8 @@ def default_cost(kernel, shapes, params=None):
     return CostEstimate(flops, bytes_moved, DEFAULT_OVERHEAD_NS)
 
 
-def _priced_estimate(kernel, shapes, params, machine):
+def _priced_estimate(kernel: Kernel, shapes: Sequence[tuple[int, ...]], params: Optional[OpParams],
+                     machine: MachineConstants) -> tuple[CostEstimate, float, bool]:
     """(cost, estimate in ns, priced).  An entry without a cost claim, or whose cost function
     yields no usable time (zero, negative or not finite), gets the family default and
     priced=False: it must never win at 0 ns."""
@@ -212,13 +226,13 @@ def _priced_estimate(kernel, shapes, params, machine):
     return cost, estimate_ns(cost, machine), False
 
 
-def _precision_rank(precision):
+def _precision_rank(precision: Optional[PrecisionGuarantee]) -> tuple[int, float]:
     if precision is None:
         return (2, math.inf)
     return (0 if precision.exact else 1, float(precision.max_ulp))
 
 
-def tie_break(kernel):
+def tie_break(kernel: Kernel) -> tuple[str, tuple[int, float], int, int]:
     """A deterministic order among equally estimated alternatives, from registration data only:
     source tag, then the stronger precision claim, then caps, then the revision.  Never the
     registration order or an address.  (A Python registration's default revision must itself be
@@ -226,8 +240,9 @@ def tie_break(kernel):
     return (kernel.source, _precision_rank(kernel.precision), int(kernel.caps), int(kernel.revision))
 
 
-def pick(alternatives: Sequence, operands: Sequence, params=None, *, broadcast_inputs=False,
-         require_strided_input=False, max_ulp=None, measure=False, describe=None):
+def pick(alternatives: Sequence[Kernel], operands: Sequence[Operand], params: Optional[OpParams] = None, *,
+         broadcast_inputs: bool = False, require_strided_input: bool = False,
+         max_ulp: Optional[float] = None, measure: bool = False, describe: Optional[str] = None) -> Choice:
     """Choose one of `alternatives` (Kernel handles of one key) for these operands.
 
     `operands` are inputs then outputs: arrays or shapes.  Priced alternatives rank before
@@ -237,7 +252,8 @@ def pick(alternatives: Sequence, operands: Sequence, params=None, *, broadcast_i
         raise ParamsError(f"max_ulp is a non-negative number of ulps or None, not {max_ulp!r}")
     machine = machine_constants()
     shapes = [_shape_of(o) for o in operands]
-    verdicts, viable = [], []
+    verdicts: list[Verdict] = []
+    viable: list[tuple[Verdict, Kernel]] = []
     for k in alternatives:
         reason = None
         if KernelCaps.REQUIRES_BROADCAST in k.caps and not broadcast_inputs:
@@ -268,14 +284,15 @@ def pick(alternatives: Sequence, operands: Sequence, params=None, *, broadcast_i
     return Choice(winner, verdicts)
 
 
-def _measured_order(viable, operands, params):
+def _measured_order(viable: list[tuple[Verdict, Kernel]], operands: Sequence[Operand],
+                    params: Optional[OpParams]) -> list[tuple[Verdict, Kernel]]:
     """Order candidates by their measured time on these shapes; the result is cached on disk."""
     shapes = [_shape_of(o) for o in operands]
     k0 = viable[0][1]
     key = json.dumps([repr(k0.op), [d.short_name for d in k0.dtypes], k0.backend, shapes,
                       sorted(str(v.identity) for v, _ in viable), repr(params)])
     cache = _load_measure_cache()
-    timings = cache.get(key)
+    timings: Optional[dict[str, Any]] = cache.get(key)
     wanted = {str(v.identity) for v, _ in viable}
     if timings is not None and not _valid_timings(timings, wanted):
         _warn_corrupt(_measure_cache_path(), "an entry with missing or non-numeric timings")
@@ -296,22 +313,23 @@ def _measured_order(viable, operands, params):
             timings[str(v.identity)] = _best_time(lambda: k.run(inputs, outputs, params), repeats=3) * 1e9
         cache[key] = timings
         _store_measure_cache(cache)
+    measured: dict[str, Any] = timings
     for v, _ in viable:
-        v.verdict = f" (measured {timings[str(v.identity)]:.0f} ns)" + v.verdict
-    return sorted(viable, key=lambda vk: (timings[str(vk[0].identity)], tie_break(vk[1])))
+        v.verdict = f" (measured {measured[str(v.identity)]:.0f} ns)" + v.verdict
+    return sorted(viable, key=lambda vk: (measured[str(vk[0].identity)], tie_break(vk[1])))
 
 
-def _valid_timings(timings, wanted):
+def _valid_timings(timings: object, wanted: set[str]) -> bool:
     return isinstance(timings, dict) and all(
         isinstance(timings.get(name), (int, float)) and not isinstance(timings.get(name), bool)
         and math.isfinite(timings[name]) and timings[name] >= 0 for name in wanted)
 
 
-def _measure_cache_path():
+def _measure_cache_path() -> str:
     return os.path.join(cache_dir(), "measured_routes.json")
 
 
-def _load_measure_cache():
+def _load_measure_cache() -> dict[str, Any]:
     """The measured-route cache (a JSON object); a corrupt file is ignored with a CacheWarning
     and overwritten by the next measurement."""
     path = _measure_cache_path()
@@ -329,7 +347,7 @@ def _load_measure_cache():
     return cache
 
 
-def _store_measure_cache(cache):
+def _store_measure_cache(cache: dict[str, Any]) -> None:
     try:
         os.makedirs(cache_dir(), exist_ok=True)
         tmp = _measure_cache_path() + f".{os.getpid()}"

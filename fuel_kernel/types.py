@@ -6,52 +6,57 @@ and Cython enums from; Backend and KernelCaps are still written here and in abi.
 checks that the numbering matches the header.  Lower-case short names ("f32", "add", "cpu") are
 what the coverage diagnostic prints and what the constructors below accept.
 """
+from __future__ import annotations
+
 import enum
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import ml_dtypes
 import numpy as np
 
 from . import spec
 
+_Member = TypeVar("_Member")
+
 
 class _DTypeBase(enum.IntEnum):
     """The members (BOOL = 0, U8 = 1, ...) come from fuel_kernel/spec.py (DTYPES)."""
 
     @property
-    def short_name(self):
+    def short_name(self) -> str:
         return _DTYPE_SPEC[self].short
 
     @property
-    def numpy(self):
+    def numpy(self) -> np.dtype:
         """The NumPy dtype that holds this dtype (ml_dtypes.bfloat16 for BF16)."""
         return _NUMPY_DTYPES[self]
 
     @property
-    def itemsize(self):
+    def itemsize(self) -> int:
         return _DTYPE_SPEC[self].itemsize
 
     @property
-    def is_float(self):
+    def is_float(self) -> bool:
         return _DTYPE_SPEC[self].kind == "float"
 
     @property
-    def is_signed_int(self):
+    def is_signed_int(self) -> bool:
         return _DTYPE_SPEC[self].kind == "int"
 
     @property
-    def is_unsigned_int(self):
+    def is_unsigned_int(self) -> bool:
         return _DTYPE_SPEC[self].kind == "uint"
 
     @classmethod
-    def parse(cls, value):
+    def parse(cls, value: Any) -> DType:
         """A DType from a DType, its code, its short name ("f32") or a NumPy dtype-like."""
-        if isinstance(value, cls):
+        if isinstance(value, DType):
             return value
-        if isinstance(value, str) and value.upper() in cls.__members__:
-            return cls[value.upper()]
+        if isinstance(value, str) and value.upper() in DType.__members__:
+            return DType[value.upper()]
         if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-            if 0 <= int(value) < len(cls):
-                return cls(int(value))
+            if 0 <= int(value) < len(DType):
+                return DType(int(value))
         try:
             return _FROM_NUMPY[np.dtype(value)]
         except (TypeError, KeyError):
@@ -61,12 +66,22 @@ class _DTypeBase(enum.IntEnum):
                          f"{', '.join(d.short_name for d in cls)}")
 
 
-DType = _DTypeBase("DType", [(d.name, d.code) for d in spec.DTYPES], module=__name__)
-DType.__doc__ = """A fuel_kernel dtype, numbered as fk_dtype in abi.h (members from fuel_kernel/spec.py)."""
-_DTYPE_SPEC = {DType(d.code): d for d in spec.DTYPES}
+if TYPE_CHECKING:
+    # DType's and OpKind's members are made at import from fuel_kernel/spec.py, which a type
+    # checker cannot run: it sees each as a class whose upper-case attributes (DType.F32,
+    # OpKind.ADD) are members, through this metaclass's __getattr__.
+    class _SpecMembers(enum.EnumMeta):
+        def __getattr__(cls: type[_Member], name: str) -> _Member: ...
+
+    class DType(_DTypeBase, metaclass=_SpecMembers):
+        """A fuel_kernel dtype, numbered as fk_dtype in abi.h (members from fuel_kernel/spec.py)."""
+else:
+    DType = _DTypeBase("DType", [(d.name, d.code) for d in spec.DTYPES], module=__name__)
+    DType.__doc__ = """A fuel_kernel dtype, numbered as fk_dtype in abi.h (members from fuel_kernel/spec.py)."""
+_DTYPE_SPEC: dict[_DTypeBase, spec.DTypeSpec] = {DType(d.code): d for d in spec.DTYPES}
 
 
-def _numpy_dtype(name):
+def _numpy_dtype(name: str) -> np.dtype:
     """np.dtype for a spec NumPy type name: "float32", or "module.name" for a type NumPy lacks."""
     if "." in name:
         module, attr = name.rsplit(".", 1)
@@ -75,36 +90,41 @@ def _numpy_dtype(name):
 
 
 _NUMPY_DTYPES = {code: _numpy_dtype(d.numpy) for code, d in _DTYPE_SPEC.items()}
-_FROM_NUMPY = {dt: code for code, dt in _NUMPY_DTYPES.items()}
+_FROM_NUMPY: dict[np.dtype, DType] = {dt: DType(code) for code, dt in _NUMPY_DTYPES.items()}
 
 
 class _OpKindBase(enum.IntEnum):
     """The members (CAST = 0, CONTIGUIZE = 1, ...) come from fuel_kernel/spec.py (OPS)."""
 
     @property
-    def short_name(self):
+    def short_name(self) -> str:
         return self.name.lower()
 
     @classmethod
-    def parse(cls, value):
-        if isinstance(value, cls):
+    def parse(cls, value: Any) -> OpKind:
+        """An OpKind from an OpKind, its number or its name ("add")."""
+        if isinstance(value, OpKind):
             return value
-        if isinstance(value, str) and value.upper() in cls.__members__:
-            return cls[value.upper()]
-        if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and 0 <= int(value) < len(cls):
-            return cls(int(value))
+        if isinstance(value, str) and value.upper() in OpKind.__members__:
+            return OpKind[value.upper()]
+        if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and 0 <= int(value) < len(OpKind):
+            return OpKind(int(value))
         from .errors import UnknownOpError
         raise UnknownOpError(f"{value!r} is not an op; expected an OpKind or one of its names")
 
     @property
-    def doc(self):
+    def doc(self) -> str:
         """The op's one-line description from the spec."""
         return _OP_SPEC[self].doc
 
 
-OpKind = _OpKindBase("OpKind", [(o.name, o.number) for o in spec.OPS], module=__name__)
-OpKind.__doc__ = """An op, numbered as fk_op in abi.h (append-only; members from fuel_kernel/spec.py)."""
-_OP_SPEC = {OpKind(o.number): o for o in spec.OPS}
+if TYPE_CHECKING:
+    class OpKind(_OpKindBase, metaclass=_SpecMembers):
+        """An op, numbered as fk_op in abi.h (append-only; members from fuel_kernel/spec.py)."""
+else:
+    OpKind = _OpKindBase("OpKind", [(o.name, o.number) for o in spec.OPS], module=__name__)
+    OpKind.__doc__ = """An op, numbered as fk_op in abi.h (append-only; members from fuel_kernel/spec.py)."""
+_OP_SPEC: dict[_OpKindBase, spec.OpSpec] = {OpKind(o.number): o for o in spec.OPS}
 
 
 class Backend(enum.IntEnum):
@@ -119,13 +139,33 @@ class Backend(enum.IntEnum):
     EXTENSION_LAST = 255
 
     @property
-    def short_name(self):
+    def short_name(self) -> str:
         return self.name.lower()
 
 
 class KernelCaps(enum.IntFlag):
+    """What a kernel can do beyond contiguous same-shape operands, numbered as FK_CAP_* in abi.h.
+    str() names the flags ("STRIDED_INPUT|INPLACE", "NONE"); repr() is an expression that
+    rebuilds the value."""
     NONE = 0
     STRIDED_INPUT = 1
     REQUIRES_BROADCAST = 2
     INPLACE = 4
     STRIDED_OUTPUT = 8
+
+    def _flag_names(self) -> list[str]:
+        """The names of the set flags, in bit order, then any bits no flag names as a number."""
+        value = int(self)
+        names = [flag.name for flag in type(self) if flag.value and value & flag.value == flag.value
+                 and flag.name is not None]
+        unnamed = value & ~sum(flag.value for flag in type(self))
+        return names + ([hex(unnamed)] if unnamed else [])
+
+    def __str__(self) -> str:
+        return "|".join(self._flag_names()) or "NONE"
+
+    def __repr__(self) -> str:
+        names = self._flag_names()
+        if not names:
+            return "KernelCaps.NONE"
+        return "|".join(f"KernelCaps.{name}" if not name.startswith("0x") else name for name in names)

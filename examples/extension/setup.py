@@ -23,6 +23,8 @@ extension = Extension(
 
 setup(
     name="fk_example",
+    version="0.1.0",
+    install_requires=["fuel_kernel", "numpy>=2"],
     ext_modules=cythonize([extension], include_path=[package_parent],
                           compiler_directives={"language_level": 3}, quiet=True),
 )

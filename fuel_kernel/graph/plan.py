@@ -1,10 +1,19 @@
 """Plan: a compiled graph; its arena layout, its C program, run() and explain()."""
+from __future__ import annotations
+
 import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._executor import PlanProgram
 from ..errors import DTypeError, OperandCountError, OperandTypeError, ShapeError
+
+if TYPE_CHECKING:
+    from .._dispatch import BindingTable
+    from .builders import Graph
+    from .values import Buffer, Value
 
 ARENA_ALIGNMENT = 64
 
@@ -13,24 +22,26 @@ ARENA_ALIGNMENT = 64
 class Plan:
     """A compiled graph.  run(inputs) -> outputs; explain() says which kernel each node got."""
 
-    def __init__(self, graph, steps, outputs, table, fusion_notes, single):
+    def __init__(self, graph: Graph, steps: list[Any], outputs: list[Value], table: BindingTable,
+                 fusion_notes: list[str], single: bool) -> None:
         self.graph = graph
         self._steps = steps
         self._single = single
         self._table = table                       # keeps the snapshot of every chosen entry alive
         self._fusion_notes = fusion_notes
-        self.input_buffers = list(graph.inputs)
+        self.input_buffers: list[Buffer] = list(graph.inputs)
         self.output_values = outputs
         self._local = threading.local()
         self._assign_memory()
         self._emit()
 
     # -- memory
-    def _assign_memory(self):
+    def _assign_memory(self) -> None:
         """Lifetime intervals of intermediate buffers, packed greedily by size (largest first) into
         the lowest offset that does not overlap a live neighbour."""
         output_buffers = {v.buffer.id for v in self.output_values}
-        first, last = {}, {}
+        first: dict[int, int] = {}
+        last: dict[int, int] = {}
         for index, step in enumerate(self._steps):
             for v in step.inputs:
                 last[v.buffer.id] = index
@@ -38,8 +49,8 @@ class Plan:
             first.setdefault(b.id, index)
             last[b.id] = max(last.get(b.id, index), index)
         intermediates = [self.graph.buffers[b] for b in first if b not in output_buffers]
-        placed = []                                   # (offset, size, first, last)
-        self.arena_offsets = {}
+        placed: list[tuple[int, int, int, int]] = []          # (offset, size, first, last)
+        self.arena_offsets: dict[int, int] = {}
         for buffer in sorted(intermediates, key=lambda b: (-b.nbytes, first[b.id])):
             size = -(-max(buffer.nbytes, 1) // ARENA_ALIGNMENT) * ARENA_ALIGNMENT
             lo, hi = first[buffer.id], last[buffer.id]
@@ -59,7 +70,7 @@ class Plan:
         self.min_live_bytes = max(live)
 
     # -- steps
-    def _emit(self):
+    def _emit(self) -> None:
         n_inputs = len(self.input_buffers)
         self._constants = [b for b in self.graph.buffers if b.kind == "const"]
         base_of = {b.id: i for i, b in enumerate(self.input_buffers)}
@@ -70,7 +81,7 @@ class Plan:
             base_of[v.buffer.id] = self._output_base + i
         self._program = PlanProgram(self._table, self._output_base + len(self.output_values))
 
-        def operand(value):
+        def operand(value: Value) -> tuple[int, int, int, int, tuple[int, ...], tuple[int, ...], int]:
             b = value.buffer
             if b.id in base_of:
                 base, byte_offset = base_of[b.id], 0
@@ -83,7 +94,7 @@ class Plan:
                                    [operand(v) for v in step.inputs] + [operand(step.output)], step.params)
 
     # -- running
-    def run(self, inputs):
+    def run(self, inputs: Sequence[Any]) -> Any:
         """Run on `inputs` (arrays in the order the graph's inputs were declared); returns the list
         of outputs (fresh arrays), or the single output when compile() was given one Value."""
         try:
@@ -92,13 +103,13 @@ class Plan:
             raise OperandTypeError(f"Plan.run takes a list of arrays, not {type(inputs).__name__}") from None
         if len(inputs) != len(self.input_buffers):
             raise OperandCountError(f"the plan takes {len(self.input_buffers)} inputs, got {len(inputs)}")
-        bases = [self._input_base(i, array, buffer)
+        bases: list[Any] = [self._input_base(i, array, buffer)
                  for i, (array, buffer) in enumerate(zip(inputs, self.input_buffers))]
         bases.extend(b.array for b in self._constants)
         arena = getattr(self._local, "arena", None)
         if arena is None:
             arena = np.empty(self.peak_bytes + ARENA_ALIGNMENT, dtype=np.uint8)
-            shift = (-arena.ctypes.data) % ARENA_ALIGNMENT
+            shift = -int(arena.ctypes.data) % ARENA_ALIGNMENT
             arena = arena[shift:shift + self.peak_bytes] if self.peak_bytes else arena[:1]
             self._local.arena = arena
         bases.append(arena)
@@ -107,11 +118,17 @@ class Plan:
         self._program.run(bases)
         return outputs[0] if self._single else outputs
 
-    def __call__(self, *inputs):
+    def __call__(self, *inputs: Any) -> Any:
         return self.run(inputs)
 
+    def __repr__(self) -> str:
+        names = ", ".join(b.name or f"buffer {b.id}" for b in self.input_buffers)
+        outputs = ", ".join(f"{v.dtype.short_name}{list(v.shape)}" for v in self.output_values)
+        return (f"<Plan ({names}) -> ({outputs}): {self.n_steps} steps, "
+                f"arena {self.peak_bytes} bytes>")
+
     @staticmethod
-    def _input_base(i, array, buffer):
+    def _input_base(i: int, array: Any, buffer: Buffer) -> np.ndarray:
         """Plan input i as the base array the executor reads: C-contiguous, aligned for its dtype
         and in native byte order.  Anything else is copied first (kernels assume aligned, native
         loads); a byte-swapped array of the right dtype is converted, not refused."""
@@ -137,10 +154,10 @@ class Plan:
         return array
 
     @property
-    def n_steps(self):
+    def n_steps(self) -> int:
         return len(self._steps)
 
-    def explain(self):
+    def explain(self) -> str:
         """Each step's candidates, their estimates and verdicts, and the winner; fusion decisions."""
         lines = list(self._fusion_notes)
         for index, step in enumerate(self._steps):
