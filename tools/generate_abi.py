@@ -15,7 +15,8 @@ Outputs (gitignored, shipped as package data; each opens with a "do not edit" li
   fuel_kernel/_params_generated.pxi            their checks, the fk_params fill and OpParams.fields()
                                                (_dispatch.pyx includes it)
   fuel_kernel/cpu/_<family>.pyx                each generated kernel module, from
-                                               fuel_kernel/cpu/kernel_module.pyx.in (Cython's Tempita)
+                                               fuel_kernel/cpu/kernel_module.pyx.in (Cython's Tempita),
+                                               and its type stub _<family>.pyi
 
 A file is rewritten only when its text changes, so a rebuild with an unchanged spec does not
 make every extension look out of date.  The spec is loaded by path: the package itself cannot be
@@ -365,6 +366,13 @@ def kernel_module_path(module):
     return ROOT / "fuel_kernel" / "cpu" / f"_{module.name}.pyx"
 
 
+def kernel_module_stub_text(module):
+    """The type stub of a generated kernel module (PEP 561: shipped beside the extension)."""
+    return (f'"""Type stub for fuel_kernel.cpu._{module.name}: {NOTICE}."""\n\n'
+            "def manifest() -> tuple[object, int]:\n"
+            '    """The module\'s kernels: a \'fuel_kernel.manifest\' capsule and its row count."""\n')
+
+
 def generated_sources(spec):
     """{path: text} of the files generated from the op, params and kernel-module tables."""
     files = {BUILDERS: builders_text(spec), PARAMS_PY: params_constructors_text(spec),
@@ -372,6 +380,7 @@ def generated_sources(spec):
     for module in spec.KERNEL_MODULES:
         if module.generated:
             files[kernel_module_path(module)] = kernel_module_text(spec, module)
+            files[kernel_module_path(module).with_suffix(".pyi")] = kernel_module_stub_text(module)
     return files
 
 

@@ -119,6 +119,8 @@ def test_generated_files_are_fresh():
     expected = {generator.HEADER, generator.PXI, generator.BUILDERS, generator.PARAMS_PY,
                 generator.PARAMS_PXI, generator.DTYPE_TABLES}
     expected |= {generator.kernel_module_path(m) for m in spec.KERNEL_MODULES if m.generated}
+    expected |= {generator.kernel_module_path(m).with_suffix(".pyi") for m in spec.KERNEL_MODULES
+                 if m.generated}
     assert set(files) == expected
     for path, text in files.items():
         if not path.exists():
