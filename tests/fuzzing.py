@@ -573,12 +573,15 @@ def valid_shapes(draw, op, dtypes):
             axes, keep = oracles.reduce_axes(np.empty(x), params)
             out = tuple(1 if d in axes else s for d, s in enumerate(x) if keep or d not in axes)
         return [x], params, out, {}
-    if op == fk.OpKind.MATMUL and n_in == 2:
+    if op == fk.OpKind.MATMUL:
         m, k, n = (draw(st.sampled_from((0, 1, 2, 3, 5, 7, 17))) for _ in range(3))
         batch = draw_shape(draw, 0, 2, 16)
         a = broadcast_from(draw, batch) + (m, k)
         b = broadcast_from(draw, batch) + (k, n)
         out = batch + (m, n)
+        if n_in == 3:                    # [A, B, count]: the row count is read at run time
+            params = fk.params.matmul(m, n, k, batch=batch, m_compute=fk.MatmulM.deferred(2))
+            return [a, b, ()], params, out, {}
         params = draw(st.sampled_from(["none", "all", "rows"]))
         if params == "none":
             params = None
@@ -595,7 +598,7 @@ def valid_shapes(draw, op, dtypes):
     params = valid_params(draw, family, shapes or [out])
     if op not in (fk.OpKind.CAST, fk.OpKind.CONTIGUIZE) and op in ops.SCHEMAS:
         if ops.SCHEMAS[op].infer_shape is not ops.broadcast_shape:
-            shapes = [out] * n_in            # MATMUL with a count operand: the schema decides
+            shapes = [out] * n_in            # a schema that does not broadcast decides the output
         try:
             out = ops.infer_output_shape(op, shapes, params)
         except Exception:

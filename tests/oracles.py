@@ -908,13 +908,15 @@ def attention_scores(q, k, scale, softcap):
 
 
 def softmax_rows(s, visible):
-    """Softmax over the last axis among the visible entries; a row with none visible is zeros and
-    one whose visible scores are all -inf is NaN (0 / 0, as a plain softmax gives)."""
+    """Softmax over the last axis among the visible entries; a row with none visible, or whose
+    visible scores are all -inf, weighs nothing and is zeros (the kernels' documented rule; a
+    plain softmax would give 0 / 0 = NaN for the second)."""
     with np.errstate(all="ignore"):
         m = np.where(visible, s, -np.inf).max(-1, keepdims=True, initial=-np.inf)
         p = np.where(visible, np.exp(s - m), 0.0)
         total = p.sum(-1, keepdims=True)
-        return np.where(visible.any(-1, keepdims=True), p / total, 0.0)
+        weighs = visible.any(-1, keepdims=True) & (m != -np.inf)
+        return np.where(weighs, p / np.where(weighs, total, 1.0), 0.0)
 
 
 def attention_error_scale(v, s, s_abs, visible):
