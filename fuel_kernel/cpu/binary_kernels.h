@@ -13,7 +13,8 @@
  *   floats     IEEE arithmetic; MAXIMUM/MINIMUM propagate NaN (np.maximum/np.minimum) and return
  *              the second operand on ties (so max(-0.0, 0.0) is 0.0, as NumPy's f32/f64 loops);
  *              REM is np.remainder (fmod, then moved to the divisor's sign; zero gets the
- *              divisor's sign); POW is C pow.
+ *              divisor's sign); POW is C pow in F64 and, in F32 (F16/BF16 through it), the
+ *              vectorized fk_fast_powf of vecmath_f32.h (C pow's special cases, <= 2 ulp).
  *   F16, BF16  computed in F32 and rounded once (as NumPy for F16 and ml_dtypes for BF16).
  * Every operand may be strided, broadcast (stride 0), negative-stride, offset or transposed.
  */
@@ -21,6 +22,7 @@
 #define FUEL_KERNEL_CPU_BINARY_KERNELS_H
 
 #include "elementwise_kernels.h"
+#include "vecmath_f32.h"
 
 /* ---- scalar semantics: FK_E_<OP>_<KIND>(x, y, T) with KIND in SINT, UINT, FLT, BOOL ------------ */
 #define FK_TG(F, x) _Generic((x), float: F##f, default: F)
@@ -50,7 +52,7 @@
 #define FK_E_MINIMUM_BOOL(x, y, T) FK_E_MUL_BOOL(x, y, T)
 #define FK_E_POW_SINT(x, y, T) ((T)fk_ipow_u64((uint64_t)(x), (uint64_t)(y)))
 #define FK_E_POW_UINT(x, y, T) ((T)fk_ipow_u64((uint64_t)(x), (uint64_t)(y)))
-#define FK_E_POW_FLT(x, y, T) FK_TG(pow, x)((x), (y))
+#define FK_E_POW_FLT(x, y, T) _Generic((x), float: fk_fast_powf, default: pow)((x), (y))
 #define FK_E_REM_SINT(x, y, T) ((T)fk_floormod_i64((int64_t)(x), (int64_t)(y)))
 #define FK_E_REM_UINT(x, y, T) ((T)((x) % (y)))
 #define FK_E_REM_FLT(x, y, T) _Generic((x), float: fk_remainder_f32, default: fk_remainder_f64)((x), (y))
@@ -237,7 +239,9 @@ FK_GEN_BOOL(MINIMUM)
     {FK_OP_##OP, {3, {FK_##D, FK_##D, FK_##D}},                                                  \
      {fk_##OP##_##D, FK_ELEMENTWISE_CAPS, 0, FK_CLAIM_##C, fk_cost_simple, "native", FK_BINARY_REV(OP, D)}},
 
-#define FK_CLAIM_POW FK_CLAIM(1, "C pow (F16/BF16 via powf); <= 1 ulp of the correctly rounded result")
+#define FK_CLAIM_POW FK_CLAIM(1, "C pow; <= 1 ulp of the correctly rounded result")
+#define FK_CLAIM_POW32 FK_CLAIM(2, "vectorized exp2(y log2|x|) in two-float precision, C pow special cases")
+#define FK_CLAIM_POW_HALF FK_CLAIM(1, "the F32 pow, rounded once")
 #define FK_CLAIM_HALF_EXACT FK_CLAIM(0, "computed in F32, rounded once: correctly rounded")
 #define FK_CLAIM_REM FK_CLAIM(0, "bit-exact with np.remainder (fmod then sign fix-up)")
 #define FK_BINARY_ENTRIES(OP, FLT_CLAIM, HALF_CLAIM)                                             \
@@ -254,7 +258,10 @@ static const fk_manifest_row fk_binary_manifest[] = {
     FK_BINARY_ENTRIES(DIV, EXACT, HALF_EXACT)
     FK_BINARY_ENTRIES(MAXIMUM, EXACT, EXACT)
     FK_BINARY_ENTRIES(MINIMUM, EXACT, EXACT)
-    FK_BINARY_ENTRIES(POW, POW, POW)
+    FK_BINARY_ENTRY(POW, F32, POW32) FK_BINARY_ENTRY(POW, F64, POW)
+    FK_BINARY_ENTRY(POW, F16, POW_HALF) FK_BINARY_ENTRY(POW, BF16, POW_HALF)
+    FK_BINARY_ENTRY(POW, U8, EXACT) FK_BINARY_ENTRY(POW, I8, EXACT) FK_BINARY_ENTRY(POW, I16, EXACT)
+    FK_BINARY_ENTRY(POW, I32, EXACT) FK_BINARY_ENTRY(POW, I64, EXACT) FK_BINARY_ENTRY(POW, U32, EXACT)
     FK_BINARY_ENTRIES(REM, REM, REM)
     FK_BINARY_ENTRY(ADD, BOOL, EXACT)
     FK_BINARY_ENTRY(MUL, BOOL, EXACT)
