@@ -85,6 +85,17 @@ static inline int64_t fk_floormod_i64(int64_t x, int64_t y) {
 FK_DEFINE_REMAINDER(f32, float, fmodf, copysignf)
 FK_DEFINE_REMAINDER(f64, double, fmod, copysign)
 
+/* build mode of each vector loop (FK_MV_* of elementwise_kernels.h): memory-bound streams, except
+ * the F32 pow polynomials */
+#define FK_MV_POW_F32 FK_MV_COMPUTE
+#define FK_MV_ADD_F32 FK_MV_STREAM
+#define FK_MV_SUB_F32 FK_MV_STREAM
+#define FK_MV_MUL_F32 FK_MV_STREAM
+#define FK_MV_DIV_F32 FK_MV_STREAM
+#define FK_MV_MAXIMUM_F32 FK_MV_STREAM
+#define FK_MV_MINIMUM_F32 FK_MV_STREAM
+#define FK_MV_REM_F32 FK_MV_STREAM
+
 /* ---- pre-write checks ---------------------------------------------------------------------------- */
 FK_DEFINE_SCAN(zero_u8, uint8_t, v == 0)
 FK_DEFINE_SCAN(zero_i8, int8_t, v == 0)
@@ -109,8 +120,9 @@ FK_DEFINE_SCAN(negative_i64, int64_t, v < 0)
         return FK_ERR_PARAMS;                                                                    \
     }
 
-#define FK_GEN_NATIVE(OP, D, T, KIND, PRE, N)                                                    \
-    FK_BINARY_VEC(OP, D, T, T, FK_E_##OP##_##KIND)                                               \
+#define FK_GEN_NATIVE(OP, D, T, KIND, PRE, N) FK_GEN_NATIVE_MV(OP, D, T, KIND, PRE, N, FK_MV_STREAM)
+#define FK_GEN_NATIVE_MV(OP, D, T, KIND, PRE, N, MV)                                             \
+    FK_BINARY_VEC_MV(OP, D, T, T, FK_E_##OP##_##KIND, MV)                                        \
     FK_BINARY_ROW_NATIVE(OP, D, T, T, FK_E_##OP##_##KIND)                                        \
     FK_BINARY_KERNEL(OP, D, D, PRE, N)
 #define FK_GEN_HALF(OP, D, LOAD, STORE)                                                          \
@@ -206,7 +218,7 @@ __attribute__((target("arch=x86-64-v3"))) static inline void fk_bf16x8_store(uin
 
 /* every numeric dtype; PRE_S / PRE_U are the pre-write checks for signed / unsigned integers */
 #define FK_GEN_NUMERIC(OP, PRE_S, PRE_U)                                                         \
-    FK_GEN_NATIVE(OP, F32, float, FLT, FK_PRE_NONE, f32)                                         \
+    FK_GEN_NATIVE_MV(OP, F32, float, FLT, FK_PRE_NONE, f32, FK_MV_##OP##_F32)                    \
     FK_GEN_NATIVE(OP, F64, double, FLT, FK_PRE_NONE, f64)                                        \
     FK_GEN_F16_##OP                                                                              \
     FK_GEN_BF16_##OP                                                                             \

@@ -218,8 +218,10 @@ static inline void fk_store_bool_row(const uint8_t *src, char *dst, int64_t ds, 
 #define FK_PRE_NONE(OP, N)
 
 /* ---- two-input generators (binary arithmetic and comparisons) ---------------------------------------------------------------------------------- */
-/* The vectorized body: ia/ib say whether a/b advance (1) or are broadcast scalars (0). */
-#define FK_BINARY_VEC(OP, D, T, OT, EXPR)                                                        \
+/* The vectorized body: ia/ib say whether a/b advance (1) or are broadcast scalars (0).  MV is the
+ * FK_MV_* build mode (FK_BINARY_VEC: STREAM; compute-bound ops such as F32 POW: COMPUTE). */
+#define FK_BINARY_VEC(OP, D, T, OT, EXPR) FK_BINARY_VEC_MV(OP, D, T, OT, EXPR, FK_MV_STREAM)
+#define FK_BINARY_VEC_MV(OP, D, T, OT, EXPR, MV)                                                 \
     FK_INLINE void fk_vecbody_##OP##_##D(const T *a, int64_t ia, const T *b, int64_t ib, OT *o,  \
                                          int64_t n) {                                            \
         if (ia && ib) {                                                                          \
@@ -236,8 +238,8 @@ static inline void fk_store_bool_row(const uint8_t *src, char *dst, int64_t ds, 
             for (int64_t i = 0; i < n; i++) o[i] = v;                                            \
         }                                                                                        \
     }                                                                                            \
-    FK_MV_STREAM(fk_vec_##OP##_##D, (const T *a, int64_t ia, const T *b, int64_t ib, OT *o, int64_t n), \
-                 (a, ia, b, ib, o, n), fk_vecbody_##OP##_##D)
+    MV(fk_vec_##OP##_##D, (const T *a, int64_t ia, const T *b, int64_t ib, OT *o, int64_t n),    \
+       (a, ia, b, ib, o, n), fk_vecbody_##OP##_##D)
 
 #define FK_BINARY_ROW_NATIVE(OP, D, T, OT, EXPR)                                                 \
     static void fk_row_##OP##_##D(char *const *p, const int64_t *s, int64_t n, const void *ctx) { \

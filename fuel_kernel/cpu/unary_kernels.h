@@ -157,6 +157,23 @@ FK_INLINE double fk_round_even_f64(double x) {
     FK_MV_COMPUTE(fk_uvec_##OP##_F32, (const float *a, float *o, int64_t n, const fk_unary_ctx *c), \
                   (a, o, n, c), fk_ubody_##OP##_F32)
 
+/* POWI in F32: the exponent is fixed per call, so the loop is chosen once (a select on a
+ * loop-invariant condition would keep GCC from vectorizing the pow core) */
+FK_INLINE void fk_ubody_POWI_F32(const float *a, float *o, int64_t n, const fk_unary_ctx *c) {
+    const int32_t e = c->exp;
+    if (e == 1) {
+        for (int64_t i = 0; i < n; i++) o[i] = a[i];
+    } else if (e == 2) {
+        for (int64_t i = 0; i < n; i++) o[i] = a[i] * a[i];
+    } else if (e == -1) {
+        for (int64_t i = 0; i < n; i++) o[i] = 1.0f / a[i];
+    } else {
+        for (int64_t i = 0; i < n; i++) o[i] = fk_fast_powif(a[i], e);
+    }
+}
+FK_MV_COMPUTE(fk_uvec_POWI_F32, (const float *a, float *o, int64_t n, const fk_unary_ctx *c), (a, o, n, c),
+              fk_ubody_POWI_F32)
+
 #define FK_UNARY_ROW_NATIVE(OP, D, T, EXPR)                                                      \
     static void fk_urow_##OP##_##D(char *const *p, const int64_t *s, int64_t n, const void *ctx) { \
         const fk_unary_ctx *c = (const fk_unary_ctx *)ctx;                                       \
@@ -322,7 +339,15 @@ FK_GEN_USINT(RELU)
 FK_GEN_UFLOAT(AFFINE, F32, F64, FK_MV_STREAM, FK_MV_STREAM, FK_PARAMS_AFFINE, fk_setup_affine)
 FK_GEN_UFLOAT(CLAMP, F32, F64, FK_MV_STREAM, FK_MV_STREAM, FK_PARAMS_CLAMP, fk_setup_clamp)
 FK_GEN_UALLINT(CLAMP, FK_PARAMS_CLAMP, fk_setup_clamp)
-FK_GEN_UFLOAT(POWI, F32, F64, FK_MV_COMPUTE, FK_MV_NONE, FK_PARAMS_POWI, fk_setup_powi)
+FK_UNARY_ROW_NATIVE(POWI, F32, float, FK_U_POWI_F32)
+FK_UNARY_KERNEL(POWI, F32, FK_PARAMS_POWI, fk_setup_powi)
+FK_UNARY_VEC(POWI, F64, double, FK_U_POWI_F64, FK_MV_NONE)
+FK_UNARY_ROW_NATIVE(POWI, F64, double, FK_U_POWI_F64)
+FK_UNARY_KERNEL(POWI, F64, FK_PARAMS_POWI, fk_setup_powi)
+FK_UNARY_ROW_HALF(POWI, F16, fk_load_f16_row, fk_store_f16_row)
+FK_UNARY_KERNEL(POWI, F16, FK_PARAMS_POWI, fk_setup_powi)
+FK_UNARY_ROW_HALF(POWI, BF16, fk_load_bf16_row, fk_store_bf16_row)
+FK_UNARY_KERNEL(POWI, BF16, FK_PARAMS_POWI, fk_setup_powi)
 FK_GEN_UALLINT(POWI, FK_PARAMS_POWI, fk_setup_powi)
 
 /* ---- manifest ------------------------------------------------------------------------------------ */

@@ -225,7 +225,12 @@ FK_VM_INLINE float fk_erf_small_poly(float z) {       /* erf(x)/x - 1, z = x^2 <
 }
 /* erfc(a) * 2^scale for 1 <= a <= 10.5, a + al being the argument to about 2^-48 relative */
 FK_VM_INLINE float fk_erfc_tail(float a, float al, int32_t scale) {
-    float t = 1.0f / (a + 2.0f) - 0.206666663f;
+    /* t - 0.206666663 (the fit's center), with 1/(a + 2) carried in two floats into the
+     * difference: rounding t once would cost R up to 2 ulp */
+    float dh = a + 2.0f, dl = a - (dh - 2.0f);
+    float th = 1.0f / dh;
+    float tl = (fmaf(-th, dh, 1.0f) - th * dl) / dh;
+    float t = (th - 0.206666663f) + tl;
     float p = 2.139022064e+01f;
     p = fmaf(p, t, 1.055527878e+01f);
     p = fmaf(p, t, -7.916360378e+00f);
@@ -318,7 +323,7 @@ FK_VM_INLINE void fk_log2_dd(float x, float *hi, float *lo) {
     float sh = f / dh;
     float rem = fmaf(-sh, dh, f);
     rem = fmaf(-sh, dl, rem);
-    float sl = rem / dh;                                        /* s = sh + sl */
+    float sl = rem * (0.5f - 0.5f * sh);                        /* 1/(2+f) = (1-s)/2; s = sh + sl */
     float zh = sh * sh, zl = fmaf(sh, sh, -zh);
     float s3h = zh * sh, s3l = fmaf(zh, sh, -s3h) + zl * sh;   /* sh^3 */
     float q2 = 1.333333333e-01f;                                /* 2/15 */
@@ -357,9 +362,11 @@ FK_VM_INLINE float fk_exp2_dd(float h, float l) {
     return y * fk_pow2i_f32(n1) * fk_pow2i_f32(n2);
 }
 
-/* pow(x, yh + yl) where the exponent is the two-float yh + yl (yl = 0 for a float exponent),
- * y_int says it is an integer and y_odd an odd one; C99 special cases as in the opening comment */
-FK_VM_INLINE float fk_pow_core(float x, float yh, float yl, int y_int, int y_odd) {
+/* pow(x, yh + yl) where the exponent is the two-float yh + yl (yl = 0 for a float exponent) and
+ * odd_bit is 0x80000000 for an odd integer exponent, else 0; C99's special cases (opening comment)
+ * except a negative base with a non-integer exponent, which fk_fast_powf handles.  Flags are
+ * 32-bit masks and float compares so the loops vectorize. */
+FK_VM_INLINE float fk_pow_core(float x, float yh, float yl, uint32_t odd_bit) {
     float ax = fabsf(x);
     float lh, ll;
     fk_log2_dd(ax, &lh, &ll);
@@ -371,8 +378,7 @@ FK_VM_INLINE float fk_pow_core(float x, float yh, float yl, int y_int, int y_odd
     wl = fabsf(wh) < 256.0f ? wl : 0.0f;                        /* no inf - inf */
     float r = fk_exp2_dd(wh, wl);
     r = wh != wh ? wh : r;                                      /* 0 * inf and NaN operands */
-    r = (fk_f32_bits(x) >> 31) && y_odd ? -r : r;               /* -0 and -inf included */
-    r = x < 0.0f && x > -INFINITY && !y_int && fabsf(yh) < INFINITY ? NAN : r;
+    r = fk_bits_f32(fk_f32_bits(r) ^ (fk_f32_bits(x) & odd_bit));  /* -0 and -inf included */
     r = x != x || yh != yh ? NAN : r;
     r = yh == 0.0f || x == 1.0f || (x == -1.0f && fabsf(yh) == INFINITY) ? 1.0f : r;
     return r;
@@ -381,18 +387,20 @@ FK_VM_INLINE float fk_pow_core(float x, float yh, float yl, int y_int, int y_odd
 /* np.power on F32 (and the F16/BF16 kernels through it) */
 FK_VM_INLINE float fk_fast_powf(float x, float y) {
     float ay = fabsf(y);
-    float ry = (ay + FK_ROUND_MAGIC) - FK_ROUND_MAGIC;          /* ay rounded, below 2^23 */
-    int y_int = ay >= 8388608.0f || ry == ay;                   /* (inf counts as an even integer) */
-    int32_t yi = (int32_t)(ay < 16777216.0f ? ay : 0.0f);
-    int y_odd = y_int && (yi & 1);
-    return fk_pow_core(x, y, 0.0f, y_int, y_odd);
+    /* floats from 2^23 on are integers; below, ay is one if rounding leaves it unchanged */
+    float ry = (ay + FK_ROUND_MAGIC) - FK_ROUND_MAGIC;
+    int32_t yi = (int32_t)(ay < 16777216.0f ? ay : 0.0f);       /* parity matters below 2^24 */
+    uint32_t odd_bit = ay >= 8388608.0f || ry == ay ? (uint32_t)yi << 31 : 0u;
+    float r = fk_pow_core(x, y, 0.0f, odd_bit);
+    /* a negative finite base with a finite non-integer exponent (inf counts as an integer) */
+    return x < 0.0f && x > -INFINITY && ay < 8388608.0f && ry != ay && y == y ? NAN : r;
 }
 
 /* x ** n for an int32 n (POWI): n = nh + nl exactly in two floats */
 FK_VM_INLINE float fk_fast_powif(float x, int32_t n) {
     float nh = (float)n;
-    float nl = (float)((int64_t)n - (int64_t)nh);
-    return fk_pow_core(x, nh, nl, 1, n & 1);
+    float nl = (float)((int64_t)n - (int64_t)nh);               /* loop-invariant in POWI */
+    return fk_pow_core(x, nh, nl, (uint32_t)n << 31);
 }
 
 /* POWI's F32 body: n = 1, 2, -1 are the correctly rounded x, x*x, 1/x; other n the pow core (which
