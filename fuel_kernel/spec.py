@@ -456,7 +456,12 @@ CPU_KERNELS["conv"] = tuple(
 # binary: ADD, SUB, MUL, DIV, MAXIMUM, MINIMUM, POW, REM on every numeric dtype, and the logical
 # ADD, MUL, MAXIMUM, MINIMUM on BOOL; key [T, T, T] (cpu/binary_kernels.h.in)
 CLAIMS["BINARY_HALF"] = Claim(0, "computed in F32, rounded once: correctly rounded")
-CLAIMS["BINARY_POW"] = Claim(1, "C pow (F16/BF16 via powf); <= 1 ulp of the correctly rounded result")
+CLAIMS["BINARY_POW"] = Claim(1, "C pow; <= 1 ulp of the correctly rounded result")
+CLAIMS["BINARY_POW32"] = Claim(2, "vectorized exp2(y log2|x|) in two-float precision, C pow special cases")
+CLAIMS["BINARY_POW_HALF"] = Claim(1, "the F32 pow, rounded once")
+# POW: F32 computes in vecmath_f32.h, F16/BF16 through it; F64 is C pow; integers are exact
+_BINARY_POW = {d.name: ("EXACT" if d.kind != "float" else "BINARY_POW" if d.ctype == "double"
+                        else "BINARY_POW32" if d.ctype == "float" else "BINARY_POW_HALF") for d in DTYPES}
 CLAIMS["BINARY_REM"] = Claim(0, "bit-exact with np.remainder (fmod then sign fix-up)")
 _BINARY_ROUNDED = {d.name: "BINARY_HALF" if d.ctype != d.compute else "EXACT" for d in DTYPES}
 CPU_KERNELS["binary"] = (
@@ -464,7 +469,7 @@ CPU_KERNELS["binary"] = (
                "fk_cost_simple", "FK_ELEMENTWISE_CAPS"),
     KernelRows(("MAXIMUM", "MINIMUM"), same(NUMERIC, 3), "fk_{op}_{d0}", "EXACT", "fk_cost_simple",
                "FK_ELEMENTWISE_CAPS"),
-    KernelRows(("POW",), same(NUMERIC, 3), "fk_{op}_{d0}", "BINARY_POW", "fk_cost_simple",
+    KernelRows(("POW",), same(NUMERIC, 3), "fk_{op}_{d0}", _BINARY_POW, "fk_cost_simple",
                "FK_ELEMENTWISE_CAPS"),
     KernelRows(("REM",), same(NUMERIC, 3), "fk_{op}_{d0}", "BINARY_REM", "fk_cost_simple",
                "FK_ELEMENTWISE_CAPS"),

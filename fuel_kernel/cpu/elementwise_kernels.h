@@ -1,7 +1,7 @@
 /* Shared machinery of the CPU elementwise kernels (_binary, _compare, _unary): the hot-loop
  * builders on the ISA dispatch scheme of compute_common.h, vectorized F16/BF16 row conversions,
- * the validation prologue, pre-write scans, fast F32 exp/tanh/sigmoid, cost functions and
- * precision-claim macros.
+ * the validation prologue, pre-write scans, cost functions and precision-claim macros (the F32
+ * math functions are in vecmath_f32.h).
  *
  * Execution model.  A kernel validates its operands (count, backend, dtype, params kind), plans the
  * loop with fk_loop_plan (bounds, broadcast, axis collapsing), runs any data-dependent check that
@@ -32,7 +32,8 @@
 
 /* Hot contiguous loops: NAME runs BODY ARGS (BODY an always-inline function), built by the ISA
  * dispatch scheme of compute_common.h:
- *   FK_MV_COMPUTE  FK_ISA_COMPUTE clones (x86-64-v4, v3, baseline): the polynomial exp/tanh/sigmoid.
+ *   FK_MV_COMPUTE  FK_ISA_COMPUTE clones (x86-64-v4, v3, baseline): compute-bound loops (the
+ *                  polynomial math of vecmath_f32.h).
  *   FK_MV_STREAM   FK_ISA_STREAM clones (x86-64-v3, baseline): memory-bound loops.
  *   FK_MV_NONE     one build: loops around C library calls, which do not vectorize. */
 #define FK_MV_COMPUTE(NAME, PARAMS, ARGS, BODY) FK_ISA_COMPUTE static void NAME PARAMS { BODY ARGS; }
@@ -194,71 +195,13 @@ static inline void fk_store_bool_row(const uint8_t *src, char *dst, int64_t ds, 
     for (int64_t i = 0; i < n; i++) *(uint8_t *)(dst + i * ds) = src[i];
 }
 
-/* ---- fast F32 exp / sigmoid / tanh (branch-free, so loops over them vectorize) ----------------
- * The polynomials use fmaf explicitly: one instruction in the v3/v4 builds, and the C library's
- * exactly rounded fmaf in the baseline build, so every build returns the same bits.
- * exp: x = n*ln2 + r with a two-part ln2 (Cody-Waite), exp(r) by the Cephes expf polynomial on
- * |r| <= ln2/2, times 2^n applied as two exact power-of-two factors so subnormal results round
- * once and large ones overflow to inf exactly where expf does.  The maximum errors measured over
- * dense sweeps (tests/test_elementwise.py checks them) are stated in the unary manifest. */
-FK_INLINE float fk_pow2i_f32(int32_t k) { return fk_bits_f32((uint32_t)(k + 127) << 23); }
-
-/* expm1(r) for |r| <= ln2/2 (the Cephes expf polynomial, written as r + r^2 p(r)) */
-FK_INLINE float fk_expm1_reduced(float r) {
-    float p = 1.9875691500e-4f;
-    p = fmaf(p, r, 1.3981999507e-3f);
-    p = fmaf(p, r, 8.3334519073e-3f);
-    p = fmaf(p, r, 4.1665795894e-2f);
-    p = fmaf(p, r, 1.6666665459e-1f);
-    p = fmaf(p, r, 5.0000001201e-1f);
-    return fmaf(p, r * r, r);
-}
-
-FK_INLINE float fk_fast_expf(float x) {
-    /* two plain selects (maxps/minps); a nested ternary makes GCC mask the whole polynomial */
-    float xc = x > -104.0f ? x : -104.0f;
-    xc = xc < 89.0f ? xc : 89.0f;
-    /* adding and removing 1.5*2^23 rounds to nearest even (|v| < 2^22 here) and, unlike
-     * roundevenf, vectorizes on every ISA */
-    float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    float r = fmaf(n, -0.693359375f, xc);
-    r = fmaf(n, 2.12194440e-4f, r);
-    float y = fk_expm1_reduced(r) + 1.0f;
-    int32_t ni = (int32_t)n, n1 = ni >> 1, n2 = ni - n1;   /* any split keeps both factors normal */
-    y = y * fk_pow2i_f32(n1) * fk_pow2i_f32(n2);
-    return x != x ? x : y;
-}
-
-/* sigmoid via t = exp(-|x|) <= 1: 1/(1+t) for x >= 0 and t/(1+t) below, so neither side
- * overflows and tiny results keep their relative accuracy down to the subnormals. */
-FK_INLINE float fk_fast_sigmoidf(float x) {
-    float t = fk_fast_expf(-fabsf(x));
-    float d = 1.0f + t;
-    return (x >= 0.0f ? 1.0f : t) / d;
-}
-
-/* tanh(|x|) = -expm1(v) / (2 + expm1(v)) with v = -2|x| (no cancellation at any |x|).
- * v = n ln2 + r as in exp; with s = 2^n, expm1(v) = s expm1(r) + (s - 1), so numerator and
- * denominator are each one fma, 1 - s - s e and 1 + s + s e, exact up to their final rounding
- * (measured over every float: at most 1.91 ulp).  Past |x| = 9.1 tanh rounds to 1, so v is
- * clamped there: n >= -27, s is one normal power of two, built from the bits of the rounding
- * sum (1.5 * 2^23 + n), and a one-part ln2 is exact enough (|n| ln2 error < 6e-8 relative in s). */
-FK_INLINE float fk_fast_tanhf(float x) {
-    float a = fabsf(x);
-    float v = -2.0f * (a < 9.1f ? a : 9.1f);
-    float k = fmaf(v, 1.44269504088896341f, 12582912.0f);
-    float n = k - 12582912.0f;
-    float e = fk_expm1_reduced(fmaf(n, -0.693147182464599609375f, v));
-    float s = fk_bits_f32((fk_f32_bits(k) + (127u - 0x4B400000u)) << 23);
-    float y = copysignf(fmaf(-s, e, 1.0f - s) / fmaf(s, e, 1.0f + s), x);
-    return x != x ? x : y;
-}
-
 #define FK_PRE_NONE(OP, N)
 
 /* ---- two-input generators (binary arithmetic and comparisons) ---------------------------------------------------------------------------------- */
-/* The vectorized body: ia/ib say whether a/b advance (1) or are broadcast scalars (0). */
-#define FK_BINARY_VEC(OP, D, T, OT, EXPR)                                                        \
+/* The vectorized body: ia/ib say whether a/b advance (1) or are broadcast scalars (0).  MV is the
+ * FK_MV_* build mode (FK_BINARY_VEC: STREAM; compute-bound ops such as F32 POW: COMPUTE). */
+#define FK_BINARY_VEC(OP, D, T, OT, EXPR) FK_BINARY_VEC_MV(OP, D, T, OT, EXPR, FK_MV_STREAM)
+#define FK_BINARY_VEC_MV(OP, D, T, OT, EXPR, MV)                                                 \
     FK_INLINE void fk_vecbody_##OP##_##D(const T *a, int64_t ia, const T *b, int64_t ib, OT *o,  \
                                          int64_t n) {                                            \
         if (ia && ib) {                                                                          \
@@ -275,8 +218,8 @@ FK_INLINE float fk_fast_tanhf(float x) {
             for (int64_t i = 0; i < n; i++) o[i] = v;                                            \
         }                                                                                        \
     }                                                                                            \
-    FK_MV_STREAM(fk_vec_##OP##_##D, (const T *a, int64_t ia, const T *b, int64_t ib, OT *o, int64_t n), \
-                 (a, ia, b, ib, o, n), fk_vecbody_##OP##_##D)
+    MV(fk_vec_##OP##_##D, (const T *a, int64_t ia, const T *b, int64_t ib, OT *o, int64_t n),    \
+       (a, ia, b, ib, o, n), fk_vecbody_##OP##_##D)
 
 #define FK_BINARY_ROW_NATIVE(OP, D, T, OT, EXPR)                                                 \
     static void fk_row_##OP##_##D(char *const *p, const int64_t *s, int64_t n, const void *ctx) { \

@@ -62,7 +62,8 @@
 #include <math.h>
 
 #include "compute_common.h"
-#include "elementwise_kernels.h"    /* FK_MV_COMPUTE, fk_fast_expf, F16/BF16 row conversions */
+#include "elementwise_kernels.h"    /* FK_MV_COMPUTE, F16/BF16 row conversions */
+#include "vecmath_f32.h"          /* fk_fast_expf */
 
 /* ---- F32 compute --------------------------------------------------------------------------- */
 #define FK_NORM_LANES 32

@@ -1,0 +1,424 @@
+/* F32 math functions of the CPU elementwise kernels: exp, log, sin, cos, tanh, sigmoid, SiLU, GELU
+ * (tanh form), GELU (erf form), erf, rsqrt, pow and integer pow.  F16 and BF16 kernels call the
+ * same functions on the widened value and round the F32 result once; F64 kernels use the C library.
+ *
+ * Every function is branch-free inline code (selects, no calls; fmaf is one instruction in the
+ * x86-64-v3/v4 builds and the exactly rounded C fmaf in the baseline build, so every build returns
+ * the same bits), which GCC vectorizes inside the FK_MV_COMPUTE loops of elementwise_kernels.h.
+ * The one exception is sin/cos of |x| > FK_TRIG_FAST_MAX (rare): the kernels send those elements
+ * to the C library in F64, in a separate scalar pass (see fk_trig_needs_slow_path).
+ *
+ * Accuracy: the maximum errors, in units in the last place of the correctly rounded F32 result,
+ * were measured against the F64 C library over 16.7M inputs per function spread over every binade
+ * (POWI/POW: 1M per exponent tried) and are stated in the unary and binary manifests (FK_ULP_*_F32);
+ * tests/cpu/elementwise/test_vecmath_f32.py checks them on a million sampled inputs plus the
+ * special values, and on every F32 input with FUEL_KERNEL_FUZZ_LONG=1.  Subnormal inputs and
+ * results are computed, never flushed.
+ *
+ * Special values follow NumPy (which follows C99 Annex F) everywhere:
+ *   exp     exp(-inf) = +0, exp(+inf) = +inf, overflow to +inf past 88.72, underflow to +0.
+ *   log     log(+-0) = -inf, log(x < 0) = NaN, log(+inf) = +inf, log(1) = +0.
+ *   sin/cos sin(+-0) = +-0, cos(+-0) = 1, sin/cos(+-inf) = NaN.
+ *   tanh    tanh(+-0) = +-0, tanh(+-inf) = +-1.
+ *   sigmoid sigmoid(-inf) = +0, sigmoid(+inf) = 1, sigmoid(+-0) = 0.5.
+ *   silu, gelu, gelu_erf   f(-inf) = -0 (the limit; x * 0 would be NaN), f(+inf) = +inf,
+ *                          f(+-0) = +-0; tiny negative results underflow to -0.
+ *   erf     erf(+-0) = +-0, erf(+-inf) = +-1.
+ *   rsqrt   1/sqrt(x): rsqrt(+0) = +inf, rsqrt(-0) = -inf, rsqrt(x < 0) = NaN, rsqrt(+inf) = +0.
+ *   pow     C99 pow (NumPy's np.power on floats): pow(x, +-0) = 1 and pow(1, y) = 1 even for NaN;
+ *           pow(-1, +-inf) = 1; a negative finite base with a finite non-integer exponent is NaN;
+ *           a negative base with an odd integer exponent keeps the sign (-0 and -inf included);
+ *           pow(+-0, y < 0) = +-inf, pow(+-0, y > 0) = +-0 (sign only for odd integer y);
+ *           pow(x, +-inf) is +0 or +inf by |x| < 1 or |x| > 1; any other NaN operand gives NaN.
+ * NaN inputs come back as NaN (the payload of the input NaN where the function passes it through).
+ */
+#ifndef FUEL_KERNEL_CPU_VECMATH_F32_H
+#define FUEL_KERNEL_CPU_VECMATH_F32_H
+
+/* a*b+c must not be contracted into an FMA: the baseline build has no FMA and every build has to
+ * return the same bits (the explicit fmaf calls below are the only fused operations) */
+#pragma GCC optimize("fp-contract=off")
+
+#include <math.h>
+#include <stdint.h>
+
+#include "fuel_kernel/half.h"
+
+#define FK_VM_INLINE static inline __attribute__((always_inline))
+
+/* 1.5 * 2^23: adding and removing it rounds |v| < 2^22 to the nearest integer (ties to even), and
+ * unlike roundevenf it vectorizes on every ISA */
+#define FK_ROUND_MAGIC 12582912.0f
+
+/* ---- exp ------------------------------------------------------------------------------------------
+ * x = n*ln2 + r with a two-part ln2 (Cody-Waite), exp(r) by the Cephes expf polynomial on
+ * |r| <= ln2/2, times 2^n applied as two exact power-of-two factors so subnormal results round
+ * once and large ones overflow to inf exactly where expf does. */
+FK_VM_INLINE float fk_pow2i_f32(int32_t k) { return fk_bits_f32((uint32_t)(k + 127) << 23); }
+
+/* expm1(r) for |r| <= ln2/2 (the Cephes expf polynomial, written as r + r^2 p(r)) */
+FK_VM_INLINE float fk_expm1_reduced(float r) {
+    float p = 1.9875691500e-4f;
+    p = fmaf(p, r, 1.3981999507e-3f);
+    p = fmaf(p, r, 8.3334519073e-3f);
+    p = fmaf(p, r, 4.1665795894e-2f);
+    p = fmaf(p, r, 1.6666665459e-1f);
+    p = fmaf(p, r, 5.0000001201e-1f);
+    return fmaf(p, r * r, r);
+}
+
+/* exp(x) * 2^scale, scale in [0, 64]: a scale keeps results that would be subnormal normal (down
+ * to x = -131 for scale 64), for a caller that multiplies further and scales back in one final
+ * rounding.  Below -126 the argument is clamped (exp(-126) 2^64 is far below any use). */
+FK_VM_INLINE float fk_expf_scaled(float x, int32_t scale) {
+    /* two plain selects (maxps/minps); a nested ternary makes GCC mask the whole polynomial */
+    float xc = x > -126.0f ? x : -126.0f;
+    xc = xc < 89.0f ? xc : 89.0f;
+    float n = (xc * 1.44269504088896341f + FK_ROUND_MAGIC) - FK_ROUND_MAGIC;
+    float r = fmaf(n, -0.693359375f, xc);
+    r = fmaf(n, 2.12194440e-4f, r);
+    float y = fk_expm1_reduced(r) + 1.0f;
+    int32_t ni = (int32_t)n + scale, n1 = ni >> 1, n2 = ni - n1;   /* both factors stay normal */
+    y = y * fk_pow2i_f32(n1) * fk_pow2i_f32(n2);
+    return x != x ? x : y;
+}
+FK_VM_INLINE float fk_fast_expf(float x) { return fk_expf_scaled(x, 0); }
+
+/* exp(h + l) * 2^scale for |l| <= ulp(h): exp(h) (1 + l), the second factor one fma */
+FK_VM_INLINE float fk_expf_dd_scaled(float h, float l, int32_t scale) {
+    float e = fk_expf_scaled(h, scale);
+    return fmaf(e, l, e);
+}
+#define FK_TWO_POW_M64 5.421010862427522e-20f
+
+/* ---- sigmoid, tanh, SiLU -------------------------------------------------------------------------
+ * sigmoid via t = exp(-|x|) <= 1: 1/(1+t) for x >= 0 and t/(1+t) below, so neither side overflows
+ * and tiny results keep their relative accuracy down to the subnormals. */
+FK_VM_INLINE float fk_fast_sigmoidf(float x) {
+    float t = fk_fast_expf(-fabsf(x));
+    float d = 1.0f + t;
+    return (x >= 0.0f ? 1.0f : t) / d;
+}
+
+/* tanh(|x|) = -expm1(v) / (2 + expm1(v)) with v = -2|x| (no cancellation at any |x|).
+ * v = n ln2 + r as in exp; with s = 2^n, expm1(v) = s expm1(r) + (s - 1), so numerator and
+ * denominator are each one fma, 1 - s - s e and 1 + s + s e, exact up to their final rounding
+ * (measured over every float: at most 1.91 ulp).  Past |x| = 9.1 tanh rounds to 1, so v is clamped there: n >= -27, s is one normal power of two,
+ * built from the bits of the rounding sum (1.5 * 2^23 + n), and a one-part ln2 is exact enough
+ * (|n| ln2 error < 6e-8 relative in s). */
+FK_VM_INLINE float fk_fast_tanhf(float x) {
+    float a = fabsf(x);
+    float v = -2.0f * (a < 9.1f ? a : 9.1f);
+    float k = fmaf(v, 1.44269504088896341f, FK_ROUND_MAGIC);
+    float n = k - FK_ROUND_MAGIC;
+    float e = fk_expm1_reduced(fmaf(n, -0.693147182464599609375f, v));
+    float s = fk_bits_f32((fk_f32_bits(k) + (127u - 0x4B400000u)) << 23);
+    float y = copysignf(fmaf(-s, e, 1.0f - s) / fmaf(s, e, 1.0f + s), x);
+    return x != x ? x : y;
+}
+
+/* SiLU = x * sigmoid(x) = x / (1 + t) (x >= 0) or x t / (1 + t) (x < 0), t = exp(-|x|).  t is
+ * computed times 2^64 so that x t is formed before any subnormal rounding, and scaled back last;
+ * below x = -120 the result rounds to -0. */
+FK_VM_INLINE float fk_fast_siluf(float x) {
+    float u = fk_expf_scaled(-fabsf(x), 64);
+    float d = 1.0f + u * FK_TWO_POW_M64;
+    float y = x >= 0.0f ? x / d : (x * u / d) * FK_TWO_POW_M64;
+    y = x < -120.0f ? -0.0f : y;
+    return x != x ? x : y;
+}
+
+/* ---- log -------------------------------------------------------------------------------------------
+ * x = 2^e m with m in [sqrt(1/2), sqrt 2) (subnormals scaled by 2^23 first), f = m - 1 (exact),
+ * log(1 + f) = f - f^2/2 + f^3 P(f) with the Cephes logf polynomial, plus e ln2 in two parts. */
+FK_VM_INLINE float fk_fast_logf(float x) {
+    int sub = x < 1.17549435e-38f;
+    float xs = sub ? x * 8388608.0f : x;
+    uint32_t t = fk_f32_bits(xs) - 0x3f3504f3u;
+    float e = (float)((int32_t)t >> 23) - (sub ? 23.0f : 0.0f);
+    float f = fk_bits_f32((t & 0x007fffffu) + 0x3f3504f3u) - 1.0f;
+    float z = f * f;
+    float p = 7.0376836292e-2f;
+    p = fmaf(p, f, -1.1514610310e-1f);
+    p = fmaf(p, f, 1.1676998740e-1f);
+    p = fmaf(p, f, -1.2420140846e-1f);
+    p = fmaf(p, f, 1.4249322787e-1f);
+    p = fmaf(p, f, -1.6668057665e-1f);
+    p = fmaf(p, f, 2.0000714765e-1f);
+    p = fmaf(p, f, -2.4999993993e-1f);
+    p = fmaf(p, f, 3.3333331174e-1f);
+    float y = p * f * z;
+    y = fmaf(e, -2.12194440e-4f, y);
+    y = fmaf(-0.5f, z, y);
+    float r = fmaf(e, 0.693359375f, f + y);
+    r = x == INFINITY ? x : r;
+    r = x == 0.0f ? -INFINITY : r;
+    r = x < 0.0f ? NAN : r;
+    return x != x ? x : r;
+}
+
+/* ---- sin, cos -----------------------------------------------------------------------------------
+ * x = j pi/2 + r, j = round(x 2/pi), |r| <= pi/4 (a hair more when x 2/pi rounds the other way),
+ * r by a three-part pi/2 (Cody-Waite) with one fma per part: the first part has 24 bits, so
+ * x - j A is exact, and the parts carry pi/2 to 72 bits; the second step rounds r once (half an
+ * ulp of r), which with the polynomials gives at most 2 ulp while |x| <= FK_TRIG_FAST_MAX.  sin(r) and cos(r) by
+ * the Cephes sinf/cosf polynomials, chosen and signed by j mod 4.  Larger |x| (and inf) need a
+ * longer pi: the kernels evaluate those elements with the C library in F64. */
+#define FK_TRIG_FAST_MAX 65536.0f
+
+FK_VM_INLINE float fk_sin_reduced(float r, float z) {
+    float p = fmaf(-1.9515295891e-4f, z, 8.3321608736e-3f);
+    p = fmaf(p, z, -1.6666654611e-1f);
+    return fmaf(r * z, p, r);
+}
+FK_VM_INLINE float fk_cos_reduced(float z) {
+    float p = fmaf(2.443315711809948e-5f, z, -1.388731625493765e-3f);
+    p = fmaf(p, z, 4.166664568298827e-2f);
+    return fmaf(z * z, p, fmaf(-0.5f, z, 1.0f));
+}
+/* (r, j) for |x| <= FK_TRIG_FAST_MAX */
+FK_VM_INLINE float fk_trig_reduce(float x, int32_t *quadrant) {
+    float j = (x * 6.366197724e-01f + FK_ROUND_MAGIC) - FK_ROUND_MAGIC;
+    float r = fmaf(j, -1.570796371e+00f, x);
+    r = fmaf(j, 4.371138829e-08f, r);
+    r = fmaf(j, 1.715124510e-15f, r);
+    r = j == 0.0f ? x : r;                                      /* exact, and keeps sin(-0) = -0 */
+    *quadrant = (int32_t)j;
+    return r;
+}
+/* sin (cos = 0) or cos (cos = 1) for |x| <= FK_TRIG_FAST_MAX */
+FK_VM_INLINE float fk_fast_sincosf(float x, int cos) {
+    int32_t q;
+    float r = fk_trig_reduce(x, &q);
+    float z = r * r;
+    float s = fk_sin_reduced(r, z), c = fk_cos_reduced(z);
+    q += cos;
+    float y = (q & 1) ? c : s;
+    y = (q & 2) ? -y : y;
+    return !cos && x == 0.0f ? x : y;                           /* sin(-0) = -0 */
+}
+FK_VM_INLINE float fk_fast_sinf(float x) { return fk_fast_sincosf(x, 0); }
+FK_VM_INLINE float fk_fast_cosf(float x) { return fk_fast_sincosf(x, 1); }
+/* the elements fk_fast_sinf / fk_fast_cosf do not cover (inf too; NaN is covered) */
+FK_VM_INLINE int fk_trig_needs_slow_path(float x) { return fabsf(x) > FK_TRIG_FAST_MAX; }
+/* one element, either path (strided rows and the slow pass) */
+static inline float fk_sinf_any(float x) {
+    return fk_trig_needs_slow_path(x) ? (float)sin((double)x) : fk_fast_sinf(x);
+}
+static inline float fk_cosf_any(float x) {
+    return fk_trig_needs_slow_path(x) ? (float)cos((double)x) : fk_fast_cosf(x);
+}
+
+/* ---- erf, GELU (erf form) -------------------------------------------------------------------------
+ * |x| < 1: erf(x) = x + x P(x^2) (P(0) = 2/sqrt(pi) - 1, a least-squares fit with F32 coefficients,
+ * relative error 3.2e-9).  a = |x| >= 1: erfc(a) = exp(-a^2) erfcx(a), erfcx fitted on [1, 10.5]
+ * and exp(-a^2) with a^2 as an exact two-float product, so erfc keeps its relative accuracy deep
+ * into the tail (GELU's negative side needs it). */
+FK_VM_INLINE float fk_erf_small_poly(float z) {       /* erf(x)/x - 1, z = x^2 <= 1 */
+    float p = -9.631385183e-06f;
+    p = fmaf(p, z, 1.124984628e-04f);
+    p = fmaf(p, z, -8.481259574e-04f);
+    p = fmaf(p, z, 5.220786668e-03f);
+    p = fmaf(p, z, -2.686531842e-02f);
+    p = fmaf(p, z, 1.128377989e-01f);
+    p = fmaf(p, z, -3.761263788e-01f);
+    return fmaf(p, z, 1.283791661e-01f);
+}
+/* erfc(a) * 2^scale for 1 <= a <= 10.5, a + al being the argument to about 2^-48 relative:
+ * exp(-a^2) R with R = erfcx(a) = t S(v), t = 1/(a + 2) and S a degree-8 fit in v = t - 0.206666663
+ * (relative error 5e-8 in F64).  t, the last Horner step and the product t S are carried in two
+ * floats, which keeps R within about 1e-7 where one-float steps lose 3e-7. */
+FK_VM_INLINE float fk_erfc_tail(float a, float al, int32_t scale) {
+    float dh = a + 2.0f, dl = a - (dh - 2.0f);                 /* a + 2 exactly */
+    float th = 1.0f / dh;
+    float tl = (fmaf(-th, dh, 1.0f) - th * dl) / dh;            /* t = th + tl */
+    float v = (th - 0.206666663f) + tl;
+    float p = -1.931370354e+01f;
+    p = fmaf(p, v, 2.387323952e+01f);
+    p = fmaf(p, v, 6.275999069e+00f);
+    p = fmaf(p, v, -9.165616035e+00f);
+    p = fmaf(p, v, -3.761174679e+00f);
+    p = fmaf(p, v, 3.143532991e+00f);
+    p = fmaf(p, v, 4.112325668e+00f);
+    p = fmaf(p, v, 2.375911474e+00f);
+    float sh = fmaf(p, v, 9.106633067e-01f);
+    float sl = fmaf(p, v, 9.106633067e-01f - sh);              /* S = sh + sl */
+    float r = fmaf(th, sh, th * sl + tl * sh);                  /* R = t S */
+    float h = a * a;
+    float l = fmaf(a, a, -h) + 2.0f * a * al;                   /* a^2 = h + l */
+    return fk_expf_dd_scaled(-h, -l, scale) * r;
+}
+
+FK_VM_INLINE float fk_fast_erff(float x) {
+    float a = fabsf(x);
+    float small = fmaf(x, fk_erf_small_poly(x * x), x);
+    float ac = a > 1.0f ? a : 1.0f;
+    ac = ac < 4.0f ? ac : 4.0f;                        /* erf rounds to 1 from 3.92 on */
+    float big = copysignf(1.0f - fk_erfc_tail(ac, 0.0f, 0), x);
+    float y = a < 1.0f ? small : big;
+    return x != x ? x : y;
+}
+
+/* GELU_ERF = 0.5 x erfc(-x/sqrt 2).  With u = x/sqrt 2 (as a two-float value) and a = |u|:
+ * x >= 0: 0.5 x (1 + erf(a)); x < 0: 0.5 x erfc(a), with erfc(a) = (1 - a) - a P(a^2) below 1
+ * (no cancellation: erfc >= 0.157 there) and the tail formula above (past a = 10.5 the result
+ * is below the smallest subnormal). */
+FK_VM_INLINE float fk_fast_gelu_erff(float x) {
+    float uh = x * 7.071067691e-01f;
+    float ul = fmaf(x, 7.071067691e-01f, -uh) + x * 1.210161749e-08f;
+    float a = fabsf(uh);
+    float al = x < 0.0f ? -ul : ul;
+    float p = fk_erf_small_poly(a * a);
+    float ac = a > 1.0f ? a : 1.0f;
+    ac = ac < 10.5f ? ac : 10.5f;
+    float tail = fk_erfc_tail(ac, a > 1.0f && a < 10.5f ? al : 0.0f, 64);   /* erfc(a) 2^64 */
+    /* x < 0: 0.5 x erfc(a), the tail kept 2^64 larger until the last rounding */
+    /* below 1, erfc(a + al) = (1 - a) - a P(a^2) - al erf'(a); erf'(a) = 2/sqrt(pi) exp(-a^2) by
+     * its Taylor polynomial (the al term matters: erfc(a) is down to 0.157 there) */
+    float z = a * a;
+    float d = 1.128379167e+00f * (1.0f - z * (1.0f - z * (0.5f - z * (1.666666716e-01f - z * 4.166666791e-02f))));
+    float erfc_small = fmaf(-a, p, (1.0f - a) - al * d);
+    float neg = a < 1.0f ? 0.5f * x * erfc_small : (0.5f * x * tail) * FK_TWO_POW_M64;
+    neg = a < 10.5f ? neg : -0.0f;                            /* -inf included */
+    float erf_a = a < 1.0f ? fmaf(a, p, a) : 1.0f - tail * FK_TWO_POW_M64;
+    float y = x < 0.0f ? neg : 0.5f * x * (1.0f + erf_a);
+    return x != x ? x : y;
+}
+
+/* ---- GELU (tanh form) -----------------------------------------------------------------------------
+ * GELU = 0.5 x (1 + tanh(c (x + k x^3))) = x sigmoid(w), w = C1 x + C3 x^3 (C1 = 2 sqrt(2/pi),
+ * C3 = C1 k, k = 0.044715).  For x < 0 the result is about x exp(w) with |w| up to 104, so w is
+ * carried as a two-float sum (error-free products and sum, constants in two parts): the result
+ * keeps its relative accuracy, where rounding w once would cost up to |w| ulp. */
+FK_VM_INLINE float fk_fast_geluf(float x) {
+    float xc = x > -12.0f ? x : -12.0f;               /* |w| > 104 past 12: sigmoid is 0 or 1 */
+    xc = xc < 12.0f ? xc : 12.0f;
+    float x2h = xc * xc, x2l = fmaf(xc, xc, -x2h);
+    float x3h = x2h * xc, x3l = fmaf(x2h, xc, -x3h) + x2l * xc;
+    float p3h = 7.135481387e-02f * x3h;
+    float p3l = fmaf(7.135481387e-02f, x3h, -p3h) + (7.135481387e-02f * x3l + 2.398832466e-09f * x3h);
+    float p1h = 1.595769167e+00f * xc;
+    float p1l = fmaf(1.595769167e+00f, xc, -p1h) + -4.534068054e-08f * xc;
+    float wh = p1h + p3h;
+    float bb = wh - p1h;
+    float wl = ((p1h - (wh - bb)) + (p3h - bb)) + (p1l + p3l);
+    /* sigmoid(w) from t = exp(-|w|), with the low part: exp(-|wh| -+ wl) */
+    float u = fk_expf_dd_scaled(-fabsf(wh), x < 0.0f ? wl : -wl, 64);   /* t * 2^64 */
+    float d = 1.0f + u * FK_TWO_POW_M64;
+    float y = x >= 0.0f ? x / d : (x * u / d) * FK_TWO_POW_M64;
+    y = wh < -120.0f ? -0.0f : y;                              /* -inf included */
+    return x != x ? x : y;
+}
+
+/* ---- rsqrt ----------------------------------------------------------------------------------------
+ * 1/sqrt(x) as two correctly rounded operations: relative error below 2^-23 (so under 1.5 ulp of
+ * the correctly rounded result; at most 1 ulp measured). */
+FK_VM_INLINE float fk_rsqrtf(float x) { return 1.0f / sqrtf(x); }
+
+/* ---- pow ------------------------------------------------------------------------------------------
+ * |x|^y = 2^(y log2|x|) with log2|x| as a two-float value (relative error ~2^-40) and the product
+ * y log2|x| carried in two floats into exp2, so the result's error stays near one ulp even when
+ * y log2|x| is near +-150.
+ * log: x = 2^e m, m in [sqrt(1/2), sqrt 2), f = m - 1, s = f / (2 + f) in two floats (the division
+ * remainder is exact with fma), ln m = 2s + 2s^3/3 + s^5 Q(s^2) (Taylor to s^15: |s| < 0.172),
+ * the first two terms in two floats; then times log2(e) in two floats and plus e (exact). */
+FK_VM_INLINE void fk_log2_dd(float x, float *hi, float *lo) {
+    int sub = x < 1.17549435e-38f;
+    float xs = sub ? x * 8388608.0f : x;
+    uint32_t t = fk_f32_bits(xs) - 0x3f3504f3u;
+    float e = (float)((int32_t)t >> 23) - (sub ? 23.0f : 0.0f);
+    float f = fk_bits_f32((t & 0x007fffffu) + 0x3f3504f3u) - 1.0f;
+    float dh = 2.0f + f, dl = f - (dh - 2.0f);                 /* 2 + f exactly */
+    float sh = f / dh;
+    float rem = fmaf(-sh, dh, f);
+    rem = fmaf(-sh, dl, rem);
+    float sl = rem * (0.5f - 0.5f * sh);                        /* 1/(2+f) = (1-s)/2; s = sh + sl */
+    float zh = sh * sh, zl = fmaf(sh, sh, -zh);
+    float s3h = zh * sh, s3l = fmaf(zh, sh, -s3h) + zl * sh;   /* sh^3 */
+    float q2 = 1.333333333e-01f;                                /* 2/15 */
+    q2 = fmaf(q2, zh, 1.538461538e-01f);
+    q2 = fmaf(q2, zh, 1.818181818e-01f);
+    q2 = fmaf(q2, zh, 2.222222222e-01f);
+    q2 = fmaf(q2, zh, 2.857142857e-01f);
+    q2 = fmaf(q2, zh, 4.000000000e-01f);
+    float tail = s3h * zh * q2;                                 /* 2 s^5/5 + ... + 2 s^15/15 */
+    /* 2/3 s^3 in two floats */
+    float ch = 6.666666865e-01f * s3h;
+    float cl = fmaf(6.666666865e-01f, s3h, -ch) + (6.666666865e-01f * s3l + -1.986821552e-08f * s3h);
+    float h = 2.0f * sh + ch;                                   /* |2 sh| > |ch| */
+    float l = (ch - (h - 2.0f * sh)) + (cl + 2.0f * sl + 2.0f * zh * sl + tail);
+    float nh = h + l, nl = l - (nh - h);                        /* ln m = nh + nl */
+    float mh = nh * 1.442695022e+00f;
+    float ml = fmaf(nh, 1.442695022e+00f, -mh) + (nh * 1.925963034e-08f + nl * 1.442695022e+00f);
+    float th = e + mh;                                          /* e = 0 or |e| >= 1 > |mh| */
+    *hi = th;
+    *lo = (mh - (th - e)) + ml;
+}
+
+/* 2^(h + l) for |l| <= ulp(h): h = n + r (n integer, |r| <= 1/2), 2^r = exp(r ln2) with r ln2 in
+ * two floats, times 2^n as two factors (subnormal results round once; overflow gives inf). */
+FK_VM_INLINE float fk_exp2_dd(float h, float l) {
+    float hc = h > -160.0f ? h : -160.0f;
+    hc = hc < 130.0f ? hc : 130.0f;
+    l = hc == h ? l : 0.0f;
+    float n = (hc + FK_ROUND_MAGIC) - FK_ROUND_MAGIC;
+    float r = hc - n;                                           /* exact */
+    float vh = r * 6.931471825e-01f;
+    float vl = fmaf(r, 6.931471825e-01f, -vh) + (r * -1.904654212e-09f + l * 6.931471825e-01f);
+    float em1 = fk_expm1_reduced(vh);
+    float y = 1.0f + (em1 + fmaf(vl, em1, vl));                 /* (1 + em1)(1 + vl) */
+    int32_t ni = (int32_t)n, n1 = ni >> 1, n2 = ni - n1;
+    return y * fk_pow2i_f32(n1) * fk_pow2i_f32(n2);
+}
+
+/* pow(x, yh + yl) where the exponent is the two-float yh + yl (yl = 0 for a float exponent) and
+ * odd_bit is 0x80000000 for an odd integer exponent, else 0; C99's special cases (opening comment)
+ * except a negative base with a non-integer exponent, which fk_fast_powf handles.  Flags are
+ * 32-bit masks and float compares so the loops vectorize. */
+FK_VM_INLINE float fk_pow_core(float x, float yh, float yl, uint32_t odd_bit) {
+    float ax = fabsf(x);
+    float lh, ll;
+    fk_log2_dd(ax, &lh, &ll);
+    lh = ax == 0.0f ? -INFINITY : lh;
+    lh = ax == INFINITY ? INFINITY : lh;
+    ll = ax == 0.0f || ax == INFINITY ? 0.0f : ll;
+    float wh = yh * lh;
+    float wl = fmaf(yh, lh, -wh) + (yh * ll + yl * lh);
+    wl = fabsf(wh) < 256.0f ? wl : 0.0f;                        /* no inf - inf */
+    float r = fk_exp2_dd(wh, wl);
+    r = wh != wh ? wh : r;                                      /* 0 * inf and NaN operands */
+    r = fk_bits_f32(fk_f32_bits(r) ^ (fk_f32_bits(x) & odd_bit));  /* -0 and -inf included */
+    r = x != x || yh != yh ? NAN : r;
+    r = yh == 0.0f || x == 1.0f || (x == -1.0f && fabsf(yh) == INFINITY) ? 1.0f : r;
+    return r;
+}
+
+/* np.power on F32 (and the F16/BF16 kernels through it) */
+FK_VM_INLINE float fk_fast_powf(float x, float y) {
+    float ay = fabsf(y);
+    /* floats from 2^23 on are integers; below, ay is one if rounding leaves it unchanged */
+    float ry = (ay + FK_ROUND_MAGIC) - FK_ROUND_MAGIC;
+    int32_t yi = (int32_t)(ay < 16777216.0f ? ay : 0.0f);       /* parity matters below 2^24 */
+    uint32_t odd_bit = ay >= 8388608.0f || ry == ay ? (uint32_t)yi << 31 : 0u;
+    float r = fk_pow_core(x, y, 0.0f, odd_bit);
+    /* a negative finite base with a finite non-integer exponent (inf counts as an integer) */
+    return x < 0.0f && x > -INFINITY && ay < 8388608.0f && ry != ay && y == y ? NAN : r;
+}
+
+/* x ** n for an int32 n (POWI): n = nh + nl exactly in two floats */
+FK_VM_INLINE float fk_fast_powif(float x, int32_t n) {
+    float nh = (float)n;
+    float nl = (float)((int64_t)n - (int64_t)nh);               /* loop-invariant in POWI */
+    return fk_pow_core(x, nh, nl, (uint32_t)n << 31);
+}
+
+/* POWI's F32 body: n = 1, 2, -1 are the correctly rounded x, x*x, 1/x; other n the pow core (which
+ * gives 1 for n = 0) */
+FK_VM_INLINE float fk_powif(float x, int32_t n) {
+    float y = fk_fast_powif(x, n);
+    y = n == 1 ? x : y;
+    y = n == 2 ? x * x : y;
+    return n == -1 ? 1.0f / x : y;
+}
+
+#endif /* FUEL_KERNEL_CPU_VECMATH_F32_H */

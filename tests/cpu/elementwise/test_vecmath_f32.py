@@ -1,0 +1,178 @@
+"""The F32 math functions (fuel_kernel/cpu/vecmath_f32.h) against an F64 NumPy oracle.
+
+Every float unary op's F32 kernel runs on a million F32 values sampled uniformly over all bit
+patterns (so every binade, the subnormals and NaNs are hit) plus the special values of the
+header's opening comment, and must stay within the ulp bound its manifest row claims, with NaN,
+infinities and signed zeros matching exactly.  F16 and BF16 kernels run every value of their type
+and must be within their claim of the F64 result rounded once.  POW and POWI check C99 pow's
+special cases.  With FUEL_KERNEL_FUZZ_LONG=1 (the project's long-test switch, as in
+tests/properties/test_fuzz.py) every one of the 2**32 F32 inputs is checked instead.
+"""
+import math
+import os
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fuel_kernel as fk
+from oracles import TRANSCENDENTAL_UNARY
+from support import assert_same
+
+D = fk.DType
+Op = fk.OpKind
+LONG = os.environ.get("FUEL_KERNEL_FUZZ_LONG", "") not in ("", "0")
+
+FLOAT_UNARY = (Op.NEG, Op.ABS, Op.SQR, Op.SQRT, Op.RSQRT, Op.RECIP, Op.EXP, Op.LOG, Op.SIN, Op.COS,
+               Op.TANH, Op.SIGMOID, Op.RELU, Op.SILU, Op.GELU, Op.GELU_ERF, Op.ERF, Op.STEP,
+               Op.FLOOR, Op.CEIL, Op.ROUND, Op.SIGN)
+EXACT_REFERENCE = {
+    Op.NEG: np.negative, Op.ABS: np.abs, Op.SQR: np.square, Op.SQRT: np.sqrt,
+    Op.RECIP: lambda x: 1.0 / x, Op.FLOOR: np.floor, Op.CEIL: np.ceil, Op.ROUND: np.rint,
+    Op.SIGN: lambda x: np.where(x == 0, x, np.sign(x)), Op.RELU: lambda x: np.where(x > 0, x, np.where(np.isnan(x), x, 0.0)),
+    Op.STEP: lambda x: np.heaviside(x, 0.0),
+}
+
+SPECIALS = np.array(
+    [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 0.5, -0.5, 2.0, -2.0,
+     1e-45, -1e-45, 1.1754942e-38, -1.1754942e-38, 1.1754944e-38, -1.1754944e-38,  # subnormal edge
+     3.4028235e38, -3.4028235e38,
+     88.72283, 88.72284, 89.0, -87.33654, -103.97, -104.0, -110.0, -120.0, -126.0, -130.0,  # exp
+     9.01, -9.01, 9.1, -9.1,                                                        # tanh
+     -10.5, -11.0, -12.0, -13.0, -14.5, -15.0, 3.92, -3.92, 4.0, 10.5, -10.5,       # gelu/erf tails
+     math.pi, -math.pi, math.pi / 2, math.pi / 4, 65536.0, -65536.0, 65536.01, 1e5, 1e10,  # trig
+     1e30, -1e30, 2.0 ** 127, -(2.0 ** 127), 2.0 ** 24, 2.0 ** 24 + 2, 1.0e-30],
+    dtype=np.float32)
+
+
+def sample_f32(n=1_000_000, seed=11):
+    bits = np.random.default_rng(seed).integers(0, 1 << 32, n, dtype=np.uint64).astype(np.uint32)
+    return np.concatenate([bits.view(np.float32), SPECIALS])
+
+
+def reference(op, x):
+    """The op in F64 (NumPy and math.erf/erfc), unrounded."""
+    with np.errstate(all="ignore"):
+        xd = x.astype(np.float64)
+        if op in EXACT_REFERENCE:
+            return EXACT_REFERENCE[op](xd)
+        if op in (Op.ERF, Op.GELU_ERF) and LONG:
+            special = pytest.importorskip("scipy.special")
+            if op == Op.ERF:
+                return special.erf(xd)
+            y = 0.5 * xd * special.erfc(-xd / math.sqrt(2.0))
+            return np.where(np.isneginf(xd), -0.0, np.where(np.isposinf(xd), xd, y))
+        return np.asarray(TRANSCENDENTAL_UNARY[op](xd), dtype=np.float64)
+
+
+def check_op(op, x):
+    k = fk.bindings().lookup(op, [D.F32, D.F32])
+    out = np.empty_like(x)
+    with np.errstate(all="ignore"):
+        k(x, out=out)
+    ref = reference(op, x).astype(np.float32)
+    assert_same(out, ref, D.F32, ulp=k.precision.max_ulp)
+    # signed zeros and infinities exactly (assert_same compares values)
+    same = out == ref
+    zero_sign = same & (ref == 0) & (np.signbit(out) != np.signbit(ref))
+    assert not zero_sign.any(), f"{op.name}: zero sign at {x[zero_sign][:5]}"
+    inf = np.isinf(ref) | np.isinf(out)
+    assert (out[inf] == ref[inf]).all(), f"{op.name}: infinity at {x[inf & (out != ref)][:5]}"
+
+
+@pytest.mark.parametrize("op", FLOAT_UNARY, ids=lambda op: op.name)
+def test_f32_sampled_and_special_values(op):
+    check_op(op, sample_f32())
+
+
+@pytest.mark.skipif(not LONG, reason="every F32 input: set FUEL_KERNEL_FUZZ_LONG=1")
+@pytest.mark.parametrize("op", FLOAT_UNARY, ids=lambda op: op.name)
+def test_f32_every_input(op):
+    step = 1 << 24
+    for start in range(0, 1 << 32, step):
+        x = np.arange(start, start + step, dtype=np.uint64).astype(np.uint32).view(np.float32)
+        check_op(op, x)
+
+
+@pytest.mark.parametrize("op", FLOAT_UNARY, ids=lambda op: op.name)
+def test_half_types_every_value(op):
+    """F16 and BF16 compute through the F32 function and round once."""
+    for dtype, x in ((D.F16, np.arange(0, 1 << 16, dtype=np.uint16).view(np.float16)),
+                     (D.BF16, np.arange(0, 1 << 16, dtype=np.uint16).view(ml_dtypes.bfloat16))):
+        k = fk.bindings().lookup(op, [dtype, dtype])
+        out = np.empty_like(x)
+        with np.errstate(all="ignore"):
+            k(x, out=out)
+        ref = reference(op, x.astype(np.float32))
+        assert_same(out, ref.astype(x.dtype), dtype, ulp=k.precision.max_ulp)
+
+
+def test_trig_huge_arguments_take_the_exact_reduction():
+    """|x| past the Cody-Waite range (and mixed into a vector chunk, strided, in place) is exact."""
+    x = np.array([1e30, -1e30, 2.0 ** 127, 65536.0, 65537.0, 1e6, 0.5, 3.0e38, 12345.678],
+                 dtype=np.float32)
+    x = np.tile(x, 100)
+    for op, fn in ((Op.SIN, np.sin), (Op.COS, np.cos)):
+        k = fk.bindings().lookup(op, [D.F32, D.F32])
+        ref = fn(x.astype(np.float64)).astype(np.float32)
+        out = np.empty_like(x)
+        k(x, out=out)
+        assert_same(out, ref, D.F32, ulp=k.precision.max_ulp)
+        strided = np.empty(2 * x.size, np.float32)[::2]
+        k(x, out=strided)
+        assert_same(strided, ref, D.F32, ulp=k.precision.max_ulp)
+        inplace = x.copy()
+        k(inplace, out=inplace)
+        assert_same(inplace, ref, D.F32, ulp=k.precision.max_ulp)
+
+
+POW_VALUES = np.array([0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.0, -2.0, 3.0, -3.0, 2.5, -2.5, 1e-45, -1e-45,
+                       1e-20, 1e20, -1e20, 3.4e38, np.inf, -np.inf, np.nan, 1.0000001, 0.99999994,
+                       16777216.0, 16777217.0 - 1, 8388609.0, -8388609.0, 4194304.5, -4194304.5,
+                       127.0, -127.0, 149.0, -149.0, 1e9, -1e9],
+                      dtype=np.float32)
+
+
+@pytest.mark.parametrize("dtype", [D.F32, D.F16, D.BF16])
+def test_pow_special_cases_match_numpy(dtype):
+    """Every pair of special bases and exponents: C99 pow as NumPy's np.power in F64, rounded."""
+    x, y = np.meshgrid(POW_VALUES, POW_VALUES)
+    x, y = x.astype(dtype.numpy).ravel(), y.astype(dtype.numpy).ravel()
+    k = fk.bindings().lookup(Op.POW, [dtype] * 3)
+    out = np.empty_like(x)
+    k(x, y, out=out)
+    with np.errstate(all="ignore"):
+        ref = np.power(x.astype(np.float64), y.astype(np.float64)).astype(np.float32)
+    assert_same(out, ref.astype(dtype.numpy), dtype, ulp=k.precision.max_ulp)
+    zeros = (out == 0) & (ref == 0)
+    assert (np.signbit(out[zeros].astype(np.float32)) == np.signbit(ref[zeros])).all()
+
+
+def test_pow_sampled():
+    rng = np.random.default_rng(5)
+    n = 1_000_000
+    x = np.concatenate([rng.integers(0, 1 << 32, n, dtype=np.uint64).astype(np.uint32).view(np.float32),
+                        (rng.standard_normal(n) * 10).astype(np.float32),
+                        np.exp(rng.uniform(-80, 80, n)).astype(np.float32)])
+    y = np.concatenate([(rng.standard_normal(n) * 4).astype(np.float32),
+                        np.round(rng.standard_normal(n) * 8).astype(np.float32),
+                        rng.uniform(-1.8, 1.8, n).astype(np.float32)])
+    k = fk.bindings().lookup(Op.POW, [D.F32] * 3)
+    out = np.empty_like(x)
+    k(x, y, out=out)
+    with np.errstate(all="ignore"):
+        ref = np.power(x.astype(np.float64), y.astype(np.float64)).astype(np.float32)
+    assert_same(out, ref, D.F32, ulp=k.precision.max_ulp)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, -1, -2, -3, 7, -7, 31, 100, -149, 2**31 - 1, -2**31])
+def test_powi_exponents(n):
+    x = np.concatenate([sample_f32(200_000, seed=n & 0xffff), POW_VALUES])
+    k = fk.bindings().lookup(Op.POWI, [D.F32, D.F32])
+    out = np.empty_like(x)
+    k(x, out=out, params=fk.params.powi(n))
+    with np.errstate(all="ignore"):
+        ref = np.power(x.astype(np.float64), float(n)).astype(np.float32)
+    assert_same(out, ref, D.F32, ulp=k.precision.max_ulp)
+    zeros = (out == 0) & (ref == 0)
+    assert (np.signbit(out[zeros]) == np.signbit(ref[zeros])).all()
