@@ -64,6 +64,23 @@ def _ort_session(torch, module, example_inputs, input_names):
     return ort.InferenceSession(buffer.getvalue(), options, providers=["CPUExecutionProvider"]), None
 
 
+def _peers(torch, why, module, arrays, names):
+    """(name, run, why) for torch eager and ONNX Runtime running `module` on `arrays`; both are
+    (name, None, why) without torch.  run() returns the outputs as a list of arrays."""
+    if torch is None:
+        return [("torch eager (1 thread)", None, why), ("onnxruntime (1 thread)", None, why)]
+    tensors = tuple(torch.from_numpy(a) for a in arrays)
+
+    def torch_run():
+        with torch.no_grad():
+            out = module(*tensors)
+        return [t.numpy() for t in (out if isinstance(out, tuple) else (out,))]
+    session, why = _ort_session(torch, module, tensors, names)
+    feeds = dict(zip(names, arrays))
+    return [("torch eager (1 thread)", torch_run, None),
+            ("onnxruntime (1 thread)", (lambda: session.run(None, feeds)) if session else None, why)]
+
+
 def _compare(reference, got, what):
     """Largest |difference| between two outputs (lists of arrays); raises beyond TOLERANCE."""
     worst = 0.0
@@ -105,10 +122,8 @@ def _mlp_case(rng):
     plan_out = [plan.run([x])]
 
     torch, why = _torch()
-    peers = []
-    if torch is None:
-        peers += [("torch eager (1 thread)", None, why), ("onnxruntime (1 thread)", None, why)]
-    else:
+    module = None
+    if torch is not None:
         class MLP(torch.nn.Module):
             def __init__(self):
                 super().__init__()
@@ -121,15 +136,8 @@ def _mlp_case(rng):
                     if i < len(self.weights) - 1:
                         inp = torch.nn.functional.gelu(inp)
                 return inp
-
-        module, tx = MLP().eval(), torch.from_numpy(x)
-
-        def torch_run():
-            with torch.no_grad():
-                return [module(tx).numpy()]
-        peers.append(("torch eager (1 thread)", torch_run, None))
-        session, why = _ort_session(torch, module, (tx,), ["x"])
-        peers.append(("onnxruntime (1 thread)", (lambda: session.run(None, {"x": x})) if session else None, why))
+        module = MLP().eval()
+    peers = _peers(torch, why, module, [x], ["x"])
     return _case(f"MLP {batch}x512-2048-2048-512, bias + GELU (erf), f32", lambda: plan.run([x]),
                  plan_out, peers, "plan <= 0.9x onnxruntime",
                  f"plan arena: peak {plan.peak_bytes} B")
@@ -205,18 +213,8 @@ def _block_case(rng, W):
     plan_out = [plan.run([x])]
 
     torch, why = _torch()
-    peers = []
-    if torch is None:
-        peers += [("torch eager (1 thread)", None, why), ("onnxruntime (1 thread)", None, why)]
-    else:
-        module, tx = _torch_block(torch, W, decode=False), torch.from_numpy(x)
-
-        def torch_run():
-            with torch.no_grad():
-                return [module(tx).numpy()]
-        peers.append(("torch eager (1 thread)", torch_run, None))
-        session, why = _ort_session(torch, module, (tx,), ["x"])
-        peers.append(("onnxruntime (1 thread)", (lambda: session.run(None, {"x": x})) if session else None, why))
+    module = _torch_block(torch, W, decode=False) if torch is not None else None
+    peers = _peers(torch, why, module, [x], ["x"])
     return _case(f"GPT-2 block S={SEQ} d={D_MODEL} {HEADS} heads, f32", lambda: plan.run([x]), plan_out,
                  peers, "plan <= 1.0x onnxruntime", f"plan arena: peak {plan.peak_bytes} B")
 
@@ -264,20 +262,8 @@ def _decode_cases(rng, W):
     _compare(flat_out, paged.run(paged_inputs), "the paged plan")
 
     torch, why = _torch()
-    peers = []
-    if torch is None:
-        peers += [("torch eager (1 thread)", None, why), ("onnxruntime (1 thread)", None, why)]
-    else:
-        module = _torch_block(torch, W, decode=True)
-        tx, tk, tv = (torch.from_numpy(a) for a in (x, k_cache, v_cache))
-
-        def torch_run():
-            with torch.no_grad():
-                return [t.numpy() for t in module(tx, tk, tv)]
-        peers.append(("torch eager (1 thread)", torch_run, None))
-        session, why = _ort_session(torch, module, (tx, tk, tv), ["x", "k_cache", "v_cache"])
-        feeds = {"x": x, "k_cache": k_cache, "v_cache": v_cache}
-        peers.append(("onnxruntime (1 thread)", (lambda: session.run(None, feeds)) if session else None, why))
+    module = _torch_block(torch, W, decode=True) if torch is not None else None
+    peers = _peers(torch, why, module, [x, k_cache, v_cache], ["x", "k_cache", "v_cache"])
     target = "plan <= 1.0x the faster of torch and onnxruntime"
     yield _case(f"GPT-2 decode step, {CACHE}-token cache, contiguous (FLASH_ATTN)",
                 lambda: flat.run(flat_inputs), flat_out, peers, target, f"plan arena: peak {flat.peak_bytes} B")

@@ -142,33 +142,42 @@ def outputs(spec=None):
 
 def stale(files=None):
     """The generated files that are missing or differ from what the spec gives."""
-    files = files or outputs()
+    files = outputs() if files is None else files
     return [path for path, text in files.items()
             if not path.exists() or path.read_text() != text]
 
 
-def write(verbose=True):
-    files = outputs()
+def write_files(files, tool, verbose=True):
+    """Write each of {path: text} whose text changed (so unchanged outputs keep their mtimes)."""
     for path in stale(files):
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(files[path])
         if verbose:
-            print(f"generate_abi: wrote {path.relative_to(ROOT)}")
+            print(f"{tool}: wrote {path.relative_to(ROOT)}")
     return list(files)
 
 
-def main(argv=None):
+def write(verbose=True):
+    return write_files(outputs(), "generate_abi", verbose)
+
+
+def run(argv, outputs_fn, script, doc):
+    """The command line of a generator: no argument writes, --check reports stale outputs."""
     argv = sys.argv[1:] if argv is None else argv
     if argv == ["--check"]:
-        old = stale()
+        old = stale(outputs_fn())
         for path in old:
-            print(f"stale or missing: {path.relative_to(ROOT)} (run python tools/generate_abi.py)")
+            print(f"stale or missing: {path.relative_to(ROOT)} (run python {script})")
         return 1 if old else 0
     if argv:
-        print(__doc__)
+        print(doc)
         return 2
-    write()
+    write_files(outputs_fn(), Path(script).stem)
     return 0
 
+
+def main(argv=None):
+    return run(argv, outputs, "tools/generate_abi.py", __doc__)
 
 
 # ---- sources generated from the spec's op, params and kernel-module tables ------------------------

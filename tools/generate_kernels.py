@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import generate_abi  # noqa: E402
 from generate_abi import ROOT, load_spec  # noqa: E402
 sys.path.pop(0)
 
@@ -112,32 +113,15 @@ def outputs(spec=None):
 
 
 def stale(files=None):
-    files = outputs() if files is None else files
-    return [path for path, text in files.items() if not path.exists() or path.read_text() != text]
+    return generate_abi.stale(outputs() if files is None else files)
 
 
 def write(verbose=True):
-    files = outputs()
-    for path in stale(files):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(files[path])
-        if verbose:
-            print(f"generate_kernels: wrote {path.relative_to(ROOT)}")
-    return list(files)
+    return generate_abi.write_files(outputs(), "generate_kernels", verbose)
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    if argv == ["--check"]:
-        old = stale()
-        for path in old:
-            print(f"stale or missing: {path.relative_to(ROOT)} (run python tools/generate_kernels.py)")
-        return 1 if old else 0
-    if argv:
-        print(__doc__)
-        return 2
-    write()
-    return 0
+    return generate_abi.run(argv, outputs, "tools/generate_kernels.py", __doc__)
 
 
 if __name__ == "__main__":
