@@ -20,6 +20,16 @@ from .cpu import register_cpu_kernels as _register_cpu_kernels
 
 __version__ = "0.1.0"
 
+__all__ = [
+    "AliasError", "Ambiguous", "ArgumentError", "Backend", "BackendError", "BindingKey", "BindingTable",
+    "CostEstimate", "CoverageBinding", "DType", "DTypeError", "FuelKernelError", "Kernel", "KernelCaps",
+    "KernelError", "KernelIndexError", "KernelMemoryError", "KernelZeroDivisionError", "KeyRangeError",
+    "MatmulM", "NoKernelError", "NotFound", "OpKind", "OpParams", "OperandCountError",
+    "OperandTypeError", "ParamsError", "PrecisionGuarantee", "ReadOnlyError", "RegistrationError",
+    "RuntimeFusedLookup", "ShapeError", "Transaction", "Unique", "UnknownOpError", "bindings",
+    "claim_backend", "dispatch", "edit_bindings", "get_include", "new_runtime_fused_id", "params",
+]
+
 
 def get_include():
     """The folder to add to include_dirs to build against fuel_kernel/abi.h."""

@@ -466,8 +466,10 @@ cdef object run_entry(const fk_snapshot *snapshot, const fk_entry *entry, const 
     cdef PyObject *operands[FK_MAX_OPERANDS]
     cdef int n_in = key.ndtypes - N_OUTPUTS, n_out, i
     if len(inputs) != n_in:
+        hint = "; an output goes in out= (or run()'s outputs list), not among the inputs" \
+            if len(inputs) == n_in + 1 else ""
         raise OperandCountError(f"{describe_key(key)} takes {n_in} input{'s' if n_in != 1 else ''}, "
-                                f"got {len(inputs)}")
+                                f"got {len(inputs)}{hint}")
     if outputs is None:
         outputs = (allocate_output(snapshot, key, tuple(inputs), params),)
     elif type(outputs) is not tuple and type(outputs) is not list:

@@ -19,7 +19,28 @@ from . import spec
 _Member = TypeVar("_Member")
 
 
-class _DTypeBase(enum.IntEnum):
+def _did_you_mean(name: str, choices: Any) -> str:
+    """"; did you mean 'x'?" for the closest of choices to name (a choice it begins first), or ""
+    when none is close."""
+    import difflib
+    choices = list(choices)
+    prefixed = sorted((c for c in choices if c.startswith(name)), key=len)
+    close = prefixed[:1] or difflib.get_close_matches(name, choices, n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+class _SuggestingEnumMeta(enum.EnumMeta):
+    """An Enum class whose missing attribute (OpKind.AD) is an AttributeError naming the closest
+    member (OpKind.ADD)."""
+
+    def __getattr__(cls, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise AttributeError(f"{name!r} is not a member of {cls.__name__}"
+                             f"{_did_you_mean(name, cls.__members__)}")
+
+
+class _DTypeBase(enum.IntEnum, metaclass=_SuggestingEnumMeta):
     """The members (BOOL = 0, U8 = 1, ...) come from fuel_kernel/spec.py (DTYPES)."""
 
     @property
@@ -62,15 +83,16 @@ class _DTypeBase(enum.IntEnum):
         except (TypeError, KeyError):
             pass
         from .errors import DTypeError
-        raise DTypeError(f"{value!r} is not a fuel_kernel dtype; expected one of "
-                         f"{', '.join(d.short_name for d in cls)}")
+        hint = _did_you_mean(value.lower(), [d.short_name for d in cls]) if isinstance(value, str) else ""
+        raise DTypeError(f"{value!r} is not a fuel_kernel dtype{hint} (the dtypes: "
+                         f"{', '.join(d.short_name for d in cls)})")
 
 
 if TYPE_CHECKING:
     # DType's and OpKind's members are made at import from fuel_kernel/spec.py, which a type
     # checker cannot run: it sees each as a class whose upper-case attributes (DType.F32,
     # OpKind.ADD) are members, through this metaclass's __getattr__.
-    class _SpecMembers(enum.EnumMeta):
+    class _SpecMembers(_SuggestingEnumMeta):
         def __getattr__(cls: type[_Member], name: str) -> _Member: ...
 
     class DType(_DTypeBase, metaclass=_SpecMembers):
@@ -93,7 +115,7 @@ _NUMPY_DTYPES = {code: _numpy_dtype(d.numpy) for code, d in _DTYPE_SPEC.items()}
 _FROM_NUMPY: dict[np.dtype, DType] = {dt: DType(code) for code, dt in _NUMPY_DTYPES.items()}
 
 
-class _OpKindBase(enum.IntEnum):
+class _OpKindBase(enum.IntEnum, metaclass=_SuggestingEnumMeta):
     """The members (CAST = 0, CONTIGUIZE = 1, ...) come from fuel_kernel/spec.py (OPS)."""
 
     @property
@@ -110,6 +132,10 @@ class _OpKindBase(enum.IntEnum):
         if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and 0 <= int(value) < len(OpKind):
             return OpKind(int(value))
         from .errors import UnknownOpError
+        if isinstance(value, str):
+            hint = _did_you_mean(value.lower(), [o.short_name for o in cls])
+            if hint:
+                raise UnknownOpError(f"{value!r} is not an op{hint}")
         raise UnknownOpError(f"{value!r} is not an op; expected an OpKind or one of its names")
 
     @property
