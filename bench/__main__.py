@@ -4,9 +4,10 @@ Prints one table: case, contender, best time per call, ratio to the case's basel
 """
 import os
 
-# Every benchmark compares single-threaded work: pin the peers' thread pools before NumPy, SciPy
+# Every benchmark compares single-threaded work (bench/scaling.py measures threads): pin the
+# thread pools, fuel_kernel's and the peers', before NumPy, SciPy
 # or PyTorch load their BLAS (torch.set_num_threads(1) is called by the cases that use it).
-for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "FUEL_KERNEL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
 
 import argparse  # noqa: E402  (after the thread pinning above)

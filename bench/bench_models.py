@@ -40,8 +40,9 @@ def _linear(rng, fan_in, fan_out):
     return w, b
 
 
-def _ort_session(torch, module, example_inputs, input_names):
-    """An ONNX Runtime session (1 thread, all optimizations) for a torch module, or (None, why)."""
+def _ort_session(torch, module, example_inputs, input_names, threads=1):
+    """An ONNX Runtime session (`threads` intra-op threads, all optimizations) for a torch module,
+    or (None, why)."""
     ort, why = optional_import("onnxruntime")
     if ort is None:
         return None, why
@@ -58,7 +59,7 @@ def _ort_session(torch, module, example_inputs, input_names):
     except Exception as exc:    # the exporter is optional tooling: report, do not fail the suite
         return None, f"torch.onnx.export failed ({type(exc).__name__}: {exc})"
     options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
+    options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     return ort.InferenceSession(buffer.getvalue(), options, providers=["CPUExecutionProvider"]), None
@@ -201,15 +202,20 @@ def _torch_block(torch, W, decode):
     return Block().eval()
 
 
-def _block_case(rng, W):
-    x = (rng.standard_normal((SEQ, D_MODEL))).astype(np.float32)
+def gpt2_block_plan(rng, W, seq):
+    """The GPT-2 block over `seq` tokens as a compiled Plan, and an input for it."""
+    x = (rng.standard_normal((seq, D_MODEL))).astype(np.float32)
     g = Graph()
-    xi = g.input((SEQ, D_MODEL), F32)
+    xi = g.input((seq, D_MODEL), F32)
     h = g.layer_norm(xi, g.constant(W["ln1"][0]), g.constant(W["ln1"][1]), eps=1e-5)
-    q, k, v = _graph_heads(g, _graph_linear(g, h, W["qkv"]), SEQ)
+    q, k, v = _graph_heads(g, _graph_linear(g, h, W["qkv"]), seq)
     a = g.flash_attn(q, k, v, scale=1.0 / np.sqrt(HEAD_DIM), causal=True)
-    a = g.reshape(g.transpose(a, (0, 2, 1, 3)), (SEQ, D_MODEL))
-    plan = g.compile(_graph_mlp_tail(g, xi, a, W), measure=True)
+    a = g.reshape(g.transpose(a, (0, 2, 1, 3)), (seq, D_MODEL))
+    return g.compile(_graph_mlp_tail(g, xi, a, W), measure=True), x
+
+
+def _block_case(rng, W):
+    plan, x = gpt2_block_plan(rng, W, SEQ)
     plan_out = [plan.run([x])]
 
     torch, why = _torch()

@@ -15,6 +15,8 @@ from .errors import (AliasError, ArgumentError, BackendError, DTypeError, FuelKe
                      ReadOnlyError, RegistrationError, ShapeError, UnknownOpError)
 from .records import (Ambiguous, BindingKey, CostEstimate, CoverageBinding, MatmulM, NotFound,
                       PrecisionGuarantee, RuntimeFusedLookup, Unique)
+from . import threads as _threads
+from .threads import get_num_threads, set_num_threads, threads
 from .types import Backend, DType, KernelCaps, OpKind
 from .cpu import register_cpu_kernels as _register_cpu_kernels
 
@@ -27,7 +29,8 @@ __all__ = [
     "MatmulM", "NoKernelError", "NotFound", "OpKind", "OpParams", "OperandCountError",
     "OperandTypeError", "ParamsError", "PrecisionGuarantee", "ReadOnlyError", "RegistrationError",
     "RuntimeFusedLookup", "ShapeError", "Transaction", "Unique", "UnknownOpError", "bindings",
-    "claim_backend", "dispatch", "edit_bindings", "get_include", "new_runtime_fused_id", "params",
+    "claim_backend", "dispatch", "edit_bindings", "get_include", "get_num_threads",
+    "new_runtime_fused_id", "params", "set_num_threads", "threads",
 ]
 
 
@@ -37,3 +40,5 @@ def get_include():
 
 
 _register_cpu_kernels()
+_threads._initial_setting()
+_threads._register_with_threadpoolctl()

@@ -63,6 +63,13 @@ cdef extern from "table.h" nogil:
     void fk_txn_poison(fk_txn *txn)
     const char *fk_backend_name(int backend)
 
+cdef extern from "pool.h" nogil:
+    int fk_get_num_threads()
+    int fk_set_num_threads(int n)
+    int fk_affinity_cpus()
+    int fk_pool_workers_started()
+    enum: FK_POOL_MAX_THREADS
+
 cdef extern from "fuel_kernel/strided.h" nogil:
     const int fk_dtype_itemsize[]
     const int fk_dtype_shift[]
@@ -1439,6 +1446,28 @@ def dispatch(op, inputs, outputs=None, params=None, backend=0):
         return run_entry(snapshot, entry, &key, inputs, outputs, params, False)[0]
     finally:
         fk_release(snapshot)
+
+
+# ---- threads (the public face is fuel_kernel/threads.py) ------------------------------------------
+MAX_THREADS = FK_POOL_MAX_THREADS
+
+
+def _get_num_threads():
+    return fk_get_num_threads()
+
+
+def _set_num_threads(int n):
+    if fk_set_num_threads(n) != 0:
+        raise ValueError(f"the thread count must be in [1, {FK_POOL_MAX_THREADS}], got {n}")
+
+
+def _affinity_cpus():
+    return fk_affinity_cpus()
+
+
+def _workers_started():
+    """Worker threads the pool has started in this process (the caller's thread not counted)."""
+    return fk_pool_workers_started()
 
 
 # ---- diagnostics ----------------------------------------------------------------------------------

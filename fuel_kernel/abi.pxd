@@ -182,6 +182,8 @@ cdef extern from "fuel_kernel/abi.h" nogil:
         FK_CAP_INPLACE
         FK_CAP_STRIDED_OUTPUT
 
+    ctypedef void (*fk_task_fn)(void *context, int64_t task) noexcept nogil
+
     ctypedef struct fk_cost:
         double flops
         double bytes_moved
@@ -265,6 +267,8 @@ cdef extern from "fuel_kernel/abi.h" nogil:
     int fk_claim_backend(const char *name)
     fk_cost fk_unknown_cost(const fk_layout *layouts, int n_layouts, const fk_dtypes *dtypes,
                             const fk_params *params)
+    int fk_parallel_for(int64_t n_tasks, fk_task_fn fn, void *context)
+    int fk_num_threads()
 
 
 # fk_import_api needs the GIL (it imports fuel_kernel._dispatch) and raises ImportError when the

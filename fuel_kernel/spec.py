@@ -231,6 +231,37 @@ OPS = (
         shape="attention"),
 )
 
+# ---- threads --------------------------------------------------------------------------------------
+# How a large call of an op is cut into blocks that run on the intra-op threads (the rules are
+# described in fuel_kernel/cpu/parallel.h; tools/generate_kernels.py registers each such kernel
+# through a threaded wrapper).  An op not named here always runs whole on the calling thread: its
+# kernels check data (index bounds, block tables) that a block cannot check for the whole call.
+_ELEMENTWISE_OPS = tuple(op.name for op in OPS if op.shape == "broadcast") + ("CONTIGUIZE",)
+SPLIT_RULES = {
+    **{name: "ROWS_0" for name in _ELEMENTWISE_OPS},
+    **{name: "ROWS_1" for name in ("SOFTMAX_LAST_DIM", "LOG_SOFTMAX_LAST_DIM", "RMS_NORM",
+                                   "LAYER_NORM", "ROPE")},
+    "TRIU": "ROWS_2", "TRIL": "ROWS_2",
+    **{op.name: "REDUCE" for op in OPS if op.shape == "reduce"},
+    "MATMUL": "MATMUL", "CONV2D": "CONV2D", "FLASH_ATTN": "ATTN",
+}
+# integer kernels of these refuse a zero divisor or a negative exponent before writing anything
+_INTEGER_CHECKS_DATA = ("DIV", "REM", "POW")
+
+
+def split_rule(op, signature, source):
+    """The parallel.h rule (FK_SPLIT_<rule>) a kernel row runs under, or None: whole calls only.
+    BLAS-backed siblings thread inside the BLAS library."""
+    kinds = {d.name: d.kind for d in DTYPES}
+    if source == "blas" or op not in SPLIT_RULES:
+        return None
+    if op in _INTEGER_CHECKS_DATA and kinds[signature[0]] != "float":
+        return None
+    if op == "MATMUL" and len(signature) != 3:     # the deferred row count is data, read at run time
+        return None
+    return SPLIT_RULES[op]
+
+
 # ---- status codes --------------------------------------------------------------------------------
 # value: the fk_status value; name: FK_<name>; error: the fuel_kernel.errors class a Python caller
 # sees (None for FK_OK); doc: when a kernel or the core returns it.

@@ -418,7 +418,7 @@ def usage_pyx(pxd=PXD):
                 args += ["1", 'b"two"']
                 continue
             var = f"a_{name}_{i}"
-            declared.append(f"    cdef {t} {var} = {'NULL' if '*' in t else '0'}" if t != "const char *"
+            declared.append(f"    cdef {t} {var} = {'NULL' if '*' in t or t.endswith('_fn') else '0'}" if t != "const char *"
                             else f'    cdef const char *{var} = b"%d %s"')
             args.append(var)
         call = f"{name}({', '.join(args)})"

@@ -63,19 +63,34 @@ def manifest_rows(spec, family):
 
 
 def manifest_text(spec, family):
-    """The C array fk_<family>_manifest and its length fk_<family>_manifest_len."""
+    """The C array fk_<family>_manifest and its length fk_<family>_manifest_len, preceded by the
+    threaded wrapper (cpu/parallel.h) of every kernel whose op spec.split_rule cuts into blocks."""
     dtype_codes = {d.name for d in spec.DTYPES}
-    out = [f"static const fk_manifest_row fk_{family}_manifest[] = {{"]
+    wrappers, rows = {}, []
     for op, signature, kernel, claim, cost, caps, source in manifest_rows(spec, family):
         unknown = [name for name in signature if name not in dtype_codes]
         if unknown:
             raise ValueError(f"spec: CPU_KERNELS[{family!r}] names unknown dtypes {unknown}")
+        rule = spec.split_rule(op, signature, source)
+        registered = kernel
+        if rule is not None:
+            registered = f"{kernel}_threaded"
+            if wrappers.setdefault(registered, (kernel, rule)) != (kernel, rule):
+                raise ValueError(f"spec: kernel {kernel} is registered under two split rules")
         dtypes = ", ".join(f"FK_{name}" for name in signature)
         precision = (f"{{1, {claim.bit_stable}, {{0, 0}}, {claim.max_ulp}, {c_double(claim.max_rel)}, "
                      f"{c_double(claim.max_abs)}, {c_string(claim.notes)}}}")
-        out.append(f"    {{FK_OP_{op}, {{{len(signature)}, {{{dtypes}}}}}, {{{kernel}, {caps}, 0, "
-                   f"{precision}, {cost}, {c_string(source)}, "
-                   f"0x{revision(source, op, signature, kernel):016x}ull}}}},")
+        rows.append(f"    {{FK_OP_{op}, {{{len(signature)}, {{{dtypes}}}}}, {{{registered}, {caps}, 0, "
+                    f"{precision}, {cost}, {c_string(source)}, "
+                    f"0x{revision(source, op, signature, kernel):016x}ull}}}},")
+    out = ['#include "parallel.h"'] if wrappers else []
+    for registered, (kernel, rule) in wrappers.items():
+        out.append(f"static int {registered}(const fk_storage *inputs, int n_in, fk_storage *outputs, int n_out,\n"
+                   f"        const fk_layout *layouts, const fk_params *params) {{\n"
+                   f"    return fk_split_run({kernel}, FK_SPLIT_{rule}, inputs, n_in, outputs, n_out, layouts, params);\n"
+                   f"}}")
+    out.append(f"static const fk_manifest_row fk_{family}_manifest[] = {{")
+    out.extend(rows)
     out.append("};")
     out.append(f"static const int fk_{family}_manifest_len = "
                f"(int)(sizeof(fk_{family}_manifest) / sizeof(fk_{family}_manifest[0]));")

@@ -24,3 +24,10 @@ def register_cpu_kernels():
             tx.register_manifest(_dispatch.manifest_from_capsule(capsule, n_rows, owner=module),
                                  Backend.CPU)
         tx.fill_unset_cost(Backend.CPU)
+
+
+def blas_sibling_loaded():
+    """Whether the BLAS-backed MATMUL sibling registered kernels (SciPy's BLAS is loaded)."""
+    import sys
+    module = sys.modules.get("fuel_kernel.cpu._matmul_blas")
+    return module is not None and module.BLAS_MODULE is not None

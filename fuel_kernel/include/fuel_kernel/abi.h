@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define FK_ABI_VERSION 1
+#define FK_ABI_VERSION 2
 #define FK_MAX_DIMS 8
 #define FK_MAX_OPERANDS 8
 #define FK_SOURCE_LEN 16
@@ -156,6 +156,9 @@ enum {
     FK_CAP_STRIDED_OUTPUT = 8u       /* writes through output strides itself */
 };
 
+/* One task of a parallel kernel (fk_parallel_for): `task` runs in [0, n_tasks). */
+typedef void (*fk_task_fn)(void *context, int64_t task);
+
 typedef struct { double flops; double bytes_moved; double overhead_ns; } fk_cost;
 typedef fk_cost (*fk_cost_fn)(const fk_layout *layouts, int n_layouts, const fk_dtypes *dtypes,
                               const fk_params *params);
@@ -267,6 +270,11 @@ typedef struct {
     int (*claim_backend)(const char *name);   /* returns an id in the extension range, or -1 */
     fk_cost (*unknown_cost)(const fk_layout *layouts, int n_layouts, const fk_dtypes *dtypes,
                             const fk_params *params);
+    /* threads (since ABI 2): run fn(context, t) for t in [0, n_tasks) on the process's intra-op
+     * pool, the caller included, and return when all are done (returns the threads used).  Task
+     * order and placement are unspecified; nested and concurrent calls run serially. */
+    int (*parallel_for)(int64_t n_tasks, fk_task_fn fn, void *context);
+    int (*num_threads)(void);        /* the current setting (fuel_kernel.set_num_threads) */
 } fk_api;
 
 #define FK_API_CAPSULE_NAME "fuel_kernel._dispatch._C_API"
@@ -296,6 +304,8 @@ static const fk_api *fk_api_table __attribute__((unused)) = NULL;
 #define fk_new_runtime_fused_id (fk_api_table->new_runtime_fused_id)
 #define fk_claim_backend (fk_api_table->claim_backend)
 #define fk_unknown_cost (fk_api_table->unknown_cost)
+#define fk_parallel_for (fk_api_table->parallel_for)
+#define fk_num_threads (fk_api_table->num_threads)
 
 #ifdef Py_PYTHON_H
 /* Import the API table; returns 0, or -1 with a Python ImportError set.  Call with the GIL. */

@@ -1,0 +1,207 @@
+/* The intra-op thread pool: one process-wide set of POSIX worker threads that run a kernel's tasks.
+ *
+ * Why a small pool of our own rather than OpenMP: GNU libgomp's threads do not survive fork() (a
+ * child that uses OpenMP after its parent did can hang), PyTorch ships its own copy of libgomp and
+ * SciPy's OpenBLAS its own threads, so a second OpenMP runtime in the process would oversubscribe
+ * the cores with no way to coordinate; and this pool costs nothing until the first large call.
+ *
+ * Contract (fk_parallel_for): run fn(context, t) for every t in [0, n_tasks) and return when all
+ * have finished.  Which thread runs which task is unspecified, so a caller that wants results
+ * independent of the thread count partitions its work into tasks by a rule that does not depend
+ * on the thread count (fuel_kernel/cpu/parallel.h does).  The caller runs tasks too.
+ *
+ * Jobs.  A job is published by filling the job fields and then bumping `generation`.  Every
+ * started worker acknowledges every job (those beyond the job's thread count without running
+ * tasks), and the caller waits for all acknowledgements, so the job fields never change under a
+ * worker.  Tasks are handed out by one atomic counter.  Workers spin briefly between jobs (a plan
+ * runs many kernels back to back) and then sleep on a condition variable.
+ *
+ * Sharing.  One job runs at a time.  A second Python thread that calls a kernel while the pool is
+ * busy, and a task that itself calls a kernel, run their tasks serially on their own thread:
+ * never a deadlock, never more threads than the setting.
+ *
+ * fork().  A child process has none of its parent's workers: an atfork handler resets the pool to
+ * "no workers started" with fresh locks, and the child starts its own on its first large call.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE                       /* sched_getaffinity, CPU_COUNT */
+#endif
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "pool.h"
+
+#define FK_POOL_SPIN 4000                 /* pause iterations before a worker or waiter sleeps */
+
+typedef struct {
+    pthread_mutex_t lock;                 /* guards sleeping, waking and starting workers */
+    pthread_mutex_t busy;                 /* held by the thread whose job the pool is running */
+    pthread_cond_t wake;                  /* a new job (or stop) for sleeping workers */
+    pthread_cond_t done;                  /* the last acknowledgement of a job */
+    int n_started;                        /* workers started (they never exit) */
+    atomic_uint_fast64_t generation;      /* bumped once per job */
+    /* the job: written before generation is bumped, constant until every worker acknowledged */
+    fk_task_fn fn;
+    void *context;
+    int64_t n_tasks;
+    int n_working;                        /* workers that run tasks in this job */
+    atomic_int_fast64_t next_task;
+    atomic_int pending;                   /* workers yet to acknowledge the job */
+} fk_pool;
+
+/* the generation each worker was started at: it owes an acknowledgement to every later job */
+static uint_fast64_t g_worker_start[FK_POOL_MAX_THREADS];
+static fk_pool g_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+                         PTHREAD_COND_INITIALIZER};
+static atomic_int g_num_threads = 0;      /* the setting; 0 = not yet read from the affinity mask */
+static _Thread_local int tls_in_job = 0;  /* this thread is running a job's tasks */
+static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static void run_tasks(fk_task_fn fn, void *context, int64_t n_tasks) {
+    int64_t task;
+    while ((task = atomic_fetch_add_explicit(&g_pool.next_task, 1, memory_order_relaxed)) < n_tasks)
+        fn(context, task);
+}
+
+static void *worker_main(void *arg) {
+    int index = (int)(intptr_t)arg;
+    uint_fast64_t seen = g_worker_start[index];
+    tls_in_job = 1;                       /* a kernel called from a task never nests a job */
+    for (;;) {
+        uint_fast64_t now = seen;
+        for (int spin = 0; spin < FK_POOL_SPIN; spin++) {
+            now = atomic_load_explicit(&g_pool.generation, memory_order_acquire);
+            if (now != seen) break;
+            cpu_relax();
+        }
+        if (now == seen) {
+            pthread_mutex_lock(&g_pool.lock);
+            while ((now = atomic_load_explicit(&g_pool.generation, memory_order_acquire)) == seen)
+                pthread_cond_wait(&g_pool.wake, &g_pool.lock);
+            pthread_mutex_unlock(&g_pool.lock);
+        }
+        seen = now;
+        if (index < g_pool.n_working) run_tasks(g_pool.fn, g_pool.context, g_pool.n_tasks);
+        if (atomic_fetch_sub_explicit(&g_pool.pending, 1, memory_order_acq_rel) == 1) {
+            pthread_mutex_lock(&g_pool.lock);
+            pthread_cond_signal(&g_pool.done);
+            pthread_mutex_unlock(&g_pool.lock);
+        }
+    }
+    return NULL;
+}
+
+static void reset_after_fork(void) {
+    pthread_mutex_t fresh_mutex = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t fresh_cond = PTHREAD_COND_INITIALIZER;
+    g_pool.lock = fresh_mutex;
+    g_pool.busy = fresh_mutex;
+    g_pool.wake = fresh_cond;
+    g_pool.done = fresh_cond;
+    g_pool.n_started = 0;
+    g_pool.n_working = 0;
+    atomic_store(&g_pool.pending, 0);
+    tls_in_job = 0;
+}
+
+static void register_atfork(void) { pthread_atfork(NULL, NULL, reset_after_fork); }
+
+/* Start workers until `wanted` run (fewer if the system refuses threads); called holding busy. */
+static int ensure_workers(int wanted) {
+    pthread_once(&g_atfork_once, register_atfork);
+    if (wanted > FK_POOL_MAX_THREADS - 1) wanted = FK_POOL_MAX_THREADS - 1;
+    pthread_mutex_lock(&g_pool.lock);
+    while (g_pool.n_started < wanted) {
+        pthread_t thread;
+        pthread_attr_t attr;
+        int failed;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        g_worker_start[g_pool.n_started] = atomic_load(&g_pool.generation);
+        failed = pthread_create(&thread, &attr, worker_main, (void *)(intptr_t)g_pool.n_started);
+        pthread_attr_destroy(&attr);
+        if (failed) break;
+        g_pool.n_started++;
+    }
+    pthread_mutex_unlock(&g_pool.lock);
+    return g_pool.n_started;
+}
+
+int fk_affinity_cpus(void) {
+#ifdef CPU_COUNT
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+#endif
+    return 1;
+}
+
+int fk_get_num_threads(void) {
+    int n = atomic_load_explicit(&g_num_threads, memory_order_relaxed);
+    if (n == 0) {
+        n = fk_affinity_cpus();
+        if (n > FK_POOL_MAX_THREADS) n = FK_POOL_MAX_THREADS;
+        atomic_store(&g_num_threads, n);
+    }
+    return n;
+}
+
+int fk_set_num_threads(int n) {
+    if (n < 1 || n > FK_POOL_MAX_THREADS) return -1;
+    atomic_store(&g_num_threads, n);
+    return 0;
+}
+
+int fk_parallel_for(int64_t n_tasks, fk_task_fn fn, void *context) {
+    int threads = fk_get_num_threads(), workers, spin;
+    int64_t task;
+    if (n_tasks <= 0) return 1;
+    if (threads > n_tasks) threads = (int)n_tasks;
+    if (threads <= 1 || tls_in_job || pthread_mutex_trylock(&g_pool.busy) != 0) {
+        for (task = 0; task < n_tasks; task++) fn(context, task);
+        return 1;
+    }
+    workers = ensure_workers(threads - 1);
+    if (workers == 0) {
+        pthread_mutex_unlock(&g_pool.busy);
+        for (task = 0; task < n_tasks; task++) fn(context, task);
+        return 1;
+    }
+    g_pool.fn = fn;
+    g_pool.context = context;
+    g_pool.n_tasks = n_tasks;
+    g_pool.n_working = threads - 1;
+    atomic_store_explicit(&g_pool.next_task, 0, memory_order_relaxed);
+    atomic_store_explicit(&g_pool.pending, workers, memory_order_relaxed);
+    pthread_mutex_lock(&g_pool.lock);     /* a worker between its check and its wait sees this */
+    atomic_fetch_add_explicit(&g_pool.generation, 1, memory_order_acq_rel);
+    pthread_cond_broadcast(&g_pool.wake);
+    pthread_mutex_unlock(&g_pool.lock);
+
+    tls_in_job = 1;
+    run_tasks(fn, context, n_tasks);
+    tls_in_job = 0;
+
+    for (spin = 0; spin < FK_POOL_SPIN && atomic_load_explicit(&g_pool.pending, memory_order_acquire); spin++)
+        cpu_relax();
+    if (atomic_load_explicit(&g_pool.pending, memory_order_acquire)) {
+        pthread_mutex_lock(&g_pool.lock);
+        while (atomic_load_explicit(&g_pool.pending, memory_order_acquire))
+            pthread_cond_wait(&g_pool.done, &g_pool.lock);
+        pthread_mutex_unlock(&g_pool.lock);
+    }
+    pthread_mutex_unlock(&g_pool.busy);
+    return threads;
+}
+
+int fk_pool_workers_started(void) { return g_pool.n_started; }

@@ -1,0 +1,336 @@
+/* Threaded kernel calls: a large call is cut into tasks that each call the serial kernel on a
+ * block of the output (and the matching blocks of the inputs), run on the intra-op pool.
+ *
+ * The wrappers that the manifest registers (tools/generate_kernels.py writes one per kernel whose
+ * op spec.SPLIT_RULES names a rule) call fk_split_run with the serial kernel and the rule:
+ *   FK_SPLIT_ROWS_n  every output axis but the last n (0: elementwise, 1: softmax, norms, ROPE;
+ *                    2: TRIU/TRIL), inputs matched right-aligned as in broadcasting; an input
+ *                    axis of extent 1 (broadcast) or missing is not cut
+ *   FK_SPLIT_REDUCE  the kept (non-reduced) axes of a reduction with explicit dims
+ *   FK_SPLIT_MATMUL  batch x blocks of rows x blocks of columns of C (m_compute ALL or ROWS)
+ *   FK_SPLIT_CONV2D  images x blocks of output channels (groups = 1; images only otherwise)
+ *   FK_SPLIT_ATTN    batch x kv-head groups x (causal only) blocks of 64-row query blocks, each
+ *                    with the keys up to its last query's diagonal
+ * The blocks are chosen from the shapes alone (a grain of work per task), never from the thread
+ * count, and each output element is computed by the same serial code whatever thread runs its
+ * block, so results are bitwise identical for every thread count.  Blocks never share output
+ * memory.  Calls below the grain run the serial kernel directly (no pool, no extra cost beyond
+ * counting the output).
+ *
+ * Errors.  Task 0 runs first, alone, on the calling thread: every check a kernel makes on shapes,
+ * dtypes, params and storage gives the same answer on each block as on the whole call, so a bad
+ * call fails there with nothing written.  Ops whose kernels check data (an integer division by
+ * zero, index bounds, block tables) have no rule and are never split.  A later task's failure
+ * (none is expected) is reported with its message after every task has stopped.
+ */
+#ifndef FUEL_KERNEL_CPU_PARALLEL_H
+#define FUEL_KERNEL_CPU_PARALLEL_H
+
+#include <stdatomic.h>
+#include <string.h>
+
+#include "fuel_kernel/abi.h"
+
+enum {
+    FK_SPLIT_ROWS_0 = 0, FK_SPLIT_ROWS_1 = 1, FK_SPLIT_ROWS_2 = 2,
+    FK_SPLIT_REDUCE = 8, FK_SPLIT_MATMUL = 9, FK_SPLIT_CONV2D = 10, FK_SPLIT_ATTN = 11
+};
+
+#define FK_SPLIT_GRAIN 32768               /* elements (element-visits for reductions) per task */
+#define FK_SPLIT_FLOPS (4.0 * 1024 * 1024)  /* flops per task below which compute ops stay whole */
+#define FK_SPLIT_TASKS 16                  /* compute ops cut blocks finer until this many tasks */
+
+typedef struct {
+    fk_kernel_fn kernel;
+    const fk_storage *inputs;
+    fk_storage *outputs;
+    const fk_layout *layouts;
+    const fk_params *params;
+    int n_in, n_out, rule, ndim;            /* ndim: of output 0, whose axes the blocks cut */
+    int64_t chunk[FK_MAX_DIMS];             /* block length per output axis */
+    int64_t count[FK_MAX_DIMS];             /* blocks per output axis */
+    int8_t axis[FK_MAX_OPERANDS][FK_MAX_DIMS];   /* operand axis cut with output axis d, or -1 */
+    int64_t group;                          /* FK_SPLIT_ATTN: query heads per kv head */
+    atomic_int status;                      /* the first failure of a later task */
+    char message[FK_ERROR_LEN];
+} fk_split;
+
+static inline int64_t fk_split_div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* Cut output axes [0, ndim - keep) so that each block holds about `grain` units, `unit` per
+ * output element: inner axes whole while they fit, the next axis in chunks, outer axes by one. */
+static void fk_split_rows_grid(fk_split *s, const fk_layout *out, int keep, int64_t unit, int64_t grain) {
+    int64_t inner = unit;
+    int d;
+    for (d = s->ndim - 1 - keep; d >= 0; d--) {
+        int64_t extent = out->shape[d];
+        if (extent <= 1) continue;
+        if (inner <= grain / extent) { inner *= extent; continue; }
+        s->chunk[d] = grain / inner > 1 ? grain / inner : 1;
+        for (d = d - 1; d >= 0; d--) s->chunk[d] = 1;
+        break;
+    }
+}
+
+/* Match operand k's axes to output axes right-aligned; an axis of another extent is not cut. */
+static int fk_split_match_right(fk_split *s, int k, int first, int last) {
+    const fk_layout *op = &s->layouts[k], *out = &s->layouts[s->n_in];
+    int shift = s->ndim - op->ndim;
+    for (int d = first; d < last; d++) {
+        int a = d - shift;
+        if (a < 0 || op->shape[a] == 1) continue;
+        if (op->shape[a] != out->shape[d]) return 0;   /* the kernel reports the mismatch */
+        s->axis[k][d] = (int8_t)a;
+    }
+    return 1;
+}
+
+/* Plan the blocks; returns the task count (1: run the call whole). */
+static int64_t fk_split_plan(fk_split *s) {
+    const fk_layout *out = &s->layouts[s->n_in];
+    int64_t numel = 1, tasks = 1;
+    int d, k, n = s->n_in + s->n_out;
+    if (s->n_out < 1 || n > FK_MAX_OPERANDS || out->ndim < 1 || out->ndim > FK_MAX_DIMS) return 1;
+    s->ndim = out->ndim;
+    for (d = 0; d < s->ndim; d++) {
+        s->chunk[d] = out->shape[d];                  /* whole unless the rule cuts the axis */
+        if (out->shape[d] <= 0) return 1;
+        if (__builtin_mul_overflow(numel, out->shape[d], &numel)) return 1;
+    }
+    for (k = 0; k < n; k++) {
+        if (s->layouts[k].ndim < 0 || s->layouts[k].ndim > FK_MAX_DIMS) return 1;
+        for (d = 0; d < FK_MAX_DIMS; d++) s->axis[k][d] = -1;
+    }
+    for (k = s->n_in; k < n; k++) {                   /* outputs share output 0's shape */
+        if (s->layouts[k].ndim != s->ndim) return 1;
+        for (d = 0; d < s->ndim; d++) {
+            if (s->layouts[k].shape[d] != out->shape[d]) return 1;
+            s->axis[k][d] = (int8_t)d;
+        }
+    }
+    switch (s->rule) {
+    case FK_SPLIT_ROWS_0: case FK_SPLIT_ROWS_1: case FK_SPLIT_ROWS_2: {
+        int keep = s->rule - FK_SPLIT_ROWS_0;
+        if (numel < 2 * FK_SPLIT_GRAIN || s->ndim <= keep) return 1;
+        for (k = 0; k < s->n_in; k++)
+            if (!fk_split_match_right(s, k, 0, s->ndim - keep)) return 1;
+        fk_split_rows_grid(s, out, keep, 1, FK_SPLIT_GRAIN);
+        break;
+    }
+    case FK_SPLIT_REDUCE: {
+        const fk_layout *in = &s->layouts[0];
+        int reduced[FK_MAX_DIMS] = {0}, keepdim, j = 0;
+        int64_t in_numel = 1;
+        if (s->n_in != 1 || s->params == NULL || s->params->kind != FK_PARAMS_REDUCE) return 1;
+        if (s->params->u.reduce.ndims == 0 || s->params->u.reduce.ndims > in->ndim) return 1;
+        keepdim = s->params->u.reduce.keepdim != 0;
+        for (d = 0; d < s->params->u.reduce.ndims; d++) {
+            int a = s->params->u.reduce.dims[d];
+            a = a < 0 ? a + in->ndim : a;
+            if (a < 0 || a >= in->ndim) return 1;
+            reduced[a] = 1;
+        }
+        for (d = 0; d < in->ndim; d++) {
+            if (__builtin_mul_overflow(in_numel, in->shape[d], &in_numel)) return 1;
+            if (reduced[d]) { j += keepdim; continue; }
+            if (j >= s->ndim || in->shape[d] != out->shape[j]) return 1;
+            s->axis[0][j++] = (int8_t)d;
+        }
+        if (j != s->ndim || in_numel < 2 * FK_SPLIT_GRAIN) return 1;
+        fk_split_rows_grid(s, out, 0, in_numel / numel, FK_SPLIT_GRAIN);
+        break;
+    }
+    case FK_SPLIT_MATMUL: {
+        const fk_layout *A = &s->layouts[0], *B = &s->layouts[1];
+        int64_t m, nn, kk, mc, nc;
+        if (s->n_in != 2 || s->ndim < 2 || A->ndim < 2 || B->ndim < 2 || s->params == NULL) return 1;
+        if (s->params->kind == FK_PARAMS_MATMUL) {
+            int kind = s->params->u.matmul.m_compute.kind;
+            if ((kind != FK_MATMUL_M_ALL && kind != FK_MATMUL_M_ROWS) ||
+                s->params->u.matmul.batch_ndim != s->ndim - 2) return 1;
+        } else if (s->params->kind != FK_PARAMS_NONE) {
+            return 1;
+        }
+        m = out->shape[s->ndim - 2];
+        nn = out->shape[s->ndim - 1];
+        kk = A->shape[A->ndim - 1];
+        if (A->shape[A->ndim - 2] != m || B->shape[B->ndim - 1] != nn || B->shape[B->ndim - 2] != kk) return 1;
+        if (2.0 * (double)numel * (double)kk < 2 * FK_SPLIT_FLOPS) return 1;
+        for (k = 0; k < 2; k++) {                      /* batch axes right-aligned */
+            const fk_layout *op = &s->layouts[k];
+            int shift = (s->ndim - 2) - (op->ndim - 2);
+            for (d = 0; d < s->ndim - 2; d++) {
+                int a = d - shift;
+                if (a < 0 || op->shape[a] == 1) continue;
+                if (op->shape[a] != out->shape[d]) return 1;
+                s->axis[k][d] = (int8_t)a;
+            }
+        }
+        s->axis[0][s->ndim - 2] = (int8_t)(A->ndim - 2);
+        s->axis[1][s->ndim - 1] = (int8_t)(B->ndim - 1);
+        for (d = 0; d < s->ndim - 2; d++) { s->chunk[d] = 1; tasks *= out->shape[d]; }
+        /* 256 x 256 blocks (packing a block's panels costs ~1/256 of its flops), halved down to
+         * 64 while there are fewer than FK_SPLIT_TASKS blocks and a block keeps its flops grain */
+        mc = m < 256 ? m : 256;
+        nc = nn < 256 ? nn : 256;
+        while (tasks * fk_split_div_up(m, mc) * fk_split_div_up(nn, nc) < FK_SPLIT_TASKS) {
+            int64_t next_mc = mc, next_nc = nc;
+            if (mc >= nc && mc >= 128) next_mc = mc / 2;
+            else if (nc >= 128) next_nc = nc / 2;
+            else break;
+            if (2.0 * (double)next_mc * (double)next_nc * (double)kk < FK_SPLIT_FLOPS) break;
+            mc = next_mc;
+            nc = next_nc;
+        }
+        s->chunk[s->ndim - 2] = mc;
+        s->chunk[s->ndim - 1] = nc;
+        break;
+    }
+    case FK_SPLIT_CONV2D: {
+        const fk_layout *w = &s->layouts[1];
+        int64_t oc, images, occ, flops_per_out;
+        if (s->ndim != 4 || s->layouts[0].ndim != 4 || w->ndim != 4 || s->params == NULL ||
+            s->params->kind != FK_PARAMS_CONV2D) return 1;
+        images = out->shape[0];
+        oc = out->shape[1];
+        if (s->layouts[0].shape[0] != images || w->shape[0] != oc) return 1;
+        flops_per_out = 2 * w->shape[1] * w->shape[2] * w->shape[3];
+        if ((double)numel * (double)flops_per_out < 2 * FK_SPLIT_FLOPS) return 1;
+        s->axis[0][0] = 0;
+        s->axis[1][1] = 0;
+        if (s->n_in == 3) {
+            if (s->layouts[2].ndim != 1 || s->layouts[2].shape[0] != oc) return 1;
+            s->axis[2][1] = 0;
+        }
+        occ = oc;
+        if (s->params->u.conv2d.groups == 1)
+            while (images * fk_split_div_up(oc, occ) < FK_SPLIT_TASKS && occ >= 32 &&
+                   (double)(numel / oc) * (double)(occ / 2) * (double)flops_per_out >= FK_SPLIT_FLOPS)
+                occ /= 2;
+        s->chunk[0] = 1;
+        s->chunk[1] = occ;
+        break;
+    }
+    case FK_SPLIT_ATTN: {
+        const fk_layout *q = &s->layouts[0], *kl = &s->layouts[1], *v = &s->layouts[2];
+        const fk_flash_attn_params *p;
+        int64_t b, hq, hk, sq, sk, qc;
+        if (s->n_in != 3 || s->ndim != 4 || q->ndim != 4 || kl->ndim != 4 || v->ndim != 4 ||
+            s->params == NULL || s->params->kind != FK_PARAMS_FLASH_ATTN) return 1;
+        p = &s->params->u.flash_attn;
+        b = out->shape[0]; hq = out->shape[1]; sq = out->shape[2];
+        hk = kl->shape[1]; sk = kl->shape[2];
+        if (hk <= 0 || hq % hk || q->shape[0] != b || kl->shape[0] != b || v->shape[0] != b ||
+            v->shape[1] != hk || q->shape[1] != hq || q->shape[2] != sq || v->shape[2] != sk) return 1;
+        if (4.0 * (double)numel * (double)q->shape[3] * (double)sk < 2 * FK_SPLIT_FLOPS) return 1;
+        s->group = hq / hk;
+        for (d = 0; d < 3; d++) s->axis[0][d] = (int8_t)d;
+        s->axis[1][0] = s->axis[2][0] = 0;          /* heads and keys: see fk_split_task */
+        qc = sq;
+        if (p->causal && sq > 64) {
+            qc = 256 < sq ? 256 : sq;
+            while (b * (hq / s->group) * fk_split_div_up(sq, qc) < FK_SPLIT_TASKS && qc > 64) qc /= 2;
+            qc = (qc + 63) / 64 * 64;
+        }
+        s->chunk[0] = 1;
+        s->chunk[1] = s->group;
+        s->chunk[2] = qc;
+        s->chunk[3] = out->shape[3];
+        break;
+    }
+    default:
+        return 1;
+    }
+    tasks = 1;
+    for (d = 0; d < s->ndim; d++) {
+        if (s->chunk[d] < 1) s->chunk[d] = 1;
+        s->count[d] = fk_split_div_up(out->shape[d], s->chunk[d]);
+        tasks *= s->count[d];
+    }
+    return tasks;
+}
+
+static int fk_split_call(fk_split *s, int64_t task) {
+    fk_layout layouts[FK_MAX_OPERANDS];
+    fk_params params;
+    int64_t lo[FK_MAX_DIMS], len[FK_MAX_DIMS];
+    const fk_layout *out = &s->layouts[s->n_in];
+    int n = s->n_in + s->n_out, d, k;
+    memcpy(layouts, s->layouts, (size_t)n * sizeof(fk_layout));
+    for (d = s->ndim - 1; d >= 0; d--) {
+        int64_t block = task % s->count[d];
+        task /= s->count[d];
+        lo[d] = block * s->chunk[d];
+        len[d] = out->shape[d] - lo[d] < s->chunk[d] ? out->shape[d] - lo[d] : s->chunk[d];
+    }
+    for (k = 0; k < n; k++)
+        for (d = 0; d < s->ndim; d++) {
+            int a = s->axis[k][d];
+            if (a < 0) continue;
+            layouts[k].offset += lo[d] * layouts[k].strides[a];
+            layouts[k].shape[a] = len[d];
+        }
+    if (s->params == NULL) return s->kernel(s->inputs, s->n_in, s->outputs, s->n_out, layouts, NULL);
+    params = *s->params;
+    if (s->rule == FK_SPLIT_MATMUL && params.kind == FK_PARAMS_MATMUL) {
+        fk_matmul_params *mp = &params.u.matmul;
+        for (d = 0; d < s->ndim - 2; d++) mp->batch[d] = len[d];
+        mp->m = len[s->ndim - 2];
+        mp->n = len[s->ndim - 1];
+        if (mp->m_compute.kind == FK_MATMUL_M_ROWS) {
+            int64_t rows = mp->m_compute.value - lo[s->ndim - 2];
+            mp->m_compute.value = rows < 0 ? 0 : rows > mp->m ? mp->m : rows;
+        }
+    } else if (s->rule == FK_SPLIT_ATTN) {
+        /* the block's kv head; keys up to the diagonal of its last query (those past it are
+         * masked for every query of the block), so query i keeps key position i + Sk - Sq */
+        int64_t sq = out->shape[2], sk = s->layouts[1].shape[2];
+        int64_t keys = lo[2] + len[2] + sk - sq;
+        keys = keys < 0 ? 0 : keys > sk ? sk : keys;
+        for (k = 1; k <= 2; k++) {
+            layouts[k].offset += lo[1] / s->group * layouts[k].strides[1];
+            layouts[k].shape[1] = len[1] / s->group;
+            layouts[k].shape[2] = keys;
+        }
+    }
+    return s->kernel(s->inputs, s->n_in, s->outputs, s->n_out, layouts, &params);
+}
+
+static void fk_split_task(void *context, int64_t task) {
+    fk_split *s = (fk_split *)context;
+    int status, expected = FK_OK;
+    if (atomic_load_explicit(&s->status, memory_order_relaxed) != FK_OK) return;
+    status = fk_split_call(s, task + 1);
+    if (status != FK_OK && atomic_compare_exchange_strong(&s->status, &expected, status)) {
+        const char *message = fk_error_status() == status ? fk_error_message() : "a threaded block failed";
+        strncpy(s->message, message, sizeof(s->message) - 1);
+        s->message[sizeof(s->message) - 1] = '\0';
+    }
+}
+
+/* Run `kernel` on the call, cut into blocks by `rule` when it is large enough. */
+static int fk_split_run(fk_kernel_fn kernel, int rule, const fk_storage *inputs, int n_in, fk_storage *outputs,
+                        int n_out, const fk_layout *layouts, const fk_params *params) {
+    fk_split s;
+    int64_t tasks;
+    int status;
+    s.kernel = kernel;
+    s.inputs = inputs;
+    s.outputs = outputs;
+    s.layouts = layouts;
+    s.params = params;
+    s.n_in = n_in;
+    s.n_out = n_out;
+    s.rule = rule;
+    tasks = fk_split_plan(&s);
+    if (tasks <= 1) return kernel(inputs, n_in, outputs, n_out, layouts, params);
+    status = fk_split_call(&s, 0);                 /* validates the call before anything else */
+    if (status != FK_OK) return status;
+    atomic_init(&s.status, FK_OK);
+    s.message[0] = '\0';
+    fk_parallel_for(tasks - 1, fk_split_task, &s);
+    status = atomic_load(&s.status);
+    if (status != FK_OK) fk_set_error(status, "%s", s.message);
+    return status;
+}
+#endif

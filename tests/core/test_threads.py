@@ -1,0 +1,240 @@
+"""Intra-op threads: the thread-count controls, and every threaded binding giving the same bits
+for 1, 2, 3, 7 and 16 threads, right against its oracle, with no write outside the output.
+
+The threaded bindings are those whose op spec.SPLIT_RULES names (fuel_kernel/cpu/parallel.h cuts
+a call into blocks only above a grain of work, so the cases here are just large enough to be cut
+into several blocks).  Each binding runs one large case per layout in LAYOUTS (its layout chosen
+round-robin over the bindings of an op), through the fuzz suite's checker (tests/fuzzing.py).
+"""
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import fuel_kernel as fk
+from fuel_kernel import spec
+
+from fuzzing import Case, fill, guarded, random_values, run_case
+
+D = fk.DType
+P = fk.params
+THREAD_COUNTS = (1, 2, 3, 7, 16)
+LAYOUTS = ("contiguous", "strided", "negative", "offset", "broadcast", "fortran")
+
+
+# ---- the controls ------------------------------------------------------------------------------
+def test_set_get_and_context_manager_restore():
+    before = fk.get_num_threads()
+    assert before >= 1
+    with fk.threads(3) as n:
+        assert n == 3 and fk.get_num_threads() == 3
+        with fk.threads(1):
+            assert fk.get_num_threads() == 1
+        assert fk.get_num_threads() == 3
+    assert fk.get_num_threads() == before
+    fk.set_num_threads(2)
+    try:
+        assert fk.get_num_threads() == 2
+    finally:
+        fk.set_num_threads(before)
+
+
+@pytest.mark.parametrize("bad, error", [(0, ValueError), (-1, ValueError), (10 ** 6, ValueError),
+                                        (2.0, TypeError), ("2", TypeError), (True, TypeError)])
+def test_bad_thread_counts_are_typed_errors(bad, error):
+    before = fk.get_num_threads()
+    with pytest.raises(error):
+        fk.set_num_threads(bad)
+    assert fk.get_num_threads() == before
+
+
+def _python(code, **env):
+    full_env = dict(os.environ, **env)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env,
+                          cwd=os.getcwd(), check=True)
+
+
+def test_environment_variable_sets_the_default():
+    out = _python("import fuel_kernel as fk; print(fk.get_num_threads())", FUEL_KERNEL_NUM_THREADS="3")
+    assert out.stdout.strip() == "3"
+    default = _python("import os, fuel_kernel as fk; print(fk.get_num_threads(), len(os.sched_getaffinity(0)))",
+                      FUEL_KERNEL_NUM_THREADS="")
+    got, cpus = default.stdout.split()
+    assert got == cpus
+    bad = _python("import fuel_kernel as fk; print(fk.get_num_threads())", FUEL_KERNEL_NUM_THREADS="many")
+    assert "FUEL_KERNEL_NUM_THREADS='many'" in bad.stderr and bad.stdout.strip() == cpus
+
+
+def test_child_process_after_fork_runs_threaded_kernels():
+    x = np.arange(1 << 18, dtype=np.float32)
+    with fk.threads(2):
+        expected = fk.dispatch("EXP", [x])          # the parent has started its workers
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:                                 # child: its own pool, same bits
+            try:
+                ok = np.array_equal(fk.dispatch("EXP", [x]), expected)
+                os.write(write, b"1" if ok else b"0")
+            finally:
+                os._exit(0)
+        os.close(write)
+        answer = os.read(read, 1)
+        os.close(read)
+        os.waitpid(pid, 0)
+    assert answer == b"1"
+
+
+def test_python_threads_share_the_pool():
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((384, 256)).astype(np.float32)
+    b = rng.standard_normal((256, 384)).astype(np.float32)
+    x = rng.standard_normal(1 << 18).astype(np.float32)
+    with fk.threads(1):
+        want_mm, want_exp = fk.dispatch("MATMUL", [a, b]), fk.dispatch("EXP", [x])
+    failures = []
+
+    def work():
+        for _ in range(20):
+            if not (np.array_equal(fk.dispatch("MATMUL", [a, b]), want_mm)
+                    and np.array_equal(fk.dispatch("EXP", [x]), want_exp)):
+                failures.append(1)
+
+    with fk.threads(4):
+        workers = [threading.Thread(target=work) for _ in range(4)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(timeout=120)
+        assert not any(w.is_alive() for w in workers), "a kernel call deadlocked"
+    assert not failures
+
+
+def test_visible_to_threadpoolctl():
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    if not hasattr(threadpoolctl, "register"):
+        pytest.skip("threadpoolctl < 3.2 lists no custom libraries")
+    before = fk.get_num_threads()
+    infos = [i for i in threadpoolctl.threadpool_info() if i["user_api"] == "fuel_kernel"]
+    assert len(infos) == 1 and infos[0]["num_threads"] == before
+    with threadpoolctl.threadpool_limits(1, user_api="fuel_kernel"):
+        assert fk.get_num_threads() == 1
+    assert fk.get_num_threads() == before
+
+
+def test_blas_sibling_follows_the_setting():
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    from fuel_kernel.cpu import blas_sibling_loaded
+    from fuel_kernel.threads import _scipy_blas_controllers
+    if not blas_sibling_loaded() or not _scipy_blas_controllers():
+        pytest.skip("SciPy's BLAS is not loaded")
+    with fk.threads(1):
+        assert all(lib.num_threads == 1 for lib in _scipy_blas_controllers())
+    assert all(lib.num_threads == fk.get_num_threads() for lib in _scipy_blas_controllers())
+
+
+# ---- every threaded binding: same bits for every thread count, right against the oracle --------
+def threaded_bindings():
+    """(op, dtypes, Kernel, rule) of every CPU kernel that runs threaded, siblings included."""
+    rows = []
+    table = fk.bindings()
+    for b in table.coverage():
+        if b.backend != fk.Backend.CPU or not isinstance(b.op, fk.OpKind):
+            continue
+        names = tuple(D(d).name for d in b.dtypes)
+        for kernel in table.alternatives(b.op, b.dtypes, fk.Backend.CPU):
+            rule = spec.split_rule(b.op.name, names, kernel.source)
+            if rule is not None:
+                rows.append((b.op, tuple(b.dtypes), kernel, rule))
+    return rows
+
+
+BINDINGS = threaded_bindings()
+
+
+def large_shapes(op, rule, n_in):
+    """Input shapes, output shape and params of a call big enough to be cut into blocks."""
+    name = op.name
+    if rule == "ROWS_0":
+        return [(260, 300)] * n_in, (260, 300), {"AFFINE": P.affine(0.5, -1.0), "CLAMP": P.clamp(-2, 3),
+                                                 "POWI": P.powi(3), "MASKED_FILL": P.masked_fill(2.5)}.get(name)
+    if rule == "ROWS_1":
+        if name == "ROPE":
+            return [(3, 4, 64, 128), (64, 64), (64, 64)], (3, 4, 64, 128), P.rope(False)
+        shapes = [(300, 256), (256,), (256,)][:n_in]
+        return shapes, (300, 256), P.norm_last_dim(1e-5) if "NORM" in name else None
+    if rule == "ROWS_2":
+        return [(4, 130, 130)], (4, 130, 130), P.triangular(1)
+    if rule == "REDUCE":
+        return [(300, 256)], (300,), P.reduce((1,))
+    if rule == "MATMUL":
+        return [(3, 96, 128), (128, 200)], (3, 96, 200), None
+    if rule == "CONV2D":
+        return [(2, 16, 24, 24), (64, 16, 3, 3), (64,)][:n_in], (2, 64, 22, 22), P.conv2d(1, 0, 1, 1)
+    if rule == "ATTN":
+        return [(1, 4, 256, 32), (1, 2, 256, 32), (1, 2, 256, 32)], (1, 4, 256, 32), \
+            P.flash_attn(0.2, causal=True, window_left=100)
+    raise AssertionError(rule)
+
+
+def make_case(op, dtypes, rule, layout, seed):
+    rng = np.random.default_rng(seed)
+    n_in = len(dtypes) - 1
+    in_shapes, out_shape, params = large_shapes(op, rule, n_in)
+    inputs = []
+    for k, (shape, dtype) in enumerate(zip(in_shapes, dtypes[:n_in])):
+        # broadcast inputs of a 2-d elementwise call come in as rows or columns of stride 0
+        operand = guarded(shape, D(dtype).numpy, layout if rule != "ATTN" or layout != "broadcast"
+                          else "contiguous", rng)
+        mode = "special" if D(dtype).is_float and rule in ("ROWS_0", "REDUCE") else "plain"
+        fill(operand, random_values(shape, dtype, rng, mode))
+        inputs.append(operand)
+    output = guarded(out_shape, D(dtypes[-1]).numpy, "negative" if layout == "negative" else "contiguous", rng)
+    return Case(op, dtypes, "valid", "call", inputs, output, params, out_shape=out_shape)
+
+
+@pytest.mark.parametrize("op", sorted({b[0] for b in BINDINGS}, key=int), ids=lambda op: op.name)
+def test_threaded_bindings_same_bits_for_every_thread_count(op):
+    rows = [b for b in BINDINGS if b[0] == op]
+    assert rows
+    for index, (_, dtypes, kernel, rule) in enumerate(rows):
+        layout = LAYOUTS[index % len(LAYOUTS)]
+        case = make_case(op, dtypes, rule, layout, seed=index)
+        fresh = case.output.root.copy()
+        with fk.threads(1):
+            run_case(case, call=lambda views, out, params: kernel(*views, out=out, params=params))
+        want = case.output.root.copy()
+        for threads in THREAD_COUNTS[1:]:
+            case.output.root[...] = fresh
+            with fk.threads(threads):
+                kernel(*[o.view for o in case.inputs], out=case.output.view, params=case.params)
+            assert np.array_equal(case.output.root, want), \
+                f"{op.name}{[D(d).name for d in dtypes]} ({kernel.source}, {layout}): {threads} threads differ from 1"
+
+
+def test_every_rule_is_exercised():
+    assert {b[3] for b in BINDINGS} == set(spec.SPLIT_RULES.values())
+
+
+@pytest.mark.parametrize("op", ["SUM", "MEAN"])
+@pytest.mark.parametrize("dtype", [D.F16, D.BF16, D.F32, D.F64, D.I32, D.U8])
+def test_long_row_sums_same_bits_for_every_thread_count(op, dtype):
+    """A whole-array SUM or MEAN of a long row adds fixed 65536-element blocks on the pool."""
+    rng = np.random.default_rng(7)
+    x = random_values((5 * 65536 + 4099,), dtype, rng, "plain")
+    kernel = fk.bindings().lookup(op, [dtype, D.parse(spec.reduce_output(op, dtype.name))])
+    results = []
+    for threads in THREAD_COUNTS:
+        with fk.threads(threads):
+            results.append(np.asarray(kernel(x)))
+    assert all(r.tobytes() == results[0].tobytes() for r in results[1:])
+    wide = x.astype(np.float64)
+    if dtype.is_float or op == "MEAN":               # the table's claim: max_rel*sum|x| + max_abs
+        expected = wide.sum() if op == "SUM" else wide.mean()
+        claim = spec.CLAIMS[spec.reduce_claim(op, dtype.name)]
+        scale = np.abs(wide).sum() / (1 if op == "SUM" else x.size)
+        assert abs(float(results[0]) - expected) <= claim.max_rel * scale + claim.max_abs
+    else:                                             # integers accumulate exactly in I64
+        assert int(results[0]) == int(x.astype(np.int64).sum())
