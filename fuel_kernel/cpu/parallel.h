@@ -38,7 +38,7 @@ enum {
 
 #define FK_SPLIT_GRAIN 32768               /* elements (element-visits for reductions) per task */
 #define FK_SPLIT_FLOPS (4.0 * 1024 * 1024)  /* flops per task below which compute ops stay whole */
-#define FK_SPLIT_TASKS 16                  /* compute ops cut blocks finer until this many tasks */
+#define FK_SPLIT_TASKS 32                  /* compute ops cut blocks finer until this many tasks */
 
 typedef struct {
     fk_kernel_fn kernel;
@@ -308,9 +308,10 @@ static void fk_split_task(void *context, int64_t task) {
     }
 }
 
-/* Run `kernel` on the call, cut into blocks by `rule` when it is large enough. */
-static int fk_split_run(fk_kernel_fn kernel, int rule, const fk_storage *inputs, int n_in, fk_storage *outputs,
-                        int n_out, const fk_layout *layouts, const fk_params *params) {
+/* The threaded path of fk_split_run (kept out of line: small calls never set up a plan). */
+__attribute__((noinline)) static int fk_split_large(fk_kernel_fn kernel, int rule, const fk_storage *inputs,
+                                                    int n_in, fk_storage *outputs, int n_out,
+                                                    const fk_layout *layouts, const fk_params *params) {
     fk_split s;
     int64_t tasks;
     int status;
@@ -332,5 +333,31 @@ static int fk_split_run(fk_kernel_fn kernel, int rule, const fk_storage *inputs,
     status = atomic_load(&s.status);
     if (status != FK_OK) fk_set_error(status, "%s", s.message);
     return status;
+}
+
+/* Elements of a layout, saturated at INT64_MAX; 0 for an ndim out of range. */
+static inline int64_t fk_split_numel(const fk_layout *layout) {
+    int64_t n = 1;
+    if (layout->ndim < 0 || layout->ndim > FK_MAX_DIMS) return 0;
+    for (int d = 0; d < layout->ndim; d++)
+        if (__builtin_mul_overflow(n, layout->shape[d], &n)) return INT64_MAX;
+    return n;
+}
+
+/* Run `kernel` on the call, cut into blocks by `rule` when it is large enough.  The size test
+ * (the largest of the output and the first two inputs) costs a few nanoseconds; only calls past
+ * it plan blocks, and the plan may still decide to run the call whole. */
+static inline int fk_split_run(fk_kernel_fn kernel, int rule, const fk_storage *inputs, int n_in,
+                               fk_storage *outputs, int n_out, const fk_layout *layouts, const fk_params *params) {
+    int64_t largest = 0, at_least = rule <= FK_SPLIT_REDUCE ? 2 * FK_SPLIT_GRAIN : 4096;
+    if (n_out >= 1 && n_in >= 0 && n_in + n_out <= FK_MAX_OPERANDS) {
+        largest = fk_split_numel(&layouts[n_in]);
+        for (int k = 0; k < n_in && k < 2; k++) {
+            int64_t n = fk_split_numel(&layouts[k]);
+            largest = n > largest ? n : largest;
+        }
+    }
+    if (largest < at_least) return kernel(inputs, n_in, outputs, n_out, layouts, params);
+    return fk_split_large(kernel, rule, inputs, n_in, outputs, n_out, layouts, params);
 }
 #endif
