@@ -547,6 +547,7 @@ def _unary_claims(f32, f64, half="UNARY_HALF_ULP"):
 
 
 def _unary_rows(ops, names, claim, cost="fk_cost_simple"):
+    """The rows of ops on each dtype name T: key [T, T], kernel fk_<op>_<T>, elementwise caps."""
     return KernelRows(ops, same(names, 2), "fk_{op}_{d0}", claim, cost, "FK_ELEMENTWISE_CAPS")
 
 
