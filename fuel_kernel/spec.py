@@ -535,6 +535,142 @@ CPU_KERNELS["attention"] = (
                _ATTN_CLAIMS, "fk_paged_attn_cost", "FK_ATTN_CAPS"),
 )
 
+# unary: the unary elementwise ops and the params ops AFFINE, CLAMP, POWI (key [T, T]) on every
+# float dtype; NEG, ABS, SQR, SIGN, RELU on the signed integers; CLAMP and POWI on every integer
+# dtype (cpu/unary_kernels.h.in).  A float op claims per dtype: its F32 claim for the dtype stored
+# as float, its F64 claim for the one stored as double, and for the dtypes stored narrower than
+# their F32 compute type (F16, BF16) the F32 code rounded once.
+CLAIMS.update({
+    "UNARY_EXACT_HALF": Claim(0, "exact (correctly rounded); F16/BF16 via F32, rounded once"),
+    "UNARY_ONE_ULP": Claim(1, "<= 1 ulp: evaluated in F64 (or the C library), rounded once"),
+    "UNARY_HALF_ULP": Claim(1, "<= 1 ulp: computed in F32, rounded once"),
+    # F32 maxima measured against the F64 C library over sampled inputs in every binade (see
+    # vecmath_f32.h), checked by tests/cpu/elementwise/test_vecmath_f32.py
+    "UNARY_EXP_F32": Claim(1, "<= 1 ulp: vectorized Cody-Waite + degree-6 polynomial"),
+    "UNARY_TANH_F32": Claim(2, "vectorized: -expm1(-2|x|) / (2 + expm1(-2|x|)), one exp reduction"),
+    "UNARY_SIGMOID_F32": Claim(2, "vectorized: fast exp of -|x|, one division"),
+    "UNARY_RSQRT_F32": Claim(1, "vectorized 1/sqrtf: two correctly rounded operations"),
+    "UNARY_LOG_F32": Claim(1, "vectorized: 2^e m split, Cephes logf polynomial"),
+    "UNARY_TRIG_F32": Claim(2, "vectorized: 3-part Cody-Waite pi/2 and Cephes polynomials; |x| > 65536 "
+                               "via F64 C library"),
+    "UNARY_SILU_F32": Claim(3, "vectorized: x exp(-|x|) / (1 + exp(-|x|)), scaled past the subnormals"),
+    "UNARY_GELU_F32": Claim(3, "vectorized: x sigmoid(w), w as a two-float sum"),
+    "UNARY_GELU_ERF_F32": Claim(4, "vectorized: 0.5x erfc(-x/sqrt 2), erfc tail exp(-a^2) erfcx(a) with a^2 "
+                                   "in two floats"),
+    "UNARY_ERF_F32": Claim(1, "vectorized: odd polynomial below 1, 1 - exp(-x^2) erfcx(x) above"),
+    "UNARY_POWI_F32": Claim(1, "vectorized: exact for exp 1, 2, -1; else exp2(exp log2|x|) in two-float "
+                               "precision"),
+    "UNARY_LIBM_F64": Claim(2, "C library in F64 (glibc documents <= 2 ulp for tanh, erf)"),
+    "UNARY_COMPOSED_F64": Claim(4, "composed from C library calls in F64"),
+    # The negative tail of GELU is ill-conditioned in its inner argument (relative error grows like
+    # x^2 * eps), so an ulp bound would be meaningless there: a relative bound, measured to 3.7e-13
+    # over [-40, 40], with an absolute floor for results deep in the subnormals.
+    "UNARY_GELU_F64": Claim(0, "rel <= 1e-12 (abs 1e-300): F64 formula, tail conditioned by x^2", 1e-12, 1e-300),
+    "UNARY_AFFINE": Claim(0, "exact: x*mul then +add, each rounded in the compute type"),
+})
+
+
+def _unary_claims(f32, f64, half="UNARY_HALF_ULP"):
+    """A float unary op's claim per float dtype name: f32 for the dtype stored as float, f64 for
+    the one stored as double, half for those stored narrower than their compute type."""
+    return {d.name: f32 if d.ctype == "float" else f64 if d.ctype == "double" else half
+            for d in DTYPES if d.kind == "float"}
+
+
+def _unary_rows(ops, names, claim, cost="fk_cost_simple"):
+    """The rows of ops on each dtype name T: key [T, T], kernel fk_<op>_<T>, elementwise caps."""
+    return KernelRows(ops, same(names, 2), "fk_{op}_{d0}", claim, cost, "FK_ELEMENTWISE_CAPS")
+
+
+_UNARY_EXACT = _unary_claims("EXACT", "EXACT", "UNARY_EXACT_HALF")
+CPU_KERNELS["unary"] = (
+    _unary_rows(("NEG", "ABS", "SQR", "SQRT", "RECIP", "RELU", "STEP", "FLOOR", "CEIL", "ROUND", "SIGN"),
+                FLOAT, _UNARY_EXACT),
+    _unary_rows(("RSQRT",), FLOAT, _unary_claims("UNARY_RSQRT_F32", "UNARY_ONE_ULP")),
+    *(_unary_rows((op,), FLOAT, _unary_claims(f32, f64), "fk_cost_transcendental")
+      for op, f32, f64 in (("EXP", "UNARY_EXP_F32", "UNARY_LIBM_F64"),
+                           ("LOG", "UNARY_LOG_F32", "UNARY_LIBM_F64"),
+                           ("SIN", "UNARY_TRIG_F32", "UNARY_LIBM_F64"),
+                           ("COS", "UNARY_TRIG_F32", "UNARY_LIBM_F64"),
+                           ("TANH", "UNARY_TANH_F32", "UNARY_LIBM_F64"),
+                           ("SIGMOID", "UNARY_SIGMOID_F32", "UNARY_COMPOSED_F64"),
+                           ("SILU", "UNARY_SILU_F32", "UNARY_COMPOSED_F64"),
+                           ("GELU", "UNARY_GELU_F32", "UNARY_GELU_F64"),
+                           ("GELU_ERF", "UNARY_GELU_ERF_F32", "UNARY_GELU_F64"),
+                           ("ERF", "UNARY_ERF_F32", "UNARY_LIBM_F64"))),
+    _unary_rows(("NEG", "ABS", "SQR", "SIGN", "RELU"), SIGNED, "EXACT"),
+    _unary_rows(("AFFINE",), FLOAT, "UNARY_AFFINE"),
+    _unary_rows(("CLAMP",), FLOAT, _UNARY_EXACT),
+    _unary_rows(("CLAMP",), INTEGER, "EXACT"),
+    _unary_rows(("POWI",), FLOAT, _unary_claims("UNARY_POWI_F32", "UNARY_ONE_ULP"), "fk_cost_transcendental"),
+    _unary_rows(("POWI",), INTEGER, "EXACT"),
+)
+
+# norm: SOFTMAX_LAST_DIM, LOG_SOFTMAX_LAST_DIM, RMS_NORM, LAYER_NORM on every float dtype, all
+# operands one dtype (cpu/norm_kernels.h.in).  Source "native" computes in the dtype's compute type;
+# a dtype that computes in F32 (F16, BF16, F32) also gets a "native-f64" sibling that computes in
+# F64 and rounds once, registered after "native" so that plain lookup returns the F32 code.
+# Claims: |err| <= max_rel * scale + max_abs against a long double reference of the same formula
+# (tests/cpu/norm/test_norm.py checks them; the derivations are in the template's opening
+# comment).  max_ulp bounds the same error in ulps of the output dtype at the scale (|y| for
+# softmax and RMS_NORM, |y| + 1 for LOG_SOFTMAX_LAST_DIM, the layer-norm scale S), so that
+# pick(max_ulp=1) selects the F64-compute siblings.  F16/BF16 results are one rounding of an F32
+# value whose error is far below half an ulp of the output: 1 ulp either way.  The F64 keys keep
+# max_ulp 0 (no ulp bound stated), as the other relative-error claims of the CPU table.
+NORM_OPS = tuple(op.name for op in OPS if op.params in ("softmax_last_dim", "norm_last_dim"))
+_Y = "|err| <= max_rel*|y| + max_abs"
+_S = "|err| <= max_rel*S + max_abs"
+_S32 = "S = |w|(|x|+|mean|+std)rstd+|b|"
+_S64 = "S = |w|(|x|+|mean|)rstd+|b|"
+CLAIMS.update({
+    # F32 compute ("native" F16, BF16, F32)
+    "SOFTMAX_F32": Claim(128, _Y + " for D <= 131072; F32 compute", 1.3e-6, 3e-8),
+    "SOFTMAX_F16": Claim(1, _Y + "; F32 compute", 5e-4, 1e-7),
+    "SOFTMAX_BF16": Claim(1, _Y + "; F32 compute", 4e-3, 1e-7),
+    "LOG_SOFTMAX_F32": Claim(17, _Y + " for D <= 131072; F32 compute", 1.3e-7, 1.1e-6),
+    "LOG_SOFTMAX_F16": Claim(1, _Y + "; F32 compute", 5e-4, 1.5e-6),
+    "LOG_SOFTMAX_BF16": Claim(1, _Y + "; F32 compute", 4e-3, 1.5e-6),
+    "RMS_NORM_F32": Claim(6, _Y + "; F32 compute", 3.3e-7, 3e-45),
+    "RMS_NORM_F16": Claim(1, _Y + "; F32 compute", 5e-4, 6e-8),
+    "RMS_NORM_BF16": Claim(1, _Y + "; F32 compute", 4e-3, 1e-38),
+    "LAYER_NORM_F32": Claim(11, _S + " for D <= 131072, " + _S32 + "; F32 compute", 6.5e-7, 3e-45),
+    "LAYER_NORM_F16": Claim(1, _S + ", " + _S32 + "; F32 compute", 5e-4, 6e-8),
+    "LAYER_NORM_BF16": Claim(1, _S + ", " + _S32 + "; F32 compute", 4e-3, 1e-38),
+    # F64 compute: the "native-f64" siblings (one rounding of an F64 result) and the F64 keys
+    "SOFTMAX_F32_IN_F64": Claim(1, _Y + "; F64 compute", 6e-8, 1e-45),
+    "SOFTMAX_F16_IN_F64": Claim(1, _Y + "; F64 compute", 5e-4, 6e-8),
+    "SOFTMAX_BF16_IN_F64": Claim(1, _Y + "; F64 compute", 4e-3, 1e-38),
+    "SOFTMAX_F64": Claim(0, _Y + " for D <= 4096", 3e-14, 1e-16),
+    "LOG_SOFTMAX_F32_IN_F64": Claim(1, _Y + " for D <= 131072; F64 compute", 6e-8, 1e-12),
+    "LOG_SOFTMAX_F16_IN_F64": Claim(1, _Y + "; F64 compute", 5e-4, 6e-8),
+    "LOG_SOFTMAX_BF16_IN_F64": Claim(1, _Y + "; F64 compute", 4e-3, 1e-38),
+    "LOG_SOFTMAX_F64": Claim(0, _Y + " for D <= 4096", 1e-15, 4e-14),
+    "RMS_NORM_F32_IN_F64": Claim(1, "|err| <= max_rel*|y|; F64 compute", 1.2e-7, 0.0),
+    "RMS_NORM_F16_IN_F64": Claim(1, _Y + "; F64 compute", 5e-4, 6e-8),
+    "RMS_NORM_BF16_IN_F64": Claim(1, _Y + "; F64 compute", 4e-3, 1e-38),
+    "RMS_NORM_F64": Claim(0, "|err| <= max_rel*|y|", 1e-14, 0.0),
+    "LAYER_NORM_F32_IN_F64": Claim(1, "|err| <= max_rel*S, " + _S64 + "; F64 compute", 1.2e-7, 0.0),
+    "LAYER_NORM_F16_IN_F64": Claim(1, _S + ", " + _S64 + "; F64 compute", 5e-4, 6e-8),
+    "LAYER_NORM_BF16_IN_F64": Claim(1, _S + ", " + _S64 + "; F64 compute", 4e-3, 1e-38),
+    "LAYER_NORM_F64": Claim(0, "|err| <= max_rel*S, " + _S64, 1e-14, 0.0),
+})
+NORM_IN_F32 = tuple(d.name for d in DTYPES if d.kind == "float" and d.compute == "float")
+
+
+def _norm_rows(op):
+    """An op's "native" rows on every float dtype, then its "native-f64" siblings."""
+    operands = next(o.inputs + o.outputs for o in OPS if o.name == op)
+    claim = op.replace("_LAST_DIM", "")
+    caps = "FK_CAP_STRIDED_INPUT"
+    return (KernelRows((op,), same(FLOAT, operands), "fk_{op}_{d0}", {n: f"{claim}_{n}" for n in FLOAT},
+                       "fk_norm_cost", caps),
+            KernelRows((op,), same(NORM_IN_F32, operands), "fk_{op}_in_f64_{d0}",
+                       {n: f"{claim}_{n}_IN_F64" for n in NORM_IN_F32}, "fk_norm_cost_f64", caps,
+                       "native-f64"))
+
+
+CPU_KERNELS["norm"] = tuple(rows for op in NORM_OPS for rows in _norm_rows(op))
+
 def check():
     """Raise ValueError if the tables break their own rules: numbers are 0..n-1 in order (so that
     appending is the only way to add), names are unique, every op's params family exists."""
