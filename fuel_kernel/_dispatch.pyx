@@ -68,6 +68,7 @@ cdef extern from "pool.h" nogil:
     int fk_set_num_threads(int n)
     int fk_affinity_cpus()
     int fk_pool_workers_started()
+    int64_t fk_pool_calls()
     enum: FK_POOL_MAX_THREADS
 
 cdef extern from "fuel_kernel/strided.h" nogil:
@@ -1468,6 +1469,11 @@ def _affinity_cpus():
 def _workers_started():
     """Worker threads the pool has started in this process (the caller's thread not counted)."""
     return fk_pool_workers_started()
+
+
+def _parallel_calls():
+    """How many times kernels have cut a call into several tasks, in this process so far."""
+    return fk_pool_calls()
 
 
 # ---- diagnostics ----------------------------------------------------------------------------------

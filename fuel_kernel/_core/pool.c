@@ -10,11 +10,15 @@
  * independent of the thread count partitions its work into tasks by a rule that does not depend
  * on the thread count (fuel_kernel/cpu/parallel.h does).  The caller runs tasks too.
  *
- * Jobs.  A job is published by filling the job fields and then bumping `generation`.  Every
- * started worker acknowledges every job (those beyond the job's thread count without running
- * tasks), and the caller waits for all acknowledgements, so the job fields never change under a
- * worker.  Tasks are handed out by one atomic counter.  Workers spin briefly between jobs (a plan
- * runs many kernels back to back) and then sleep on a condition variable.
+ * Jobs.  A job is published by filling the job fields and then bumping `generation` (which the
+ * sleeping workers wait on).  Tasks are claimed from one 64-bit word holding (job number, next
+ * task) by compare-and-swap, so a worker that wakes late, after its job is over, can never claim a
+ * task of the next job by mistake: its swap names the old job and fails.  The caller waits only
+ * for the job's tasks to finish (`remaining`), never for every worker to show up, so one worker
+ * that the OS has not scheduled yet costs nothing.  Job fields change only after every task of
+ * the job is finished, and a task is claimed only while unfinished, so a claimed task always reads
+ * its own job's fields.  Workers spin briefly between jobs (a plan calls kernels back to back) and
+ * then sleep on a condition variable.
  *
  * Sharing.  One job runs at a time.  A second Python thread that calls a kernel while the pool is
  * busy, and a task that itself calls a kernel, run their tasks serially on their own thread:
@@ -34,28 +38,29 @@
 
 #include "pool.h"
 
-#define FK_POOL_SPIN 4000                 /* pause iterations before a worker or waiter sleeps */
+#define FK_POOL_SPIN 20000                /* pause iterations before a worker or waiter sleeps */
+#define FK_POOL_MAX_TASKS ((int64_t)1 << 31)   /* a job's task index fits the claim word's low half */
 
 typedef struct {
     pthread_mutex_t lock;                 /* guards sleeping, waking and starting workers */
     pthread_mutex_t busy;                 /* held by the thread whose job the pool is running */
-    pthread_cond_t wake;                  /* a new job (or stop) for sleeping workers */
-    pthread_cond_t done;                  /* the last acknowledgement of a job */
+    pthread_cond_t wake;                  /* a new job for sleeping workers */
+    pthread_cond_t done;                  /* the last task of a job finished */
     int n_started;                        /* workers started (they never exit) */
-    atomic_uint_fast64_t generation;      /* bumped once per job */
-    /* the job: written before generation is bumped, constant until every worker acknowledged */
+    atomic_uint_fast64_t generation;      /* bumped once per job: what sleeping workers wait for */
+    /* the job: written before `claim` names it, constant until all its tasks are finished */
     fk_task_fn fn;
     void *context;
     int64_t n_tasks;
-    int n_working;                        /* workers that run tasks in this job */
-    atomic_int_fast64_t next_task;
-    atomic_int pending;                   /* workers yet to acknowledge the job */
+    atomic_int n_working;                 /* workers that may claim tasks of the current job */
+    atomic_uint_fast64_t claim;           /* job number << 32 | next unclaimed task */
+    atomic_int_fast64_t remaining;        /* tasks of the current job not yet finished */
+    atomic_int sleeping_waiter;           /* the caller sleeps on `done` */
 } fk_pool;
 
-/* the generation each worker was started at: it owes an acknowledgement to every later job */
-static uint_fast64_t g_worker_start[FK_POOL_MAX_THREADS];
 static fk_pool g_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
                          PTHREAD_COND_INITIALIZER};
+static atomic_int_fast64_t g_calls = 0;  /* fk_parallel_for calls with more than one task */
 static atomic_int g_num_threads = 0;      /* the setting; 0 = not yet read from the affinity mask */
 static _Thread_local int tls_in_job = 0;  /* this thread is running a job's tasks */
 static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
@@ -68,15 +73,33 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-static void run_tasks(fk_task_fn fn, void *context, int64_t n_tasks) {
-    int64_t task;
-    while ((task = atomic_fetch_add_explicit(&g_pool.next_task, 1, memory_order_relaxed)) < n_tasks)
+/* Claim and run tasks of job `job` until none is left. */
+static void run_tasks(uint_fast64_t job) {
+    uint_fast64_t word = atomic_load_explicit(&g_pool.claim, memory_order_acquire);
+    for (;;) {
+        int64_t task = (int64_t)(word & 0xffffffffu);
+        fk_task_fn fn;
+        void *context;
+        if ((word >> 32) != (job & 0xffffffffu) || task >= g_pool.n_tasks) return;
+        fn = g_pool.fn;
+        context = g_pool.context;
+        if (!atomic_compare_exchange_weak_explicit(&g_pool.claim, &word, word + 1, memory_order_acq_rel,
+                                                   memory_order_acquire))
+            continue;                     /* `word` now holds the current value: look again */
         fn(context, task);
+        /* seq_cst with the waiter's flag store and `remaining` load: one of the two sees the other */
+        if (atomic_fetch_sub(&g_pool.remaining, 1) == 1 && atomic_load(&g_pool.sleeping_waiter)) {
+            pthread_mutex_lock(&g_pool.lock);
+            pthread_cond_signal(&g_pool.done);
+            pthread_mutex_unlock(&g_pool.lock);
+        }
+        word = atomic_load_explicit(&g_pool.claim, memory_order_acquire);
+    }
 }
 
 static void *worker_main(void *arg) {
     int index = (int)(intptr_t)arg;
-    uint_fast64_t seen = g_worker_start[index];
+    uint_fast64_t seen = 0;
     tls_in_job = 1;                       /* a kernel called from a task never nests a job */
     for (;;) {
         uint_fast64_t now = seen;
@@ -92,12 +115,7 @@ static void *worker_main(void *arg) {
             pthread_mutex_unlock(&g_pool.lock);
         }
         seen = now;
-        if (index < g_pool.n_working) run_tasks(g_pool.fn, g_pool.context, g_pool.n_tasks);
-        if (atomic_fetch_sub_explicit(&g_pool.pending, 1, memory_order_acq_rel) == 1) {
-            pthread_mutex_lock(&g_pool.lock);
-            pthread_cond_signal(&g_pool.done);
-            pthread_mutex_unlock(&g_pool.lock);
-        }
+        if (index < atomic_load_explicit(&g_pool.n_working, memory_order_acquire)) run_tasks(now);
     }
     return NULL;
 }
@@ -110,14 +128,15 @@ static void reset_after_fork(void) {
     g_pool.wake = fresh_cond;
     g_pool.done = fresh_cond;
     g_pool.n_started = 0;
-    g_pool.n_working = 0;
-    atomic_store(&g_pool.pending, 0);
+    atomic_store(&g_pool.n_working, 0);
+    atomic_store(&g_pool.sleeping_waiter, 0);
     tls_in_job = 0;
 }
 
 static void register_atfork(void) { pthread_atfork(NULL, NULL, reset_after_fork); }
 
-/* Start workers until `wanted` run (fewer if the system refuses threads); called holding busy. */
+/* Start workers until `wanted` run (fewer if the system refuses threads); called holding busy.
+ * A new worker starts having seen the current generation: it joins the next job. */
 static int ensure_workers(int wanted) {
     pthread_once(&g_atfork_once, register_atfork);
     if (wanted > FK_POOL_MAX_THREADS - 1) wanted = FK_POOL_MAX_THREADS - 1;
@@ -128,7 +147,6 @@ static int ensure_workers(int wanted) {
         int failed;
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        g_worker_start[g_pool.n_started] = atomic_load(&g_pool.generation);
         failed = pthread_create(&thread, &attr, worker_main, (void *)(intptr_t)g_pool.n_started);
         pthread_attr_destroy(&attr);
         if (failed) break;
@@ -165,9 +183,12 @@ int fk_set_num_threads(int n) {
 int fk_parallel_for(int64_t n_tasks, fk_task_fn fn, void *context) {
     int threads = fk_get_num_threads(), workers, spin;
     int64_t task;
+    uint_fast64_t job;
     if (n_tasks <= 0) return 1;
+    if (n_tasks > 1) atomic_fetch_add_explicit(&g_calls, 1, memory_order_relaxed);
     if (threads > n_tasks) threads = (int)n_tasks;
-    if (threads <= 1 || tls_in_job || pthread_mutex_trylock(&g_pool.busy) != 0) {
+    if (threads <= 1 || n_tasks >= FK_POOL_MAX_TASKS || tls_in_job ||
+        pthread_mutex_trylock(&g_pool.busy) != 0) {
         for (task = 0; task < n_tasks; task++) fn(context, task);
         return 1;
     }
@@ -177,27 +198,31 @@ int fk_parallel_for(int64_t n_tasks, fk_task_fn fn, void *context) {
         for (task = 0; task < n_tasks; task++) fn(context, task);
         return 1;
     }
+    /* every task of the previous job is finished: its fields are free to change */
+    job = atomic_load_explicit(&g_pool.generation, memory_order_relaxed) + 1;
     g_pool.fn = fn;
     g_pool.context = context;
     g_pool.n_tasks = n_tasks;
-    g_pool.n_working = threads - 1;
-    atomic_store_explicit(&g_pool.next_task, 0, memory_order_relaxed);
-    atomic_store_explicit(&g_pool.pending, workers, memory_order_relaxed);
+    atomic_store_explicit(&g_pool.remaining, n_tasks, memory_order_relaxed);
+    atomic_store_explicit(&g_pool.n_working, threads - 1, memory_order_relaxed);
+    atomic_store_explicit(&g_pool.claim, (job & 0xffffffffu) << 32, memory_order_release);
     pthread_mutex_lock(&g_pool.lock);     /* a worker between its check and its wait sees this */
-    atomic_fetch_add_explicit(&g_pool.generation, 1, memory_order_acq_rel);
+    atomic_store_explicit(&g_pool.generation, job, memory_order_release);
     pthread_cond_broadcast(&g_pool.wake);
     pthread_mutex_unlock(&g_pool.lock);
 
     tls_in_job = 1;
-    run_tasks(fn, context, n_tasks);
+    run_tasks(job);
     tls_in_job = 0;
 
-    for (spin = 0; spin < FK_POOL_SPIN && atomic_load_explicit(&g_pool.pending, memory_order_acquire); spin++)
+    for (spin = 0; spin < FK_POOL_SPIN && atomic_load_explicit(&g_pool.remaining, memory_order_acquire); spin++)
         cpu_relax();
-    if (atomic_load_explicit(&g_pool.pending, memory_order_acquire)) {
+    if (atomic_load_explicit(&g_pool.remaining, memory_order_acquire)) {
         pthread_mutex_lock(&g_pool.lock);
-        while (atomic_load_explicit(&g_pool.pending, memory_order_acquire))
+        atomic_store(&g_pool.sleeping_waiter, 1);
+        while (atomic_load(&g_pool.remaining))
             pthread_cond_wait(&g_pool.done, &g_pool.lock);
+        atomic_store_explicit(&g_pool.sleeping_waiter, 0, memory_order_relaxed);
         pthread_mutex_unlock(&g_pool.lock);
     }
     pthread_mutex_unlock(&g_pool.busy);
@@ -205,3 +230,5 @@ int fk_parallel_for(int64_t n_tasks, fk_task_fn fn, void *context) {
 }
 
 int fk_pool_workers_started(void) { return g_pool.n_started; }
+
+int64_t fk_pool_calls(void) { return atomic_load_explicit(&g_calls, memory_order_relaxed); }

@@ -11,4 +11,5 @@ int fk_get_num_threads(void);
 int fk_set_num_threads(int n);           /* 0, or -1 for n outside [1, FK_POOL_MAX_THREADS] */
 int fk_affinity_cpus(void);              /* CPUs in this process's affinity mask */
 int fk_pool_workers_started(void);
+int64_t fk_pool_calls(void);             /* parallel_for calls with more than one task, so far */
 #endif

@@ -62,6 +62,7 @@ static inline int64_t fk_split_div_up(int64_t a, int64_t b) { return (a + b - 1)
 static void fk_split_rows_grid(fk_split *s, const fk_layout *out, int keep, int64_t unit, int64_t grain) {
     int64_t inner = unit;
     int d;
+    for (d = s->ndim - keep; d < s->ndim; d++) inner *= out->shape[d];   /* no overflow: <= numel */
     for (d = s->ndim - 1 - keep; d >= 0; d--) {
         int64_t extent = out->shape[d];
         if (extent <= 1) continue;
@@ -204,7 +205,8 @@ static int64_t fk_split_plan(fk_split *s) {
         }
         occ = oc;
         if (s->params->u.conv2d.groups == 1)
-            while (images * fk_split_div_up(oc, occ) < FK_SPLIT_TASKS && occ >= 32 &&
+            /* blocks of at least 32 channels: each block repeats the image's im2col */
+            while (images * fk_split_div_up(oc, occ) < FK_SPLIT_TASKS && occ >= 64 &&
                    (double)(numel / oc) * (double)(occ / 2) * (double)flops_per_out >= FK_SPLIT_FLOPS)
                 occ /= 2;
         s->chunk[0] = 1;

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import fuel_kernel as fk
-from fuel_kernel import spec
+from fuel_kernel import _dispatch, spec
 
 from fuzzing import Case, fill, guarded, random_values, run_case
 
@@ -203,8 +203,11 @@ def test_threaded_bindings_same_bits_for_every_thread_count(op):
         layout = LAYOUTS[index % len(LAYOUTS)]
         case = make_case(op, dtypes, rule, layout, seed=index)
         fresh = case.output.root.copy()
+        calls = _dispatch._parallel_calls()
         with fk.threads(1):
             run_case(case, call=lambda views, out, params: kernel(*views, out=out, params=params))
+        assert _dispatch._parallel_calls() > calls, \
+            f"{op.name}{[D(d).name for d in dtypes]} ({kernel.source}) ran whole: the case is too small to cut"
         want = case.output.root.copy()
         for threads in THREAD_COUNTS[1:]:
             case.output.root[...] = fresh
