@@ -152,9 +152,10 @@ def main(argv=None):
     parser.add_argument("--set", default="all", choices=("small", "large", "all"))
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--no-block", action="store_true", help="skip the GPT-2 block")
+    parser.add_argument("--no-peers", action="store_true", help="time fuel_kernel alone")
     args = parser.parse_args(argv)
     threads_list = [int(t) for t in args.threads.split(",")]
-    torch, why = optional_import("torch")
+    torch, why = (None, "--no-peers") if args.no_peers else optional_import("torch")
     if torch is None:
         print(f"(no peers: {why})")
     print(f"{'case':40} {'threads':>7} {'fuel_kernel':>12} {'peer':>12} {'peer time':>10} {'fk/peer':>8} {'speed-up':>8}")

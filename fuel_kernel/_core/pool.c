@@ -41,25 +41,28 @@
 #define FK_POOL_SPIN 20000                /* pause iterations before a worker or waiter sleeps */
 #define FK_POOL_MAX_TASKS ((int64_t)1 << 31)   /* a job's task index fits the claim word's low half */
 
+/* The three words every thread touches live on cache lines of their own: the spinning workers
+ * read `generation` without end, and each task claims through `claim` and finishes through
+ * `remaining`; sharing a line would make every claim evict it from every spinning core. */
 typedef struct {
-    pthread_mutex_t lock;                 /* guards sleeping, waking and starting workers */
+    _Alignas(64) atomic_uint_fast64_t generation;   /* bumped once per job: sleepers wait for it */
+    _Alignas(64) atomic_uint_fast64_t claim;        /* job number << 32 | next unclaimed task */
+    _Alignas(64) atomic_int_fast64_t remaining;     /* tasks of the current job not yet finished */
+    _Alignas(64) pthread_mutex_t lock;              /* guards sleeping, waking, starting workers */
     pthread_mutex_t busy;                 /* held by the thread whose job the pool is running */
     pthread_cond_t wake;                  /* a new job for sleeping workers */
     pthread_cond_t done;                  /* the last task of a job finished */
     int n_started;                        /* workers started (they never exit) */
-    atomic_uint_fast64_t generation;      /* bumped once per job: what sleeping workers wait for */
+    atomic_int n_working;                 /* workers that may claim tasks of the current job */
+    atomic_int sleeping_waiter;           /* the caller sleeps on `done` */
     /* the job: written before `claim` names it, constant until all its tasks are finished */
     fk_task_fn fn;
     void *context;
     int64_t n_tasks;
-    atomic_int n_working;                 /* workers that may claim tasks of the current job */
-    atomic_uint_fast64_t claim;           /* job number << 32 | next unclaimed task */
-    atomic_int_fast64_t remaining;        /* tasks of the current job not yet finished */
-    atomic_int sleeping_waiter;           /* the caller sleeps on `done` */
 } fk_pool;
 
-static fk_pool g_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
-                         PTHREAD_COND_INITIALIZER};
+static fk_pool g_pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .busy = PTHREAD_MUTEX_INITIALIZER,
+                         .wake = PTHREAD_COND_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
 static atomic_int_fast64_t g_calls = 0;  /* fk_parallel_for calls with more than one task */
 static atomic_int g_num_threads = 0;      /* the setting; 0 = not yet read from the affinity mask */
 static _Thread_local int tls_in_job = 0;  /* this thread is running a job's tasks */

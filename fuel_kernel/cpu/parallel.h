@@ -337,29 +337,32 @@ __attribute__((noinline)) static int fk_split_large(fk_kernel_fn kernel, int rul
     return status;
 }
 
-/* Elements of a layout, saturated at INT64_MAX; 0 for an ndim out of range. */
-static inline int64_t fk_split_numel(const fk_layout *layout) {
+/* Whether a layout holds at least `at_least` elements (1 when the count overflows: let the plan
+ * decide; 0 for an ndim out of range: the kernel reports it). */
+static inline __attribute__((always_inline)) int fk_split_holds(const fk_layout *layout, int64_t at_least) {
     int64_t n = 1;
-    if (layout->ndim < 0 || layout->ndim > FK_MAX_DIMS) return 0;
+    if ((unsigned)layout->ndim > FK_MAX_DIMS) return 0;
     for (int d = 0; d < layout->ndim; d++)
-        if (__builtin_mul_overflow(n, layout->shape[d], &n)) return INT64_MAX;
-    return n;
+        if (__builtin_mul_overflow(n, layout->shape[d], &n)) return 1;
+    return n >= at_least;
 }
 
 /* Run `kernel` on the call, cut into blocks by `rule` when it is large enough.  The size test
- * (the largest of the output and the first two inputs) costs a few nanoseconds; only calls past
- * it plan blocks, and the plan may still decide to run the call whole. */
-static inline int fk_split_run(fk_kernel_fn kernel, int rule, const fk_storage *inputs, int n_in,
-                               fk_storage *outputs, int n_out, const fk_layout *layouts, const fk_params *params) {
-    int64_t largest = 0, at_least = rule <= FK_SPLIT_REDUCE ? 2 * FK_SPLIT_GRAIN : 4096;
-    if (n_out >= 1 && n_in >= 0 && n_in + n_out <= FK_MAX_OPERANDS) {
-        largest = fk_split_numel(&layouts[n_in]);
-        for (int k = 0; k < n_in && k < 2; k++) {
-            int64_t n = fk_split_numel(&layouts[k]);
-            largest = n > largest ? n : largest;
-        }
+ * looks at one layout (the output; a reduction's input; also input 0 of the compute ops) and
+ * costs a few nanoseconds; only calls past it plan blocks, and the plan may still run them whole. */
+static inline __attribute__((always_inline))
+int fk_split_run(fk_kernel_fn kernel, int rule, const fk_storage *inputs, int n_in, fk_storage *outputs,
+                 int n_out, const fk_layout *layouts, const fk_params *params) {
+    int large = 0;
+    if (n_out >= 1 && n_in >= 1 && n_in + n_out <= FK_MAX_OPERANDS) {
+        if (rule <= FK_SPLIT_ROWS_2)
+            large = fk_split_holds(&layouts[n_in], 2 * FK_SPLIT_GRAIN);
+        else if (rule == FK_SPLIT_REDUCE)
+            large = fk_split_holds(&layouts[0], 2 * FK_SPLIT_GRAIN);
+        else
+            large = fk_split_holds(&layouts[n_in], 4096) || fk_split_holds(&layouts[0], 4096);
     }
-    if (largest < at_least) return kernel(inputs, n_in, outputs, n_out, layouts, params);
+    if (__builtin_expect(!large, 1)) return kernel(inputs, n_in, outputs, n_out, layouts, params);
     return fk_split_large(kernel, rule, inputs, n_in, outputs, n_out, layouts, params);
 }
 #endif
