@@ -205,8 +205,9 @@ static int64_t fk_split_plan(fk_split *s) {
         }
         occ = oc;
         if (s->params->u.conv2d.groups == 1)
-            /* blocks of at least 32 channels: each block repeats the image's im2col */
-            while (images * fk_split_div_up(oc, occ) < FK_SPLIT_TASKS && occ >= 64 &&
+            /* channel blocks only for fewer than 8 images, of at least 32 channels: each block
+             * repeats its image's im2col, which costs more than idle threads at 2 cores */
+            while (images * fk_split_div_up(oc, occ) < 8 && occ >= 64 &&
                    (double)(numel / oc) * (double)(occ / 2) * (double)flops_per_out >= FK_SPLIT_FLOPS)
                 occ /= 2;
         s->chunk[0] = 1;
