@@ -14,6 +14,7 @@ add up to more threads than asked.  fuel_kernel's pool is also visible to thread
 import contextlib
 import os
 import warnings
+from typing import Any, Iterator
 
 from . import _dispatch
 
@@ -23,12 +24,12 @@ MAX_THREADS = _dispatch.MAX_THREADS
 __all__ = ["get_num_threads", "set_num_threads", "threads"]
 
 
-def get_num_threads():
+def get_num_threads() -> int:
     """The number of threads a large kernel call may use (the calling thread included)."""
     return _dispatch._get_num_threads()
 
 
-def set_num_threads(n):
+def set_num_threads(n: int) -> None:
     """Use up to `n` threads per kernel call from now on (1 = the calling thread only).
 
     Raises TypeError for a non-integer and ValueError outside [1, MAX_THREADS]."""
@@ -42,7 +43,7 @@ def set_num_threads(n):
 
 
 @contextlib.contextmanager
-def threads(n):
+def threads(n: int) -> Iterator[int]:
     """Run the `with` body with `n` threads per kernel call, then restore the previous count."""
     previous = get_num_threads()
     set_num_threads(n)
@@ -52,7 +53,7 @@ def threads(n):
         set_num_threads(previous)
 
 
-def _scipy_blas_controllers():
+def _scipy_blas_controllers() -> list[Any]:
     """threadpoolctl's controllers of the BLAS libraries SciPy ships (the BLAS sibling's), or []."""
     try:
         import threadpoolctl
@@ -63,14 +64,14 @@ def _scipy_blas_controllers():
             if "scipy" in lib.filepath.lower()]
 
 
-def _set_blas_threads(n):
+def _set_blas_threads(n: int) -> None:
     from .cpu import blas_sibling_loaded
     if blas_sibling_loaded():
         for lib in _scipy_blas_controllers():
             lib.set_num_threads(n)
 
 
-def _register_with_threadpoolctl():
+def _register_with_threadpoolctl() -> None:
     """Make the pool one of the libraries threadpoolctl lists and limits (when it is installed)."""
     try:
         import threadpoolctl
@@ -98,7 +99,7 @@ def _register_with_threadpoolctl():
     threadpoolctl.register(FuelKernelController)
 
 
-def _initial_setting():
+def _initial_setting() -> None:
     value = os.environ.get(ENV_VAR, "").strip()
     if not value:
         return

@@ -53,6 +53,8 @@ CORRECT_USE = """
         tx.fill_unset_cost(backend)
     m = fk.params.matmul(4, 4, 4, m_compute=fk.MatmulM.rows(2))
     print(m.kind, m.fields(), fk.OpKind.parse("add").doc, fk.DType.parse(np.float32).itemsize)
+    with fk.threads(2) as n_threads:
+        fk.set_num_threads(fk.get_num_threads() + n_threads - 2)
 
     g = Graph(target_backend=fk.Backend.CPU)
     a = g.input((32, 512), "f32")
