@@ -235,13 +235,15 @@ OPS = (
 # How a large call of an op is cut into blocks that run on the intra-op threads (the rules are
 # described in fuel_kernel/cpu/parallel.h; tools/generate_kernels.py registers each such kernel
 # through a threaded wrapper).  An op not named here always runs whole on the calling thread: its
-# kernels check data (index bounds, block tables) that a block cannot check for the whole call.
+# kernels check data (index bounds, block tables) that a block cannot check for the whole call,
+# or map output blocks to inputs through params this table does not model (SLICE, CONCAT).
 _ELEMENTWISE_OPS = tuple(op.name for op in OPS if op.shape == "broadcast") + ("CONTIGUIZE",)
 SPLIT_RULES = {
     **{name: "ROWS_0" for name in _ELEMENTWISE_OPS},
     **{name: "ROWS_1" for name in ("SOFTMAX_LAST_DIM", "LOG_SOFTMAX_LAST_DIM", "RMS_NORM",
                                    "LAYER_NORM", "ROPE")},
     "TRIU": "ROWS_2", "TRIL": "ROWS_2",
+    **{name: "MOVEMENT" for name in ("CUMSUM", "FLIP", "ROLL", "PAD")},
     **{op.name: "REDUCE" for op in OPS if op.shape == "reduce"},
     "MATMUL": "MATMUL", "CONV2D": "CONV2D", "FLASH_ATTN": "ATTN",
 }

@@ -7,6 +7,8 @@
  *                    2: TRIU/TRIL), inputs matched right-aligned as in broadcasting; an input
  *                    axis of extent 1 (broadcast) or missing is not cut
  *   FK_SPLIT_REDUCE  the kept (non-reduced) axes of a reduction with explicit dims
+ *   FK_SPLIT_MOVEMENT  CUMSUM, FLIP, ROLL, PAD: every axis their params do not name (the cumsum
+ *                    axis, the flipped or rolled dims, the padded dims stay whole)
  *   FK_SPLIT_MATMUL  batch x blocks of rows x blocks of columns of C (m_compute ALL or ROWS)
  *   FK_SPLIT_CONV2D  images x blocks of output channels (groups = 1; images only otherwise)
  *   FK_SPLIT_ATTN    batch x kv-head groups x (causal only) blocks of 64-row query blocks, each
@@ -33,7 +35,8 @@
 
 enum {
     FK_SPLIT_ROWS_0 = 0, FK_SPLIT_ROWS_1 = 1, FK_SPLIT_ROWS_2 = 2,
-    FK_SPLIT_REDUCE = 8, FK_SPLIT_MATMUL = 9, FK_SPLIT_CONV2D = 10, FK_SPLIT_ATTN = 11
+    FK_SPLIT_REDUCE = 8, FK_SPLIT_MATMUL = 9, FK_SPLIT_CONV2D = 10, FK_SPLIT_ATTN = 11,
+    FK_SPLIT_MOVEMENT = 12
 };
 
 #define FK_SPLIT_GRAIN 32768               /* elements (element-visits for reductions) per task */
@@ -57,20 +60,36 @@ typedef struct {
 
 static inline int64_t fk_split_div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-/* Cut output axes [0, ndim - keep) so that each block holds about `grain` units, `unit` per
- * output element: inner axes whole while they fit, the next axis in chunks, outer axes by one. */
-static void fk_split_rows_grid(fk_split *s, const fk_layout *out, int keep, int64_t unit, int64_t grain) {
+/* Cut the output axes not marked in `whole` so that each block holds about `grain` units, `unit`
+ * per output element: the whole axes always, inner cut axes whole while they fit, the next one in
+ * chunks, outer ones by one. */
+static void fk_split_grid(fk_split *s, const fk_layout *out, const int *whole, int64_t unit, int64_t grain) {
     int64_t inner = unit;
     int d;
-    for (d = s->ndim - keep; d < s->ndim; d++) inner *= out->shape[d];   /* no overflow: <= numel */
-    for (d = s->ndim - 1 - keep; d >= 0; d--) {
+    for (d = 0; d < s->ndim; d++)
+        if (whole[d]) inner *= out->shape[d];   /* no overflow: at most the element count */
+    for (d = s->ndim - 1; d >= 0; d--) {
         int64_t extent = out->shape[d];
-        if (extent <= 1) continue;
+        if (whole[d] || extent <= 1) continue;
         if (inner <= grain / extent) { inner *= extent; continue; }
         s->chunk[d] = grain / inner > 1 ? grain / inner : 1;
-        for (d = d - 1; d >= 0; d--) s->chunk[d] = 1;
+        for (d = d - 1; d >= 0; d--)
+            if (!whole[d]) s->chunk[d] = 1;
         break;
     }
+}
+
+/* The same with the last `keep` axes whole. */
+static void fk_split_rows_grid(fk_split *s, const fk_layout *out, int keep, int64_t unit, int64_t grain) {
+    int whole[FK_MAX_DIMS] = {0};
+    for (int d = s->ndim - keep; d < s->ndim; d++) whole[d] = 1;
+    fk_split_grid(s, out, whole, unit, grain);
+}
+
+/* A dim of a movement op's params, counted from the end when negative; -1 when out of range. */
+static inline int fk_split_dim(int dim, int ndim) {
+    dim = dim < 0 ? dim + ndim : dim;
+    return dim >= 0 && dim < ndim ? dim : -1;
 }
 
 /* Match operand k's axes to output axes right-aligned; an axis of another extent is not cut. */
@@ -139,6 +158,46 @@ static int64_t fk_split_plan(fk_split *s) {
         }
         if (j != s->ndim || in_numel < 2 * FK_SPLIT_GRAIN) return 1;
         fk_split_rows_grid(s, out, 0, in_numel / numel, FK_SPLIT_GRAIN);
+        break;
+    }
+    case FK_SPLIT_MOVEMENT: {
+        const fk_layout *in = &s->layouts[0];
+        int whole[FK_MAX_DIMS] = {0}, i, a;
+        if (numel < 2 * FK_SPLIT_GRAIN || s->n_in != 1 || in->ndim != s->ndim || s->params == NULL) return 1;
+        switch (s->params->kind) {
+        case FK_PARAMS_CUMSUM:
+            if ((a = fk_split_dim(s->params->u.cumsum.axis, s->ndim)) < 0) return 1;
+            whole[a] = 1;
+            break;
+        case FK_PARAMS_FLIP:
+            if (s->params->u.flip.ndims > FK_MAX_DIMS) return 1;
+            for (i = 0; i < s->params->u.flip.ndims; i++) {
+                if ((a = fk_split_dim(s->params->u.flip.dims[i], s->ndim)) < 0) return 1;
+                whole[a] = 1;
+            }
+            break;
+        case FK_PARAMS_ROLL:
+            if (s->params->u.roll.ndims > FK_MAX_DIMS) return 1;
+            for (i = 0; i < s->params->u.roll.ndims; i++) {
+                if ((a = fk_split_dim(s->params->u.roll.dims[i], s->ndim)) < 0) return 1;
+                whole[a] = 1;
+            }
+            break;
+        case FK_PARAMS_PAD:
+            if (s->params->u.pad.ndim < 0 || s->params->u.pad.ndim > s->ndim) return 1;
+            for (i = 0; i < s->params->u.pad.ndim; i++)
+                if (s->params->u.pad.before[i] || s->params->u.pad.after[i])
+                    whole[s->ndim - s->params->u.pad.ndim + i] = 1;
+            break;
+        default:
+            return 1;
+        }
+        for (d = 0; d < s->ndim; d++) {
+            if (whole[d]) continue;
+            if (in->shape[d] != out->shape[d]) return 1;   /* the kernel reports the mismatch */
+            s->axis[0][d] = (int8_t)d;
+        }
+        fk_split_grid(s, out, whole, 1, FK_SPLIT_GRAIN);
         break;
     }
     case FK_SPLIT_MATMUL: {
@@ -356,7 +415,7 @@ int fk_split_run(fk_kernel_fn kernel, int rule, const fk_storage *inputs, int n_
                  int n_out, const fk_layout *layouts, const fk_params *params) {
     int large = 0;
     if (n_out >= 1 && n_in >= 1 && n_in + n_out <= FK_MAX_OPERANDS) {
-        if (rule <= FK_SPLIT_ROWS_2)
+        if (rule <= FK_SPLIT_ROWS_2 || rule == FK_SPLIT_MOVEMENT)
             large = fk_split_holds(&layouts[n_in], 2 * FK_SPLIT_GRAIN);
         else if (rule == FK_SPLIT_REDUCE)
             large = fk_split_holds(&layouts[0], 2 * FK_SPLIT_GRAIN);

@@ -169,6 +169,11 @@ def large_shapes(op, rule, n_in):
         return [(4, 130, 130)], (4, 130, 130), P.triangular(1)
     if rule == "REDUCE":
         return [(300, 256)], (300,), P.reduce((1,))
+    if rule == "MOVEMENT":
+        return {"CUMSUM": ([(260, 300)], (260, 300), P.cumsum(1, False, True)),
+                "FLIP": ([(260, 300)], (260, 300), P.flip([0])),
+                "ROLL": ([(260, 300)], (260, 300), P.roll([7], [-1])),
+                "PAD": ([(260, 300)], (260, 305), P.pad([2], [3], "reflect", 0.0))}[name]
     if rule == "MATMUL":
         return [(3, 96, 128), (128, 200)], (3, 96, 200), None
     if rule == "CONV2D":
