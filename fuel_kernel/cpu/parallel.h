@@ -92,6 +92,17 @@ static inline int fk_split_dim(int dim, int ndim) {
     return dim >= 0 && dim < ndim ? dim : -1;
 }
 
+/* Mark the `n` dims listed in a FLIP or ROLL params block whole; 0 when one is out of range. */
+static inline int fk_split_whole_dims(int *whole, const int8_t *dims, int n, int ndim) {
+    if (n > FK_MAX_DIMS) return 0;
+    for (int i = 0; i < n; i++) {
+        int a = fk_split_dim(dims[i], ndim);
+        if (a < 0) return 0;
+        whole[a] = 1;
+    }
+    return 1;
+}
+
 /* Match operand k's axes to output axes right-aligned; an axis of another extent is not cut. */
 static int fk_split_match_right(fk_split *s, int k, int first, int last) {
     const fk_layout *op = &s->layouts[k], *out = &s->layouts[s->n_in];
@@ -162,7 +173,7 @@ static int64_t fk_split_plan(fk_split *s) {
     }
     case FK_SPLIT_MOVEMENT: {
         const fk_layout *in = &s->layouts[0];
-        int whole[FK_MAX_DIMS] = {0}, i, a;
+        int whole[FK_MAX_DIMS] = {0}, i, a;   /* the axes the op's params name stay whole */
         if (numel < 2 * FK_SPLIT_GRAIN || s->n_in != 1 || in->ndim != s->ndim || s->params == NULL) return 1;
         switch (s->params->kind) {
         case FK_PARAMS_CUMSUM:
@@ -170,18 +181,10 @@ static int64_t fk_split_plan(fk_split *s) {
             whole[a] = 1;
             break;
         case FK_PARAMS_FLIP:
-            if (s->params->u.flip.ndims > FK_MAX_DIMS) return 1;
-            for (i = 0; i < s->params->u.flip.ndims; i++) {
-                if ((a = fk_split_dim(s->params->u.flip.dims[i], s->ndim)) < 0) return 1;
-                whole[a] = 1;
-            }
+            if (!fk_split_whole_dims(whole, s->params->u.flip.dims, s->params->u.flip.ndims, s->ndim)) return 1;
             break;
         case FK_PARAMS_ROLL:
-            if (s->params->u.roll.ndims > FK_MAX_DIMS) return 1;
-            for (i = 0; i < s->params->u.roll.ndims; i++) {
-                if ((a = fk_split_dim(s->params->u.roll.dims[i], s->ndim)) < 0) return 1;
-                whole[a] = 1;
-            }
+            if (!fk_split_whole_dims(whole, s->params->u.roll.dims, s->params->u.roll.ndims, s->ndim)) return 1;
             break;
         case FK_PARAMS_PAD:
             if (s->params->u.pad.ndim < 0 || s->params->u.pad.ndim > s->ndim) return 1;
