@@ -18,7 +18,7 @@ alternating with the baseline in one process:
 import numpy as np
 
 import fuel_kernel as fk
-from bench.harness import Case, optional_import
+from bench.harness import Case, case_with_peer, optional_import
 
 N = 4 * 1024 * 1024
 
@@ -36,27 +36,23 @@ def cases():
     D = fk.DType
 
     add32 = table.lookup(fk.OpKind.ADD, [D.F32] * 3)
+
+    def add_f32_case(name, x, y, out, target):
+        return Case(name=name,
+                    contenders={"numpy np.add(out=)": lambda: np.add(x, y, out=out),
+                                "fuel_kernel Kernel": lambda: add32(x, y, out=out)},
+                    baseline="numpy np.add(out=)", target=target)
+
     a = rng.standard_normal(N).astype(np.float32)
     b = rng.standard_normal(N).astype(np.float32)
     c = np.empty_like(a)
-    yield Case(
-        name="ADD f32, 4M elements",
-        contenders={"numpy np.add(out=)": lambda: np.add(a, b, out=c),
-                    "fuel_kernel Kernel": lambda: add32(a, b, out=c)},
-        baseline="numpy np.add(out=)",
-        target="fuel_kernel <= 1.05x numpy",
-    )
+    yield add_f32_case("ADD f32, 4M elements", a, b, c, "fuel_kernel <= 1.05x numpy")
 
     m = rng.standard_normal((2048, 2048)).astype(np.float32)
     mt = rng.standard_normal((2048, 2048)).astype(np.float32).T
     mo = np.empty_like(m)
-    yield Case(
-        name="ADD f32 2048x2048, right operand transposed",
-        contenders={"numpy np.add(out=)": lambda: np.add(m, mt, out=mo),
-                    "fuel_kernel Kernel": lambda: add32(m, mt, out=mo)},
-        baseline="numpy np.add(out=)",
-        target="fuel_kernel >= 5x faster than numpy (ratio <= 0.2)",
-    )
+    yield add_f32_case("ADD f32 2048x2048, right operand transposed", m, mt, mo,
+                       "fuel_kernel >= 5x faster than numpy (ratio <= 0.2)")
 
     torch, reason = _torch()
     for dtype, label in ((D.BF16, "BF16"), (D.F16, "F16")):
@@ -66,22 +62,16 @@ def cases():
         z = np.empty_like(x)
         contenders = {"numpy np.add(out=)" + (" +ml_dtypes" if dtype == D.BF16 else ""): lambda: np.add(x, y, out=z),
                       "fuel_kernel Kernel": lambda kernel=kernel, x=x, y=y, z=z: kernel(x, y, out=z)}
-        skipped = {}
+        peer_call = None
         if torch is not None:
             tdt = torch.bfloat16 if dtype == D.BF16 else torch.float16
             tx = torch.from_numpy(a).to(tdt)
             ty = torch.from_numpy(b).to(tdt)
             tz = torch.empty_like(tx)
-            contenders["torch.add(out=), 1 thread"] = lambda tx=tx, ty=ty, tz=tz: torch.add(tx, ty, out=tz)
-        else:
-            skipped["torch"] = reason
-        yield Case(
-            name=f"ADD {label}, 4M elements",
-            contenders=contenders,
-            baseline=next(iter(contenders)),
-            target="fuel_kernel >= 5x faster than numpy (ratio <= 0.2); within 1.2x of torch",
-            skipped=skipped,
-        )
+            peer_call = lambda tx=tx, ty=ty, tz=tz: torch.add(tx, ty, out=tz)
+        yield case_with_peer(f"ADD {label}, 4M elements", contenders,
+                             "fuel_kernel >= 5x faster than numpy (ratio <= 0.2); within 1.2x of torch",
+                             "torch.add(out=), 1 thread", peer_call, ("torch", reason))
 
     x = (rng.standard_normal(N) * 4).astype(np.float32)
     out = np.empty_like(x)
@@ -99,21 +89,14 @@ def cases():
         kernel = table.lookup(op, [D.F32] * 2)
         contenders = {"numpy" + (" 1/(1+exp(-x)), out=" if op == fk.OpKind.SIGMOID else f" np.{op.short_name}(out=)"): numpy_fn,
                       "fuel_kernel Kernel": lambda kernel=kernel: kernel(x, out=out)}
-        skipped = {}
+        peer_call = None
         if torch is not None:
             tx = torch.from_numpy(x)
             tout = torch.empty_like(tx)
             tfn = getattr(torch, op.short_name)
-            contenders[f"torch.{op.short_name}(out=), 1 thread"] = lambda tfn=tfn, tx=tx, tout=tout: tfn(tx, out=tout)
-        else:
-            skipped["torch"] = reason
-        yield Case(
-            name=f"{op.name} f32, 4M elements",
-            contenders=contenders,
-            baseline=next(iter(contenders)),
-            target="fuel_kernel <= 1.0x numpy",
-            skipped=skipped,
-        )
+            peer_call = lambda tfn=tfn, tx=tx, tout=tout: tfn(tx, out=tout)
+        yield case_with_peer(f"{op.name} f32, 4M elements", contenders, "fuel_kernel <= 1.0x numpy",
+                             f"torch.{op.short_name}(out=), 1 thread", peer_call, ("torch", reason))
 
     a8 = np.arange(8, dtype=np.float32)
     b8 = np.ones(8, dtype=np.float32)

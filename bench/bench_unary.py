@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 import fuel_kernel as fk
-from bench.harness import Case, optional_import
+from bench.harness import case_with_peer, optional_import
 
 N = 4 * 1024 * 1024
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -150,24 +150,19 @@ def cases():
                 skipped["numpy"] = "no NumPy ufunc (and SciPy not installed)"
             contenders["fuel_kernel Kernel"] = (
                 lambda kernel=kernel, x=x, out=out, params=params: kernel(x, out=out, params=params))
+            peer_label, peer_call = None, None
             if torch is not None:
                 tx = torch.from_numpy(src).to(torch.bfloat16 if dtype == D.BF16 else torch.float32)
                 tout = torch.empty_like(tx)
-                fn, label = torch_ops[op], "torch, 1 thread"
+                fn, peer_label = torch_ops[op], "torch, 1 thread"
                 try:
                     fn(tx, tout)
                 except (TypeError, RuntimeError, AttributeError):
-                    fn, label = torch_fallback[op], "torch (allocates), 1 thread"
-                contenders[label] = lambda fn=fn, tx=tx, tout=tout: fn(tx, tout)
-            else:
-                skipped["torch"] = reason
-            yield Case(
-                name=f"UNARY {op.name} {dtype.short_name}, 4M elements",
-                contenders=contenders,
-                baseline=next(iter(contenders)),
-                target="fuel_kernel <= 1.0x numpy and <= 1.0x torch",
-                skipped=skipped,
-            )
+                    fn, peer_label = torch_fallback[op], "torch (allocates), 1 thread"
+                peer_call = lambda fn=fn, tx=tx, tout=tout: fn(tx, tout)
+            yield case_with_peer(f"UNARY {op.name} {dtype.short_name}, 4M elements", contenders,
+                                 "fuel_kernel <= 1.0x numpy and <= 1.0x torch", peer_label, peer_call,
+                                 ("torch", reason), skipped)
 
     pow32 = table.lookup(Op.POW, [D.F32] * 3)
     a = positive[: N]
@@ -175,11 +170,9 @@ def cases():
     c = np.empty_like(a)
     contenders = {"numpy np.power(out=)": lambda: np.power(a, b, out=c),
                   "fuel_kernel Kernel": lambda: pow32(a, b, out=c)}
-    skipped = {}
+    peer_call = None
     if torch is not None:
         ta, tb, tc = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(c.copy())
-        contenders["torch, 1 thread"] = lambda: torch.pow(ta, tb, out=tc)
-    else:
-        skipped["torch"] = reason
-    yield Case(name="UNARY POW f32 (binary op), 4M elements", contenders=contenders,
-               baseline="numpy np.power(out=)", target="fuel_kernel <= 1.0x numpy", skipped=skipped)
+        peer_call = lambda: torch.pow(ta, tb, out=tc)
+    yield case_with_peer("UNARY POW f32 (binary op), 4M elements", contenders, "fuel_kernel <= 1.0x numpy",
+                         "torch, 1 thread", peer_call, ("torch", reason))

@@ -39,6 +39,20 @@ def optional_import(name):
         return None, f"{name} not installed ({type(exc).__name__})"
 
 
+def case_with_peer(name, contenders, target, peer_label, peer_call, peer_missing, skipped=None):
+    """A Case timed against its first contender, plus the optional peer package's contender
+    `peer_label`: peer_call, or, when the package is not importable (peer_call None), peer_missing --
+    (package, reason) -- listed among the skipped."""
+    skipped = dict(skipped or {})
+    if peer_call is not None:
+        contenders[peer_label] = peer_call
+    else:
+        package, reason = peer_missing
+        skipped[package] = reason
+    return Case(name=name, contenders=contenders, baseline=next(iter(contenders)), target=target,
+                skipped=skipped)
+
+
 def _runner(contender, namespace):
     """A function(number) -> seconds for `number` back-to-back runs of the contender."""
     if isinstance(contender, str):

@@ -767,8 +767,9 @@ cdef object kernel_vectorcall(object self, PyObject **args, size_t nargsf, PyObj
 cdef object _INTERNAL = object()
 
 
-cdef int _refuse_construction(object token, str name, str how) except -1:
-    if token is not _INTERNAL:
+cdef int _refuse_construction(tuple args, dict kwargs, str name, str how) except -1:
+    """TypeError unless __cinit__ got exactly the private token."""
+    if len(args) != 1 or kwargs or args[0] is not _INTERNAL:
         raise TypeError(f"cannot create 'fuel_kernel.{name}' instances; {how}")
     return 0
 
@@ -782,11 +783,7 @@ cdef class Kernel:
     def __cinit__(self, *args, **kwargs):
         self.snapshot = NULL
         self.entry = NULL
-        if len(args) != 1 or kwargs:
-            _refuse_construction(None, "Kernel", "get one from fk.bindings().lookup(...)")
-        _refuse_construction(args[0], "Kernel", "get one from fk.bindings().lookup(...)")
-        self.snapshot = NULL
-        self.entry = NULL
+        _refuse_construction(args, kwargs, "Kernel", "get one from fk.bindings().lookup(...)")
         self.vectorcall = <void *>kernel_vectorcall
 
     def __dealloc__(self):
@@ -931,9 +928,7 @@ cdef class BindingTable:
     def __cinit__(self, *args, **kwargs):
         self.snapshot = NULL
         self.kernel_cache = NULL
-        if len(args) != 1 or kwargs:
-            _refuse_construction(None, "BindingTable", "get the current snapshot from fk.bindings()")
-        _refuse_construction(args[0], "BindingTable", "get the current snapshot from fk.bindings()")
+        _refuse_construction(args, kwargs, "BindingTable", "get the current snapshot from fk.bindings()")
 
     def __dealloc__(self):
         cdef int64_t i

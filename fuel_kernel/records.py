@@ -123,6 +123,14 @@ class CoverageBinding(NamedTuple):
                 f"dtypes={dtypes_repr(self.dtypes)})")
 
 
+def _non_negative(value: object, where: str, noun: str, wanted: str) -> int:
+    """`value` (the `noun` of `where`) as an int >= 0; a ParamsError saying `where` needs `wanted`."""
+    value = as_integer(value, f"{where} {noun}")
+    if value < 0:
+        raise ParamsError(f"{where} needs {wanted}, not {value}")
+    return value
+
+
 @dataclass(frozen=True)
 class MatmulM:
     """How many of a matmul's m capacity rows to compute; rows past the count are zeroed."""
@@ -139,18 +147,12 @@ class MatmulM:
 
     @classmethod
     def rows(cls, n: int) -> MatmulM:
-        n = as_integer(n, "MatmulM.rows count")
-        if n < 0:
-            raise ParamsError(f"MatmulM.rows needs a non-negative count, not {n}")
-        return cls(cls.ROWS_KIND, n)
+        return cls(cls.ROWS_KIND, _non_negative(n, "MatmulM.rows", "count", "a non-negative count"))
 
     @classmethod
     def deferred(cls, operand: int) -> MatmulM:
         """The row count is read at run time from scalar input operand number `operand`."""
-        operand = as_integer(operand, "MatmulM.deferred operand")
-        if operand < 0:
-            raise ParamsError(f"MatmulM.deferred needs an operand index, not {operand}")
-        return cls(cls.DEFERRED_KIND, operand)
+        return cls(cls.DEFERRED_KIND, _non_negative(operand, "MatmulM.deferred", "operand", "an operand index"))
 
     def __repr__(self) -> str:
         """The constructor call that makes this value: MatmulM.all(), MatmulM.rows(5), ..."""

@@ -40,6 +40,18 @@ class _SuggestingEnumMeta(enum.EnumMeta):
                              f"{_did_you_mean(name, cls.__members__)}")
 
 
+def _member_named_or_numbered(members: Any, value: Any) -> Any:
+    """The member of enum `members` that `value` is, names (any case) or numbers (an int, not a
+    bool); None if it is none of those."""
+    if isinstance(value, members):
+        return value
+    if isinstance(value, str) and value.upper() in members.__members__:
+        return members[value.upper()]
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and 0 <= int(value) < len(members):
+        return members(int(value))
+    return None
+
+
 class _DTypeBase(enum.IntEnum, metaclass=_SuggestingEnumMeta):
     """The members (BOOL = 0, U8 = 1, ...) come from fuel_kernel/spec.py (DTYPES)."""
 
@@ -71,13 +83,9 @@ class _DTypeBase(enum.IntEnum, metaclass=_SuggestingEnumMeta):
     @classmethod
     def parse(cls, value: Any) -> DType:
         """A DType from a DType, its code, its short name ("f32") or a NumPy dtype-like."""
-        if isinstance(value, DType):
-            return value
-        if isinstance(value, str) and value.upper() in DType.__members__:
-            return DType[value.upper()]
-        if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-            if 0 <= int(value) < len(DType):
-                return DType(int(value))
+        member = _member_named_or_numbered(DType, value)
+        if member is not None:
+            return member
         try:
             return _FROM_NUMPY[np.dtype(value)]
         except (TypeError, KeyError):
@@ -125,12 +133,9 @@ class _OpKindBase(enum.IntEnum, metaclass=_SuggestingEnumMeta):
     @classmethod
     def parse(cls, value: Any) -> OpKind:
         """An OpKind from an OpKind, its number or its name ("add")."""
-        if isinstance(value, OpKind):
-            return value
-        if isinstance(value, str) and value.upper() in OpKind.__members__:
-            return OpKind[value.upper()]
-        if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and 0 <= int(value) < len(OpKind):
-            return OpKind(int(value))
+        member = _member_named_or_numbered(OpKind, value)
+        if member is not None:
+            return member
         from .errors import UnknownOpError
         if isinstance(value, str):
             hint = _did_you_mean(value.lower(), [o.short_name for o in cls])

@@ -105,36 +105,29 @@ FK_INLINE int fk_elementwise_prepare(fk_loop *loop, const fk_storage *inputs, in
     }
 
 /* ---- F16 / BF16 row conversions (strides in bytes) ------------------------------------------- */
-__attribute__((target("avx512f,f16c")))
-static void fk_f16_to_f32_avx512(const uint16_t *src, float *dst, int64_t n) {
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i))));
-    for (; i < n; i++) dst[i] = fk_f16_to_f32(src[i]);
-}
-__attribute__((target("avx2,f16c")))
-static void fk_f16_to_f32_f16c(const uint16_t *src, float *dst, int64_t n) {
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
-    for (; i < n; i++) dst[i] = fk_f16_to_f32(src[i]);
-}
-__attribute__((target("avx512f,f16c")))
-static void fk_f32_to_f16_avx512(const float *src, uint16_t *dst, int64_t n) {
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm256_storeu_si256((__m256i *)(dst + i),
-                            _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    for (; i < n; i++) dst[i] = fk_f32_to_f16(src[i]);
-}
-__attribute__((target("avx2,f16c")))
-static void fk_f32_to_f16_f16c(const float *src, uint16_t *dst, int64_t n) {
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm_storeu_si128((__m128i *)(dst + i),
-                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    for (; i < n; i++) dst[i] = fk_f32_to_f16(src[i]);
-}
+/* NAME converts n elements: W at a time by STEP (the vector of W at src + i into dst + i) built for
+ * the TARGET instructions, the rest one by one by SCALAR. */
+#define FK_HALF_ROW_CONVERT(NAME, TARGET, SRC_T, DST_T, W, STEP, SCALAR)                             \
+    __attribute__((target(TARGET)))                                                                \
+    static void NAME(const SRC_T *src, DST_T *dst, int64_t n) {                                    \
+        int64_t i = 0;                                                                             \
+        for (; i + W <= n; i += W) STEP;                                                           \
+        for (; i < n; i++) dst[i] = SCALAR(src[i]);                                                \
+    }
+FK_HALF_ROW_CONVERT(fk_f16_to_f32_avx512, "avx512f,f16c", uint16_t, float, 16,
+                    _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i)))),
+                    fk_f16_to_f32)
+FK_HALF_ROW_CONVERT(fk_f16_to_f32_f16c, "avx2,f16c", uint16_t, float, 8,
+                    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i)))),
+                    fk_f16_to_f32)
+FK_HALF_ROW_CONVERT(fk_f32_to_f16_avx512, "avx512f,f16c", float, uint16_t, 16,
+                    _mm256_storeu_si256((__m256i *)(dst + i), _mm512_cvtps_ph(_mm512_loadu_ps(src + i),
+                                                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)),
+                    fk_f32_to_f16)
+FK_HALF_ROW_CONVERT(fk_f32_to_f16_f16c, "avx2,f16c", float, uint16_t, 8,
+                    _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i),
+                                                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)),
+                    fk_f32_to_f16)
 
 static void fk_f16_to_f32_plain(const uint16_t *src, float *dst, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = fk_f16_to_f32(src[i]);
@@ -152,15 +145,18 @@ FK_ISA_PICK(fk_f32_to_f16_contig, (const float *src, uint16_t *dst, int64_t n), 
             : __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2") ? fk_f32_to_f16_f16c
             : fk_f32_to_f16_plain)
 
-static inline void fk_load_f16_row(const char *src, int64_t ss, float *dst, int64_t n) {
-    if (ss == 2) { fk_f16_to_f32_contig((const uint16_t *)src, dst, n); return; }
-    for (int64_t i = 0; i < n; i++) dst[i] = fk_f16_to_f32(*(const uint16_t *)(src + i * ss));
-}
-
-static inline void fk_store_f16_row(const float *src, char *dst, int64_t ds, int64_t n) {
-    if (ds == 2) { fk_f32_to_f16_contig(src, (uint16_t *)dst, n); return; }
-    for (int64_t i = 0; i < n; i++) *(uint16_t *)(dst + i * ds) = fk_f32_to_f16(src[i]);
-}
+/* fk_load_<H>_row / fk_store_<H>_row: n elements of half-precision dtype H (f16, bf16) at a byte
+ * stride to and from F32, through the vectorized contiguous converters when the stride is 2. */
+#define FK_HALF_ROW_ACCESS(H)                                                                          \
+    static inline void fk_load_##H##_row(const char *src, int64_t ss, float *dst, int64_t n) {        \
+        if (ss == 2) { fk_##H##_to_f32_contig((const uint16_t *)src, dst, n); return; }              \
+        for (int64_t i = 0; i < n; i++) dst[i] = fk_##H##_to_f32(*(const uint16_t *)(src + i * ss)); \
+    }                                                                                                  \
+    static inline void fk_store_##H##_row(const float *src, char *dst, int64_t ds, int64_t n) {       \
+        if (ds == 2) { fk_f32_to_##H##_contig(src, (uint16_t *)dst, n); return; }                    \
+        for (int64_t i = 0; i < n; i++) *(uint16_t *)(dst + i * ds) = fk_f32_to_##H(src[i]);          \
+    }
+FK_HALF_ROW_ACCESS(f16)
 
 /* BF16 is the top half of an F32: both directions are bit operations the compiler vectorizes. */
 FK_INLINE uint16_t fk_f32_to_bf16_branchless(float f) {
@@ -179,15 +175,7 @@ FK_INLINE void fk_f32_to_bf16_body(const float *src, uint16_t *dst, int64_t n) {
 FK_MV_STREAM(fk_bf16_to_f32_contig, (const uint16_t *src, float *dst, int64_t n), (src, dst, n), fk_bf16_to_f32_body)
 FK_MV_STREAM(fk_f32_to_bf16_contig, (const float *src, uint16_t *dst, int64_t n), (src, dst, n), fk_f32_to_bf16_body)
 
-static inline void fk_load_bf16_row(const char *src, int64_t ss, float *dst, int64_t n) {
-    if (ss == 2) { fk_bf16_to_f32_contig((const uint16_t *)src, dst, n); return; }
-    for (int64_t i = 0; i < n; i++) dst[i] = fk_bf16_to_f32(*(const uint16_t *)(src + i * ss));
-}
-
-static inline void fk_store_bf16_row(const float *src, char *dst, int64_t ds, int64_t n) {
-    if (ds == 2) { fk_f32_to_bf16_contig(src, (uint16_t *)dst, n); return; }
-    for (int64_t i = 0; i < n; i++) *(uint16_t *)(dst + i * ds) = fk_f32_to_bf16(src[i]);
-}
+FK_HALF_ROW_ACCESS(bf16)
 
 /* BOOL results of half-precision compares are computed into a byte buffer, then copied out. */
 static inline void fk_store_bool_row(const uint8_t *src, char *dst, int64_t ds, int64_t n) {

@@ -46,6 +46,15 @@
 
 #define FK_VM_INLINE static inline __attribute__((always_inline))
 
+/* c[0] x^(n-1) + c[1] x^(n-2) + ... + c[n-1] by Horner's rule, one fmaf a step.  Called with a
+ * static const table and a constant n, it unrolls into the same fmaf chain written out by hand. */
+FK_VM_INLINE float fk_horner_f32(float x, const float *c, int n) {
+    float p = c[0];
+#pragma GCC unroll 16
+    for (int k = 1; k < n; k++) p = fmaf(p, x, c[k]);
+    return p;
+}
+
 /* 1.5 * 2^23: adding and removing it rounds |v| < 2^22 to the nearest integer (ties to even), and
  * unlike roundevenf it vectorizes on every ISA */
 #define FK_ROUND_MAGIC 12582912.0f
@@ -138,15 +147,10 @@ FK_VM_INLINE float fk_fast_logf(float x) {
     float e = (float)((int32_t)t >> 23) - (sub ? 23.0f : 0.0f);
     float f = fk_bits_f32((t & 0x007fffffu) + 0x3f3504f3u) - 1.0f;
     float z = f * f;
-    float p = 7.0376836292e-2f;
-    p = fmaf(p, f, -1.1514610310e-1f);
-    p = fmaf(p, f, 1.1676998740e-1f);
-    p = fmaf(p, f, -1.2420140846e-1f);
-    p = fmaf(p, f, 1.4249322787e-1f);
-    p = fmaf(p, f, -1.6668057665e-1f);
-    p = fmaf(p, f, 2.0000714765e-1f);
-    p = fmaf(p, f, -2.4999993993e-1f);
-    p = fmaf(p, f, 3.3333331174e-1f);
+    static const float logf_p[] = {7.0376836292e-2f, -1.1514610310e-1f, 1.1676998740e-1f,
+                                   -1.2420140846e-1f, 1.4249322787e-1f, -1.6668057665e-1f,
+                                   2.0000714765e-1f, -2.4999993993e-1f, 3.3333331174e-1f};
+    float p = fk_horner_f32(f, logf_p, 9);
     float y = p * f * z;
     y = fmaf(e, -2.12194440e-4f, y);
     y = fmaf(-0.5f, z, y);
@@ -215,14 +219,10 @@ static inline float fk_cosf_any(float x) {
  * and exp(-a^2) with a^2 as an exact two-float product, so erfc keeps its relative accuracy deep
  * into the tail (GELU's negative side needs it). */
 FK_VM_INLINE float fk_erf_small_poly(float z) {       /* erf(x)/x - 1, z = x^2 <= 1 */
-    float p = -9.631385183e-06f;
-    p = fmaf(p, z, 1.124984628e-04f);
-    p = fmaf(p, z, -8.481259574e-04f);
-    p = fmaf(p, z, 5.220786668e-03f);
-    p = fmaf(p, z, -2.686531842e-02f);
-    p = fmaf(p, z, 1.128377989e-01f);
-    p = fmaf(p, z, -3.761263788e-01f);
-    return fmaf(p, z, 1.283791661e-01f);
+    static const float erf_p[] = {-9.631385183e-06f, 1.124984628e-04f, -8.481259574e-04f,
+                                  5.220786668e-03f, -2.686531842e-02f, 1.128377989e-01f,
+                                  -3.761263788e-01f, 1.283791661e-01f};
+    return fk_horner_f32(z, erf_p, 8);
 }
 /* erfc(a) * 2^scale for 1 <= a <= 10.5, a + al being the argument to about 2^-48 relative:
  * exp(-a^2) R with R = erfcx(a) = t S(v), t = 1/(a + 2) and S a degree-8 fit in v = t - 0.206666663

@@ -33,21 +33,20 @@ static inline int64_t fk_layout_numel(const fk_layout *layout) {
  * computed from shapes or params goes through these: on overflow (or a negative operand) they set
  * a ShapeError naming `what` and return FK_ERR_SHAPE, so an impossible size is refused before
  * anything is allocated or written. */
+/* the ShapeError of fk_size_mul (sign "x") and fk_size_add (sign "+") */
+static inline int fk_size_refused(int64_t a, const char *sign, int64_t b, const char *what) {
+    fk_set_error(FK_ERR_SHAPE, "%s: size %lld %s %lld is impossible (overflows int64)", what,
+                 (long long)a, sign, (long long)b);
+    return FK_ERR_SHAPE;
+}
+
 static inline int fk_size_mul(int64_t a, int64_t b, int64_t *result, const char *what) {
-    if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, result)) {
-        fk_set_error(FK_ERR_SHAPE, "%s: size %lld x %lld is impossible (overflows int64)", what,
-                     (long long)a, (long long)b);
-        return FK_ERR_SHAPE;
-    }
+    if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, result)) return fk_size_refused(a, "x", b, what);
     return FK_OK;
 }
 
 static inline int fk_size_add(int64_t a, int64_t b, int64_t *result, const char *what) {
-    if (a < 0 || b < 0 || __builtin_add_overflow(a, b, result)) {
-        fk_set_error(FK_ERR_SHAPE, "%s: size %lld + %lld is impossible (overflows int64)", what,
-                     (long long)a, (long long)b);
-        return FK_ERR_SHAPE;
-    }
+    if (a < 0 || b < 0 || __builtin_add_overflow(a, b, result)) return fk_size_refused(a, "+", b, what);
     return FK_OK;
 }
 
