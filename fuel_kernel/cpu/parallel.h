@@ -116,6 +116,56 @@ static int fk_split_match_right(fk_split *s, int k, int first, int last) {
     return 1;
 }
 
+/* Whether no two elements of a layout share memory (axes by |stride|, each stride past the reach
+ * of the smaller ones); 0 also when the arithmetic would overflow. */
+static int fk_split_self_disjoint(const fk_layout *layout) {
+    int64_t stride[FK_MAX_DIMS], extent[FK_MAX_DIMS], reach = 0;
+    int n = 0, i, j;
+    for (i = 0; i < layout->ndim; i++) {
+        if (layout->shape[i] == 1) continue;
+        stride[n] = layout->strides[i] < 0 ? -layout->strides[i] : layout->strides[i];
+        extent[n++] = layout->shape[i];
+    }
+    for (i = 1; i < n; i++)                           /* insertion sort by |stride| */
+        for (j = i; j > 0 && stride[j] < stride[j - 1]; j--) {
+            int64_t t = stride[j]; stride[j] = stride[j - 1]; stride[j - 1] = t;
+            t = extent[j]; extent[j] = extent[j - 1]; extent[j - 1] = t;
+        }
+    for (i = 0; i < n; i++) {
+        int64_t span;
+        if (stride[i] <= reach || __builtin_mul_overflow(stride[i], extent[i] - 1, &span) ||
+            __builtin_add_overflow(reach, span, &reach))
+            return 0;
+    }
+    return 1;
+}
+
+/* Whether two layouts of one storage are the same view (an in-place call). */
+static int fk_split_same_view(const fk_layout *a, const fk_layout *b) {
+    if (a->ndim != b->ndim || a->offset != b->offset) return 0;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d] || a->strides[d] != b->strides[d]) return 0;
+    return 1;
+}
+
+/* Blocks may run at once only if no written element is written twice or read by another block:
+ * every output is free of self-overlap, and shares no storage bytes with an input unless it is
+ * that input's very view.  Anything else runs whole (where the kernel refuses it or not). */
+static int fk_split_writes_are_private(const fk_split *s) {
+    for (int o = s->n_in; o < s->n_in + s->n_out; o++) {
+        const char *out_lo = (const char *)s->outputs[o - s->n_in].data;
+        const char *out_hi = out_lo + s->outputs[o - s->n_in].nbytes;
+        if (!fk_split_self_disjoint(&s->layouts[o])) return 0;
+        for (int k = 0; k < s->n_in; k++) {
+            const char *in_lo = (const char *)s->inputs[k].data, *in_hi = in_lo + s->inputs[k].nbytes;
+            if (in_lo < out_hi && out_lo < in_hi &&
+                !(in_lo == out_lo && fk_split_same_view(&s->layouts[k], &s->layouts[o])))
+                return 0;
+        }
+    }
+    return 1;
+}
+
 /* Plan the blocks; returns the task count (1: run the call whole). */
 static int64_t fk_split_plan(fk_split *s) {
     const fk_layout *out = &s->layouts[s->n_in];
@@ -132,6 +182,7 @@ static int64_t fk_split_plan(fk_split *s) {
         if (s->layouts[k].ndim < 0 || s->layouts[k].ndim > FK_MAX_DIMS) return 1;
         for (d = 0; d < FK_MAX_DIMS; d++) s->axis[k][d] = -1;
     }
+    if (!fk_split_writes_are_private(s)) return 1;
     for (k = s->n_in; k < n; k++) {                   /* outputs share output 0's shape */
         if (s->layouts[k].ndim != s->ndim) return 1;
         for (d = 0; d < s->ndim; d++) {

@@ -246,3 +246,17 @@ def test_long_row_sums_same_bits_for_every_thread_count(op, dtype):
         assert abs(float(results[0]) - expected) <= claim.max_rel * scale + claim.max_abs
     else:                                             # integers accumulate exactly in I64
         assert int(results[0]) == int(x.astype(np.int64).sum())
+
+
+def test_large_self_overlapping_output_is_refused_whole():
+    """A block cannot see that the whole output overlaps itself (stride 0 on an axis the grid cuts
+    into blocks of one): such calls run whole, so the kernel's AliasError comes before any write."""
+    x = np.arange(3 * 100_000, dtype=np.float32).reshape(3, 100_000)
+    root = np.zeros(100_000 + 16, np.float32)
+    out = np.lib.stride_tricks.as_strided(root[8:], (3, 100_000), (0, 4))
+    kernel = fk.bindings().lookup("EXP", [D.F32, D.F32])
+    with fk.threads(2):
+        with pytest.raises(fk.AliasError):
+            kernel(x, out=out)
+    assert not root.any()
+
