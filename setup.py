@@ -88,4 +88,6 @@ for path in sorted(glob.glob("fuel_kernel/**/*.pyx", recursive=True)):
 setup(
     ext_modules=cythonize(extensions, compiler_directives=directives,
                           nthreads=os.cpu_count() or 1, quiet=True),
+    # compile the extensions in parallel by default (pip install runs build_ext without -j)
+    options={"build_ext": {"parallel": os.cpu_count() or 1}},
 )
