@@ -117,9 +117,7 @@ def test_python_threads_share_the_pool():
 
 
 def test_visible_to_threadpoolctl():
-    threadpoolctl = pytest.importorskip("threadpoolctl")
-    if not hasattr(threadpoolctl, "register"):
-        pytest.skip("threadpoolctl < 3.2 lists no custom libraries")
+    import threadpoolctl                  # >= 3.2, from the test extras: it lists custom libraries
     before = fk.get_num_threads()
     infos = [i for i in threadpoolctl.threadpool_info() if i["user_api"] == "fuel_kernel"]
     assert len(infos) == 1 and infos[0]["num_threads"] == before
@@ -129,11 +127,9 @@ def test_visible_to_threadpoolctl():
 
 
 def test_blas_sibling_follows_the_setting():
-    threadpoolctl = pytest.importorskip("threadpoolctl")
     from fuel_kernel.cpu import blas_sibling_loaded
     from fuel_kernel.threads import _scipy_blas_controllers
-    if not blas_sibling_loaded() or not _scipy_blas_controllers():
-        pytest.skip("SciPy's BLAS is not loaded")
+    assert blas_sibling_loaded() and _scipy_blas_controllers(), "SciPy (test extras) must load its BLAS"
     with fk.threads(1):
         assert all(lib.num_threads == 1 for lib in _scipy_blas_controllers())
     assert all(lib.num_threads == fk.get_num_threads() for lib in _scipy_blas_controllers())
