@@ -239,7 +239,7 @@ FK_VM_INLINE float fk_erf_small_poly(float z) {       /* erf(x)/x - 1, z = x^2 <
 FK_VM_INLINE float fk_erfc_tail(float a, float al, int32_t scale) {
     float dh = a + 2.0f, dl = a - (dh - 2.0f);                 /* a + 2 exactly */
     float th = 1.0f / dh;
-    float tl = (fmaf(-th, dh, 1.0f) - th * dl) / dh;            /* t = th + tl */
+    float tl = (fmaf(-th, dh, 1.0f) - th * dl) * th;            /* t = th + tl (tl to 2^-24 of itself) */
     float v = (th - 0.206666663f) + tl;
     float p = -1.931370354e+01f;
     p = fmaf(p, v, 2.387323952e+01f);
