@@ -560,8 +560,8 @@ CLAIMS.update({
     "UNARY_GELU_ERF_F32": Claim(4, "vectorized: 0.5x erfc(-x/sqrt 2), erfc tail exp(-a^2) erfcx(a) with a^2 "
                                    "in two floats"),
     "UNARY_ERF_F32": Claim(1, "vectorized: odd polynomial below 1, 1 - exp(-x^2) erfcx(x) above"),
-    "UNARY_POWI_F32": Claim(1, "vectorized: exact for exp 1, 2, -1; two-float products for exp 3 to 8; "
-                               "else exp2(exp log2|x|) in two-float precision"),
+    "UNARY_POWI_F32": Claim(1, "vectorized: exact for exp 1, 2, -1; two-float powers for 3..8; else "
+                               "two-float exp2(exp log2|x|)"),
     "UNARY_LIBM_F64": Claim(2, "C library in F64 (glibc documents <= 2 ulp for tanh, erf)"),
     "UNARY_COMPOSED_F64": Claim(4, "composed from C library calls in F64"),
     # The negative tail of GELU is ill-conditioned in its inner argument (relative error grows like
