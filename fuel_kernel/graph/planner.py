@@ -1,11 +1,14 @@
-"""The planner: dead-node pruning, fusion matching, route picking, the contiguize gate, steps."""
-from dataclasses import dataclass
-from typing import Dict, List
+"""The planner: dead-node pruning, fusion matching, route picking, the contiguize gate, steps,
+and the grouping of elementwise steps that run tile by tile."""
+import importlib
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
 
-from .. import _dispatch, route
+from .. import _dispatch, route, spec
+from .._executor import manifest_kernels
 from ..errors import NoKernelError
 from ..records import BindingKey
-from ..types import KernelCaps, OpKind
+from ..types import Backend, KernelCaps, OpKind
 from .fused import _fused_by_id, _fused_lock, _params_key
 from .plan import Plan
 from .values import Node, Value, _contiguous_strides
@@ -21,6 +24,227 @@ class _Step:
     output: Value
     params: object
     explain: list
+    alone: str = ""                  # why it is not in an elementwise group (compile(fuse=True))
+
+    @property
+    def reads(self):
+        return self.inputs
+
+    @property
+    def writes(self):
+        return [self.output]
+
+
+# ---- elementwise groups ------------------------------------------------------------------------------
+# The ops whose kernels compute each output element from the same-index elements of their
+# (broadcast) inputs alone, so running them on tiles of the output gives the same bits.
+# CONTIGUIZE, a copy the contiguize gate and reshape insert, is left to run alone.
+GROUPABLE_OPS = frozenset(OpKind[op.name] for op in spec.OPS
+                          if op.shape == "broadcast" and op.name != "CONTIGUIZE")
+# A tile holds about this many bytes of all the operands its members touch (inputs, intermediates
+# and written outputs), so they stay in L2 between members; measured in bench/bench_graph.py.
+TILE_BUDGET_BYTES = 256 * 1024
+TILE_MIN_ELEMENTS = 4096         # below this, a kernel call's fixed cost (~100 ns) starts to show
+TILE_MAX_ELEMENTS = 16384        # and below 2 * FK_SPLIT_GRAIN, so a member never splits again
+TILE_ALIGNMENT = 64
+
+_builtin_kernels: Optional[frozenset] = None
+
+
+def builtin_kernels():
+    """(kernel address, op) of every row the CPU kernel modules register (fuel_kernel/cpu)."""
+    global _builtin_kernels
+    if _builtin_kernels is None:
+        from ..cpu import KERNEL_MODULES
+        found = set()
+        for name in KERNEL_MODULES:
+            capsule, n_rows = importlib.import_module(name).manifest()
+            found.update(manifest_kernels(capsule, n_rows))
+        _builtin_kernels = frozenset(found)
+    return _builtin_kernels
+
+
+def groupable(step):
+    """Why `step` cannot join an elementwise group, or None when it can."""
+    kernel = step.kernel
+    op = kernel.op
+    if not isinstance(op, OpKind):
+        return "a runtime fused op"
+    if op not in GROUPABLE_OPS:
+        return "inserted copy" if op == OpKind.CONTIGUIZE else f"{op.short_name} is not elementwise"
+    if kernel.backend != Backend.CPU or (kernel.kernel_address, int(op)) not in builtin_kernels():
+        return f"its kernel (source {kernel.source!r}) is not a built-in CPU kernel"
+    if spec.split_rule(op.name, [d.name for d in kernel.dtypes], kernel.source) is None:
+        return (f"{op.short_name}({kernel.dtypes[0].short_name}) checks its data before writing; "
+                f"it runs whole so that an error writes nothing")
+    return None
+
+
+@dataclass
+class _Group:
+    """Elementwise steps of one output shape run tile by tile; values used only inside the group
+    live in a per-thread tile buffer."""
+    shape: tuple
+    members: List[_Step] = field(default_factory=list)
+    open: bool = True
+    reads: List = field(default_factory=list)        # values from outside the group
+    writes: List = field(default_factory=list)       # member outputs used outside it
+    tile_values: Dict[int, int] = field(default_factory=dict)   # buffer id -> byte offset in the tile buffer
+    tile_axis: int = -1
+    tile_len: int = 0
+    tile_elements: int = 0
+    n_tiles: int = 1
+    tile_bytes: int = TILE_ALIGNMENT
+    saved_bytes: int = 0                             # intermediates' bytes kept out of the arena
+
+    @property
+    def node_id(self):
+        return self.members[-1].node_id
+
+    @property
+    def name(self):
+        return "group(" + ", ".join(m.name for m in self.members) + ")"
+
+    def tile_shape(self):
+        if self.tile_axis < 0:
+            return self.shape
+        return (1,) * self.tile_axis + (self.tile_len,) + self.shape[self.tile_axis + 1:]
+
+
+def _tiling(shape, bytes_per_element):
+    """(tile_axis, tile_len, elements per tile): the outermost axis k whose inner axes fit the
+    budget is cut into tile_len-long pieces; (-1, 0, all) when the whole shape fits one tile."""
+    total = 1
+    for extent in shape:
+        total *= extent
+    budget = TILE_BUDGET_BYTES // max(bytes_per_element, 1)
+    budget = max(TILE_MIN_ELEMENTS, min(TILE_MAX_ELEMENTS, budget))
+    if total <= budget:
+        return -1, 0, total
+    inner = 1
+    for k in reversed(range(len(shape))):
+        if inner * shape[k] <= budget:
+            inner *= shape[k]
+            continue
+        tile_len = max(1, budget // inner)
+        return k, tile_len, tile_len * inner
+    raise AssertionError("a shape larger than the budget has an axis that does not fit")
+
+
+def _pack(sizes, intervals):
+    """Offsets for blocks of `sizes` (multiples of TILE_ALIGNMENT) live over inclusive `intervals`:
+    largest first, each at the lowest offset clear of every block live at the same time."""
+    placed, offsets = [], {}
+    for key in sorted(sizes, key=lambda k: (-sizes[k], intervals[k][0])):
+        lo, hi = intervals[key]
+        offset = 0
+        for o, s in sorted((o, s) for o, s, f, l in placed if not (l < lo or hi < f)):
+            if offset + sizes[key] <= o:
+                break
+            offset = max(offset, o + s)
+        placed.append((offset, sizes[key], lo, hi))
+        offsets[key] = offset
+    return offsets, max((o + s for o, s, _, _ in placed), default=0)
+
+
+def group_steps(steps, output_values):
+    """Steps (in order) -> steps and _Groups, in an order that keeps every dependency; each step
+    left alone gets the reason in its `alone`.
+
+    A groupable step joins the open groups it reads when their shape is its output shape and it
+    reads their values whole (the same element index in the tile); it starts a group otherwise.
+    A step that reads a group's value and does not join it closes that group, so every step between
+    a group's first and last member that is not a member reads none of its values and can run
+    before it: the group runs at its last member's place."""
+    producer = {s.output.buffer.id: i for i, s in enumerate(steps)}
+    group_of: Dict[int, _Group] = {}
+    reasons: Dict[int, str] = {}
+    for i, step in enumerate(steps):
+        why = groupable(step)
+        read: Dict[int, tuple] = {}
+        for v in step.inputs:
+            p = producer.get(v.buffer.id)
+            if p is not None and p in group_of and group_of[p].open:
+                g = group_of[p]
+                read.setdefault(id(g), (g, []))[1].append(v)
+        join = []
+        for g, values in read.values():
+            if why is None and g.shape != step.output.shape:
+                reasons[i] = f"its output shape {step.output.shape} differs from its input's group {g.shape}"
+                g.open = False
+            elif why is None and not all(v.is_whole_buffer for v in values):
+                reasons[i] = "it reads a group's value through a view"
+                g.open = False
+            elif why is None:
+                join.append(g)
+            else:
+                g.open = False
+        if why is not None:
+            reasons[i] = why
+            continue
+        group = join[0] if join else _Group(step.output.shape)
+        for other in join[1:]:
+            group.members.extend(other.members)
+            for m in other.members:
+                group_of[m] = group
+            other.open = False
+        group.members.append(i)
+        group_of[i] = group
+    output_buffers = {v.buffer.id for v in output_values}
+    ordered, emitted = [], set()
+    for i, step in enumerate(steps):
+        group = group_of.get(i)
+        if group is None or len(group.members) < 2:
+            if group is not None and i not in reasons:
+                reasons[i] = "no elementwise neighbour of its shape to group with"
+            ordered.append(step)
+            continue
+        if i != max(group.members) or id(group) in emitted:
+            continue
+        emitted.add(id(group))
+        members = sorted(group.members)
+        group.members = [steps[m] for m in members]
+        _lay_out(group, set(members), steps, output_buffers)
+        ordered.append(group)
+    for i, reason in reasons.items():
+        steps[i].alone = reason
+    return ordered
+
+
+def _lay_out(group, member_indices, steps, output_buffers):
+    """Which member outputs stay in tiles, the tile size and each tile value's place."""
+    made = {m.output.buffer.id: k for k, m in enumerate(group.members)}
+    used_outside = set(output_buffers)
+    for j, step in enumerate(steps):
+        if j not in member_indices:
+            used_outside.update(v.buffer.id for v in step.inputs)
+    last_use = {}
+    seen_reads = {}
+    for k, m in enumerate(group.members):
+        for v in m.inputs:
+            if v.buffer.id in made:
+                last_use[v.buffer.id] = k
+            else:
+                seen_reads.setdefault((v.buffer.id, v.shape, v.strides, v.offset), v)
+    tile_ids = [b for b in made if b not in used_outside]
+    group.reads = list(seen_reads.values())
+    group.writes = [m.output for m in group.members if m.output.buffer.id not in tile_ids]
+    per_element = sum(v.dtype.itemsize for v in group.reads + group.writes)
+    per_element += sum(group.members[made[b]].output.dtype.itemsize for b in tile_ids)
+    group.tile_axis, group.tile_len, group.tile_elements = _tiling(group.shape, per_element)
+    group.n_tiles = 1
+    if group.tile_axis >= 0:
+        group.n_tiles = -(-group.shape[group.tile_axis] // group.tile_len)
+        for extent in group.shape[:group.tile_axis]:
+            group.n_tiles *= extent
+    sizes, intervals = {}, {}
+    for b in tile_ids:
+        item = group.members[made[b]].output.dtype.itemsize
+        sizes[b] = -(-max(group.tile_elements * item, 1) // TILE_ALIGNMENT) * TILE_ALIGNMENT
+        intervals[b] = (made[b], last_use.get(b, made[b]))
+        group.saved_bytes += group.members[made[b]].output.buffer.nbytes
+    group.tile_values, packed = _pack(sizes, intervals)
+    group.tile_bytes = max(packed, TILE_ALIGNMENT)
 
 
 class _Planner:
@@ -125,6 +349,13 @@ class _Planner:
 
     # -- build
     def build(self, single):
+        steps, output_values = self.steps()
+        if self.fuse:
+            steps = group_steps(steps, output_values)
+        return Plan(self.graph, steps, output_values, self.table, self.explain_lines, single, self.fuse)
+
+    def steps(self):
+        """One step per kernel call, in order, and the values the caller gets."""
         nodes = self.live_nodes()
         if self.fuse:
             nodes = self.fuse_nodes(nodes)
@@ -152,7 +383,7 @@ class _Planner:
             else:
                 output_values.append(self._materialize(value, self.graph.target_backend, steps, {},
                                                        reason="graph output", force=True))
-        return Plan(self.graph, steps, output_values, self.table, self.explain_lines, single)
+        return steps, output_values
 
     def _materialize(self, value, backend, steps, cache, reason, force=False):
         key = (value.buffer.id, value.shape, value.strides, value.offset)
