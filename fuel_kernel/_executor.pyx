@@ -61,6 +61,8 @@ cdef extern from *:
         int64_t tiles_along;         /* tiles along tile_axis */
         int64_t n_tiles;
         int64_t tile_bytes;          /* one thread's tile buffer, a multiple of 64 */
+        int32_t scratch_base;        /* the calling thread's tile buffer: this base (the arena) */
+        int64_t scratch_offset;      /* at this byte; other threads' buffers are allocated per run */
     } fk_plan_group;
 
     /* One run of one group: shared by the tasks that run its tiles. */
@@ -72,7 +74,8 @@ cdef extern from *:
         const fk_params *params;
         const fk_params *no_params;
         char **bases;
-        char *scratch;               /* n_slots tile buffers of group->tile_bytes */
+        char *scratch;               /* slot 0: the calling thread's tile buffer */
+        char *extra;                 /* slots 1 .. n_slots - 1, n_slots - 1 tile buffers */
         int *slot_busy;
         int n_slots;
         int status;                  /* the first failure of a later tile */
@@ -85,9 +88,10 @@ cdef extern from *:
     static int fk_plan_tile(const fk_plan_group_run *r, int64_t tile, char *scratch, int *failed) {
         const fk_plan_group *g = r->group;
         fk_storage storage[FK_MAX_OPERANDS];
-        fk_layout layouts[FK_MAX_OPERANDS];
+        fk_layout tiled[FK_MAX_OPERANDS];
+        const fk_layout *layouts;
         int64_t outer[FK_MAX_DIMS], lo = 0, len = 0;
-        int k = g->tile_axis, m, i, d, status;
+        int k = g->tile_axis, m, i, d, status, n_members = r->members[0].n_members;
         if (k >= 0) {
             int64_t t = tile, block = t % g->tiles_along;
             t /= g->tiles_along;
@@ -98,17 +102,21 @@ cdef extern from *:
                 t /= g->shape[d];
             }
         }
-        for (m = 0; m < r->members[0].n_members; m++) {
+        for (m = 0; m < n_members; m++) {
             const fk_plan_step *step = &r->members[1 + m];
             const fk_plan_operand *ops = &r->operands[step->first];
             int n = step->n_in + step->n_out;
             for (i = 0; i < n; i++) {
-                fk_layout *layout = &layouts[i];
-                int in_tile = ops[i].base_index == FK_PLAN_TILE_BASE, shift;
                 storage[i] = ops[i].storage;
-                storage[i].data = (in_tile ? scratch : r->bases[ops[i].base_index]) + ops[i].byte_offset;
+                storage[i].data = (ops[i].base_index == FK_PLAN_TILE_BASE ? scratch : r->bases[ops[i].base_index])
+                                  + ops[i].byte_offset;
+            }
+            layouts = &r->layouts[step->first];       /* one tile: the whole layouts */
+            if (k >= 0) layouts = tiled;
+            for (i = 0; k >= 0 && i < n; i++) {
+                fk_layout *layout = &tiled[i];
+                int in_tile = ops[i].base_index == FK_PLAN_TILE_BASE, shift;
                 *layout = r->layouts[step->first + i];
-                if (k < 0) continue;
                 shift = g->ndim - layout->ndim;          /* operands broadcast right-aligned */
                 for (d = 0; d <= k; d++) {
                     int a = d - shift;
@@ -142,7 +150,8 @@ cdef extern from *:
                 break;
             slot = (slot + 1) % r->n_slots;
         }
-        status = fk_plan_tile(r, task + 1, r->scratch + (int64_t)slot * r->group->tile_bytes, &failed);
+        status = fk_plan_tile(r, task + 1, slot == 0 ? r->scratch : r->extra + (int64_t)(slot - 1) * r->group->tile_bytes,
+                              &failed);
         __atomic_store_n(&r->slot_busy[slot], 0, __ATOMIC_RELEASE);
         if (status != FK_OK) {
             int expected = FK_OK;
@@ -179,18 +188,20 @@ cdef extern from *:
         r.no_params = no_params;
         r.bases = bases;
         r.n_slots = threads;
-        r.scratch = (char *)aligned_alloc(64, (size_t)threads * (size_t)g->tile_bytes);
-        r.slot_busy = (int *)calloc((size_t)threads, sizeof(int));
-        if (r.scratch == NULL || r.slot_busy == NULL) {
-            free(r.scratch);
-            free(r.slot_busy);
-            fk_set_error(FK_ERR_NO_MEMORY, "no memory for %d tile buffers of %lld bytes", threads,
-                         (long long)g->tile_bytes);
-            *failed_member = -1;
-            return FK_ERR_NO_MEMORY;
-        }
+        r.scratch = bases[g->scratch_base] + g->scratch_offset;
         status = fk_plan_tile(&r, 0, r.scratch, failed_member);
         if (status == FK_OK && g->n_tiles > 1) {
+            if (threads > 1) {
+                r.extra = (char *)aligned_alloc(64, (size_t)(threads - 1) * (size_t)g->tile_bytes);
+                r.slot_busy = (int *)calloc((size_t)threads, sizeof(int));
+                if (r.extra == NULL || r.slot_busy == NULL) {    /* run on this thread alone */
+                    free(r.extra);
+                    free(r.slot_busy);
+                    r.extra = NULL;
+                    r.slot_busy = NULL;
+                    threads = 1;
+                }
+            }
             if (threads <= 1) {
                 for (t = 1; t < g->n_tiles && status == FK_OK; t++)
                     status = fk_plan_tile(&r, t, r.scratch, failed_member);
@@ -203,7 +214,7 @@ cdef extern from *:
                 }
             }
         }
-        free(r.scratch);
+        free(r.extra);
         free(r.slot_busy);
         return status;
     }
@@ -234,6 +245,8 @@ cdef extern from *:
         int64_t tiles_along
         int64_t n_tiles
         int64_t tile_bytes
+        int32_t scratch_base
+        int64_t scratch_offset
 
     int fk_plan_run_group(const fk_plan_step *steps, const fk_plan_group *g, const fk_plan_operand *operands,
                           const fk_layout *layouts, const fk_params *params, const fk_params *no_params,
@@ -365,12 +378,14 @@ cdef class PlanProgram:
         self.n_top_steps += 1
 
     def add_group(self, int node_id, str name, tuple shape, int tile_axis, int64_t tile_len,
-                  int64_t tile_bytes, list members):
+                  int64_t tile_bytes, int scratch_base, int64_t scratch_offset, list members):
         """A fused group: `members` are (kernel, node_id, name, operands, params) as add_step takes
         them, in order, where base_index -1 names the tile buffer (byte_offset into it; the layout
         is the whole output shape, C-contiguous).  Every member's output has `shape`; a tile is
         [1, .., 1, tile_len, shape[tile_axis + 1:]], or the whole shape when tile_axis is -1;
-        tile_bytes is one thread's tile buffer."""
+        tile_bytes is one thread's tile buffer; the calling thread's is at byte scratch_offset of
+        base scratch_base (64-byte aligned; the plan's arena), other threads' are allocated when
+        a run splits the tiles across threads."""
         cdef fk_plan_step *step
         cdef fk_plan_group *group
         cdef int d, i, n_members = len(members)
@@ -383,6 +398,9 @@ cdef class PlanProgram:
             raise ValueError(f"tile axis {tile_axis} out of range for {len(shape)} dims")
         if tile_bytes < 64 or tile_bytes % 64:
             raise ValueError(f"tile_bytes must be a positive multiple of 64, not {tile_bytes}")
+        if not 0 <= scratch_base < self.n_bases or scratch_offset < 0 or scratch_offset % 64:
+            raise ValueError(f"the tile buffer at base {scratch_base}, byte {scratch_offset}, is out of "
+                             f"range or not 64-byte aligned")
         if tile_axis >= 0:
             if not 1 <= tile_len <= shape[tile_axis]:
                 raise ValueError(f"tile length {tile_len} out of range for extent {shape[tile_axis]}")
@@ -412,6 +430,10 @@ cdef class PlanProgram:
         group.tiles_along = tiles_along
         group.n_tiles = n_tiles
         group.tile_bytes = tile_bytes
+        group.scratch_base = scratch_base
+        group.scratch_offset = scratch_offset
+        if scratch_offset + tile_bytes > self.base_bytes[scratch_base]:
+            self.base_bytes[scratch_base] = scratch_offset + tile_bytes
         step = &self.steps[self.n_steps]
         memset(step, 0, sizeof(fk_plan_step))
         step.node_id = node_id

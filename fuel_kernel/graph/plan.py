@@ -75,10 +75,14 @@ class Plan:
     # -- memory
     def _assign_memory(self) -> None:
         """Arena offsets for the buffers the steps write that the caller does not get (a fused
-        group's tile values are not among them), and what the arena would be without groups."""
+        group's tile values are not among them), then one tile buffer for the groups (each
+        thread's arena holds its own), and what the arena would be without groups."""
         output_buffers = {v.buffer.id for v in self.output_values}
         self.arena_offsets, self.peak_bytes, self.min_live_bytes = _pack_arena(
             self._steps, output_buffers, self.graph.buffers)
+        self.tile_offset = -(-self.peak_bytes // ARENA_ALIGNMENT) * ARENA_ALIGNMENT
+        self.tile_buffer_bytes = max((g.tile_bytes for g in self.groups), default=0)
+        self.peak_bytes = self.tile_offset + self.tile_buffer_bytes if self.tile_buffer_bytes else self.peak_bytes
         flat = [m for s in self._steps for m in getattr(s, "members", [s])]
         self.unfused_peak_bytes = (self.peak_bytes if len(flat) == len(self._steps)
                                    else _pack_arena(flat, output_buffers, self.graph.buffers)[1])
@@ -114,6 +118,7 @@ class Plan:
                 continue
             self._program.add_group(
                 step.node_id, step.name, step.shape, step.tile_axis, step.tile_len, step.tile_bytes,
+                self._arena_base, self.tile_offset,
                 [(m.kernel, m.node_id, m.name,
                   [operand(v, step.tile_values, step.tile_bytes) for v in m.inputs + [m.output]], m.params)
                  for m in members])
@@ -211,8 +216,9 @@ class Plan:
             lines.extend(self._describe(f"step {index}: node {step.node_id}", step, "", "    "))
             if self._grouped and step.alone:
                 lines.append(f"    not grouped: {step.alone}")
-        lines.append(f"arena: {self.peak_bytes} bytes peak (minimal live set {self.min_live_bytes} bytes; "
-                     f"{self.unfused_peak_bytes} without elementwise groups)")
+        tiles = f", of which {self.tile_buffer_bytes} the groups' tile buffer" if self.tile_buffer_bytes else ""
+        lines.append(f"arena: {self.peak_bytes} bytes peak{tiles} (minimal live set {self.min_live_bytes} "
+                     f"bytes; {self.unfused_peak_bytes} without elementwise groups)")
         return "\n".join(lines)
 
     @staticmethod

@@ -208,7 +208,8 @@ def test_shapes_below_above_and_off_the_tile_size(shape, rng):
     else:
         assert group.n_tiles > 1 and group.tile_elements <= planner.TILE_MAX_ELEMENTS
     assert group.saved_bytes == 2 * size * 4      # x*a and +b never reach the arena
-    assert plan.peak_bytes == 0 and plan.unfused_peak_bytes >= size * 4
+    assert plan.peak_bytes == plan.tile_buffer_bytes == group.tile_bytes   # the arena holds one tile buffer
+    assert plan.unfused_peak_bytes >= size * 4
 
 
 def test_values_used_outside_the_group_are_written(rng, small_tiles):
@@ -284,7 +285,8 @@ def test_explain_lists_groups_tiles_and_savings(rng):
            f"{group.n_tiles} tiles" in text
     assert f"{2 * 64 * 1024 * 4} arena bytes saved (2 values in tiles, 1 written out)" in text
     assert "[tile]" in text and "[written]" in text
-    assert f"arena: 0 bytes peak (minimal live set 0 bytes; {plan.unfused_peak_bytes} without" in text
+    assert f"arena: {group.tile_bytes} bytes peak, of which {group.tile_bytes} the groups' tile buffer " \
+           f"(minimal live set 0 bytes; {plan.unfused_peak_bytes} without" in text
     off = g.compile(y, fuse=False)
     assert off.groups == [] and off.n_steps == 3
     assert "elementwise groups: off (compile(fuse=False))" in off.explain()
@@ -318,9 +320,9 @@ def test_a_member_failing_on_the_first_tile_writes_nothing():
     neg = table.lookup(fk.OpKind.NEG, [F32, F32], CPU)
     clamp = table.lookup(fk.OpKind.CLAMP, [F32, F32], CPU)
     shape = (8, 64)
-    program = PlanProgram(table, 3)
+    program = PlanProgram(table, 4)
     whole = (shape, (64, 1), 0)
-    program.add_group(7, "bad group", shape, 0, 2, 2 * 64 * 4, [
+    program.add_group(7, "bad group", shape, 0, 2, 2 * 64 * 4, 3, 0, [
         (neg, 5, "neg", [(0, 0, 2048, int(F32), *whole), (1, 0, 2048, int(F32), *whole)], None),
         (clamp, 6, "clamp", [(1, 0, 2048, int(F32), *whole), (2, 0, 2048, int(F32), *whole)],
          P.affine(1.0, 2.0)),         # the wrong params family: the kernel refuses it
@@ -329,7 +331,7 @@ def test_a_member_failing_on_the_first_tile_writes_nothing():
     mid = np.full(shape, 7.0, np.float32)
     out = np.full(shape, 9.0, np.float32)
     with pytest.raises(fk.ParamsError, match="node 6 \\(clamp\\) failed"):
-        program.run([x, mid, out])
+        program.run([x, mid, out, np.empty(512, np.uint8)])
     assert (out == 9.0).all()                    # the failing member wrote nothing
     assert (mid[2:] == 7.0).all() and (mid[:2] == -1.0).all()   # no tile after the first ran
 
