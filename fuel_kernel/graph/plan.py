@@ -20,12 +20,14 @@ TILE_BASE = -1              # a group member's operand in the group's tile buffe
 
 
 def _pack_arena(steps: list[Any], output_buffers: set[int],
-                buffers: list[Buffer]) -> tuple[dict[int, int], int, int]:
-    """Lifetime intervals of the buffers `steps` write (their `writes`) that are not outputs,
-    packed greedily by size (largest first) into the lowest offset that does not overlap a live
-    neighbour: (offsets by buffer id, peak bytes, the largest live set in bytes)."""
-    first: dict[int, int] = {}
-    last: dict[int, int] = {}
+                buffers: list[Buffer]) -> tuple[dict[Any, int], int, int]:
+    """Lifetime intervals of the buffers `steps` write (their `writes`) that are not outputs, and
+    of each group's tile buffer (key ("tile", step index), live at its step only), packed greedily
+    by size (largest first) into the lowest offset that does not overlap a live neighbour:
+    (offsets by buffer id or tile key, peak bytes, the largest live set in bytes)."""
+    first: dict[Any, int] = {}
+    last: dict[Any, int] = {}
+    sizes: dict[Any, int] = {}
     for index, step in enumerate(steps):
         for v in step.reads:
             last[v.buffer.id] = index
@@ -33,12 +35,16 @@ def _pack_arena(steps: list[Any], output_buffers: set[int],
             b = v.buffer
             first.setdefault(b.id, index)
             last[b.id] = max(last.get(b.id, index), index)
-    intermediates = [buffers[b] for b in first if b not in output_buffers]
+            sizes[b.id] = b.nbytes
+        if hasattr(step, "members"):
+            first[("tile", index)] = last[("tile", index)] = index
+            sizes[("tile", index)] = step.tile_bytes
+    blocks = [key for key in first if key not in output_buffers]
     placed: list[tuple[int, int, int, int]] = []          # (offset, size, first, last)
-    offsets: dict[int, int] = {}
-    for buffer in sorted(intermediates, key=lambda b: (-b.nbytes, first[b.id])):
-        size = -(-max(buffer.nbytes, 1) // ARENA_ALIGNMENT) * ARENA_ALIGNMENT
-        lo, hi = first[buffer.id], last[buffer.id]
+    offsets: dict[Any, int] = {}
+    for key in sorted(blocks, key=lambda k: (-sizes[k], first[k])):
+        size = -(-max(sizes[key], 1) // ARENA_ALIGNMENT) * ARENA_ALIGNMENT
+        lo, hi = first[key], last[key]
         clashes = sorted((o, s) for o, s, f, l in placed if not (l < lo or hi < f))
         offset = 0
         for o, s in clashes:
@@ -46,7 +52,7 @@ def _pack_arena(steps: list[Any], output_buffers: set[int],
                 break
             offset = max(offset, o + s)
         placed.append((offset, size, lo, hi))
-        offsets[buffer.id] = offset
+        offsets[key] = offset
     live = [0] * max(len(steps), 1)
     for o, s, f, l in placed:
         for i in range(f, l + 1):
@@ -75,14 +81,12 @@ class Plan:
     # -- memory
     def _assign_memory(self) -> None:
         """Arena offsets for the buffers the steps write that the caller does not get (a fused
-        group's tile values are not among them), then one tile buffer for the groups (each
+        group's tile values are not among them) and for each group's tile buffer (so each
         thread's arena holds its own), and what the arena would be without groups."""
         output_buffers = {v.buffer.id for v in self.output_values}
         self.arena_offsets, self.peak_bytes, self.min_live_bytes = _pack_arena(
             self._steps, output_buffers, self.graph.buffers)
-        self.tile_offset = -(-self.peak_bytes // ARENA_ALIGNMENT) * ARENA_ALIGNMENT
         self.tile_buffer_bytes = max((g.tile_bytes for g in self.groups), default=0)
-        self.peak_bytes = self.tile_offset + self.tile_buffer_bytes if self.tile_buffer_bytes else self.peak_bytes
         flat = [m for s in self._steps for m in getattr(s, "members", [s])]
         self.unfused_peak_bytes = (self.peak_bytes if len(flat) == len(self._steps)
                                    else _pack_arena(flat, output_buffers, self.graph.buffers)[1])
@@ -110,7 +114,7 @@ class Plan:
                 base, byte_offset, nbytes = self._arena_base, self.arena_offsets[b.id], b.nbytes
             return (base, byte_offset, nbytes, int(value.dtype), value.shape, value.strides, value.offset)
 
-        for step in self._steps:
+        for index, step in enumerate(self._steps):
             members = getattr(step, "members", None)
             if members is None:
                 self._program.add_step(step.kernel, step.node_id, step.name,
@@ -118,7 +122,7 @@ class Plan:
                 continue
             self._program.add_group(
                 step.node_id, step.name, step.shape, step.tile_axis, step.tile_len, step.tile_bytes,
-                self._arena_base, self.tile_offset,
+                self._arena_base, self.arena_offsets[("tile", index)],
                 [(m.kernel, m.node_id, m.name,
                   [operand(v, step.tile_values, step.tile_bytes) for v in m.inputs + [m.output]], m.params)
                  for m in members])
@@ -216,7 +220,8 @@ class Plan:
             lines.extend(self._describe(f"step {index}: node {step.node_id}", step, "", "    "))
             if self._grouped and step.alone:
                 lines.append(f"    not grouped: {step.alone}")
-        tiles = f", of which {self.tile_buffer_bytes} the groups' tile buffer" if self.tile_buffer_bytes else ""
+        tiles = (f", with the groups' tile buffers (largest {self.tile_buffer_bytes} bytes)"
+                 if self.tile_buffer_bytes else "")
         lines.append(f"arena: {self.peak_bytes} bytes peak{tiles} (minimal live set {self.min_live_bytes} "
                      f"bytes; {self.unfused_peak_bytes} without elementwise groups)")
         return "\n".join(lines)

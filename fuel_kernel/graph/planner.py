@@ -44,7 +44,7 @@ GROUPABLE_OPS = frozenset(OpKind[op.name] for op in spec.OPS
 # A tile holds about this many bytes of all the operands its members touch (inputs, intermediates
 # and written outputs), so they stay in L2 between members; measured in bench/bench_graph.py.
 TILE_BUDGET_BYTES = 256 * 1024
-TILE_MIN_ELEMENTS = 4096         # below this, a kernel call's fixed cost (~100 ns) starts to show
+TILE_MIN_ELEMENTS = 4096         # below this, a kernel call's fixed cost (its checks) starts to show
 TILE_MAX_ELEMENTS = 16384        # and below 2 * FK_SPLIT_GRAIN, so a member never splits again
 TILE_ALIGNMENT = 64
 

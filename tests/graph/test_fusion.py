@@ -285,8 +285,9 @@ def test_explain_lists_groups_tiles_and_savings(rng):
            f"{group.n_tiles} tiles" in text
     assert f"{2 * 64 * 1024 * 4} arena bytes saved (2 values in tiles, 1 written out)" in text
     assert "[tile]" in text and "[written]" in text
-    assert f"arena: {group.tile_bytes} bytes peak, of which {group.tile_bytes} the groups' tile buffer " \
-           f"(minimal live set 0 bytes; {plan.unfused_peak_bytes} without" in text
+    assert f"arena: {group.tile_bytes} bytes peak, with the groups' tile buffers (largest " \
+           f"{group.tile_bytes} bytes) (minimal live set {group.tile_bytes} bytes; " \
+           f"{plan.unfused_peak_bytes} without" in text
     off = g.compile(y, fuse=False)
     assert off.groups == [] and off.n_steps == 3
     assert "elementwise groups: off (compile(fuse=False))" in off.explain()
