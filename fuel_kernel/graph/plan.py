@@ -19,8 +19,7 @@ ARENA_ALIGNMENT = 64
 TILE_BASE = -1              # a group member's operand in the group's tile buffer (PlanProgram.add_group)
 
 
-def _pack_arena(steps: list[Any], output_buffers: set[int],
-                buffers: list[Buffer]) -> tuple[dict[Any, int], int, int]:
+def _pack_arena(steps: list[Any], output_buffers: set[int]) -> tuple[dict[Any, int], int, int]:
     """Lifetime intervals of the buffers `steps` write (their `writes`) that are not outputs, and
     of each group's tile buffer (key ("tile", step index), live at its step only), packed greedily
     by size (largest first) into the lowest offset that does not overlap a live neighbour:
@@ -40,24 +39,35 @@ def _pack_arena(steps: list[Any], output_buffers: set[int],
             first[("tile", index)] = last[("tile", index)] = index
             sizes[("tile", index)] = step.tile_bytes
     blocks = [key for key in first if key not in output_buffers]
+    offsets, peak = pack_by_lifetime({k: sizes[k] for k in blocks}, {k: (first[k], last[k]) for k in blocks})
+    live = [0] * max(len(steps), 1)
+    for key in blocks:
+        for i in range(first[key], last[key] + 1):
+            live[i] += _aligned(sizes[key])
+    return offsets, peak, max(live)
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-max(nbytes, 1) // ARENA_ALIGNMENT) * ARENA_ALIGNMENT
+
+
+def pack_by_lifetime(sizes: dict[Any, int], intervals: dict[Any, tuple[int, int]]) -> tuple[dict[Any, int], int]:
+    """Offsets for blocks of `sizes` bytes (each rounded up to ARENA_ALIGNMENT) live over the
+    inclusive step `intervals`: largest first, each at the lowest offset clear of every block
+    live at the same time.  Returns (offsets, peak bytes)."""
     placed: list[tuple[int, int, int, int]] = []          # (offset, size, first, last)
     offsets: dict[Any, int] = {}
-    for key in sorted(blocks, key=lambda k: (-sizes[k], first[k])):
-        size = -(-max(sizes[key], 1) // ARENA_ALIGNMENT) * ARENA_ALIGNMENT
-        lo, hi = first[key], last[key]
-        clashes = sorted((o, s) for o, s, f, l in placed if not (l < lo or hi < f))
+    for key in sorted(sizes, key=lambda k: (-sizes[k], intervals[k][0])):
+        size = _aligned(sizes[key])
+        lo, hi = intervals[key]
         offset = 0
-        for o, s in clashes:
+        for o, s in sorted((o, s) for o, s, f, l in placed if not (l < lo or hi < f)):
             if offset + size <= o:
                 break
             offset = max(offset, o + s)
         placed.append((offset, size, lo, hi))
         offsets[key] = offset
-    live = [0] * max(len(steps), 1)
-    for o, s, f, l in placed:
-        for i in range(f, l + 1):
-            live[i] += s
-    return offsets, max((o + s for o, s, _, _ in placed), default=0), max(live)
+    return offsets, max((o + s for o, s, _, _ in placed), default=0)
 
 
 # ---- plans -------------------------------------------------------------------------------------------
@@ -84,12 +94,11 @@ class Plan:
         group's tile values are not among them) and for each group's tile buffer (so each
         thread's arena holds its own), and what the arena would be without groups."""
         output_buffers = {v.buffer.id for v in self.output_values}
-        self.arena_offsets, self.peak_bytes, self.min_live_bytes = _pack_arena(
-            self._steps, output_buffers, self.graph.buffers)
+        self.arena_offsets, self.peak_bytes, self.min_live_bytes = _pack_arena(self._steps, output_buffers)
         self.tile_buffer_bytes = max((g.tile_bytes for g in self.groups), default=0)
         flat = [m for s in self._steps for m in getattr(s, "members", [s])]
         self.unfused_peak_bytes = (self.peak_bytes if len(flat) == len(self._steps)
-                                   else _pack_arena(flat, output_buffers, self.graph.buffers)[1])
+                                   else _pack_arena(flat, output_buffers)[1])
 
     # -- steps
     def _emit(self) -> None:

@@ -10,7 +10,7 @@ from ..errors import NoKernelError
 from ..records import BindingKey
 from ..types import Backend, KernelCaps, OpKind
 from .fused import _fused_by_id, _fused_lock, _params_key
-from .plan import Plan
+from .plan import ARENA_ALIGNMENT, Plan, pack_by_lifetime
 from .values import Node, Value, _contiguous_strides
 
 
@@ -46,7 +46,6 @@ GROUPABLE_OPS = frozenset(OpKind[op.name] for op in spec.OPS
 TILE_BUDGET_BYTES = 256 * 1024
 TILE_MIN_ELEMENTS = 4096         # below this, a kernel call's fixed cost (its checks) starts to show
 TILE_MAX_ELEMENTS = 16384        # and below 2 * FK_SPLIT_GRAIN, so a member never splits again
-TILE_ALIGNMENT = 64
 
 _builtin_kernels: Optional[frozenset] = None
 
@@ -94,7 +93,7 @@ class _Group:
     tile_len: int = 0
     tile_elements: int = 0
     n_tiles: int = 1
-    tile_bytes: int = TILE_ALIGNMENT
+    tile_bytes: int = ARENA_ALIGNMENT
     saved_bytes: int = 0                             # intermediates' bytes kept out of the arena
 
     @property
@@ -129,22 +128,6 @@ def _tiling(shape, bytes_per_element):
         tile_len = max(1, budget // inner)
         return k, tile_len, tile_len * inner
     raise AssertionError("a shape larger than the budget has an axis that does not fit")
-
-
-def _pack(sizes, intervals):
-    """Offsets for blocks of `sizes` (multiples of TILE_ALIGNMENT) live over inclusive `intervals`:
-    largest first, each at the lowest offset clear of every block live at the same time."""
-    placed, offsets = [], {}
-    for key in sorted(sizes, key=lambda k: (-sizes[k], intervals[k][0])):
-        lo, hi = intervals[key]
-        offset = 0
-        for o, s in sorted((o, s) for o, s, f, l in placed if not (l < lo or hi < f)):
-            if offset + sizes[key] <= o:
-                break
-            offset = max(offset, o + s)
-        placed.append((offset, sizes[key], lo, hi))
-        offsets[key] = offset
-    return offsets, max((o + s for o, s, _, _ in placed), default=0)
 
 
 def group_steps(steps, output_values):
@@ -240,11 +223,11 @@ def _lay_out(group, member_indices, steps, output_buffers):
     sizes, intervals = {}, {}
     for b in tile_ids:
         item = group.members[made[b]].output.dtype.itemsize
-        sizes[b] = -(-max(group.tile_elements * item, 1) // TILE_ALIGNMENT) * TILE_ALIGNMENT
+        sizes[b] = group.tile_elements * item
         intervals[b] = (made[b], last_use.get(b, made[b]))
         group.saved_bytes += group.members[made[b]].output.buffer.nbytes
-    group.tile_values, packed = _pack(sizes, intervals)
-    group.tile_bytes = max(packed, TILE_ALIGNMENT)
+    group.tile_values, packed = pack_by_lifetime(sizes, intervals)
+    group.tile_bytes = max(packed, ARENA_ALIGNMENT)
 
 
 class _Planner:
