@@ -1,5 +1,6 @@
 """The planner: dead-node pruning, fusion matching, route picking, the contiguize gate, steps,
 and the grouping of elementwise steps that run tile by tile."""
+import heapq
 import importlib
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
@@ -85,7 +86,6 @@ class _Group:
     live in a per-thread tile buffer."""
     shape: tuple
     members: List[_Step] = field(default_factory=list)
-    open: bool = True
     reads: List = field(default_factory=list)        # values from outside the group
     writes: List = field(default_factory=list)       # member outputs used outside it
     tile_values: Dict[int, int] = field(default_factory=dict)   # buffer id -> byte offset in the tile buffer
@@ -134,61 +134,134 @@ def group_steps(steps, output_values):
     """Steps (in order) -> steps and _Groups, in an order that keeps every dependency; each step
     left alone gets the reason in its `alone`.
 
-    A groupable step joins the open groups it reads when their shape is its output shape and it
-    reads their values whole (the same element index in the tile); it starts a group otherwise.
-    A step that reads a group's value and does not join it closes that group, so every step between
-    a group's first and last member that is not a member reads none of its values and can run
-    before it: the group runs at its last member's place."""
+    A groupable step joins the groups it reads when their shape is its output shape and it reads
+    their values whole (the same element index in the tile), merging them if it reads several;
+    it starts a group otherwise.  A group's value may also be read by steps outside it (they then
+    run after the group), so a step may not join a group it depends on through such a step: that
+    would be a cycle.  `needs` holds, per group, the groups its members depend on through steps
+    outside it, and `after`, per step outside every group, the groups it depends on; a join is
+    refused for every group in the transitive closure of what the joined group would need."""
     producer = {s.output.buffer.id: i for i, s in enumerate(steps)}
-    group_of: Dict[int, _Group] = {}
+    parent: Dict[int, int] = {}                  # union-find over group ids (a group: its first step)
+    group_of: Dict[int, int] = {}                # step index -> group id (find() gives the group)
+    members: Dict[int, List[int]] = {}
+    needs: Dict[int, set] = {}
+    after: Dict[int, set] = {}
     reasons: Dict[int, str] = {}
+
+    def find(g):
+        while parent[g] != g:
+            parent[g] = parent[parent[g]]
+            g = parent[g]
+        return g
+
+    def direct_needs(i, joined):
+        """The groups step i depends on through its inputs from outside the `joined` groups."""
+        found = set()
+        for v in steps[i].inputs:
+            p = producer.get(v.buffer.id)
+            if p is None:
+                continue
+            if p in group_of:
+                if find(group_of[p]) not in joined:
+                    found.add(find(group_of[p]))
+            else:
+                found.update(after[p])
+        return found
+
+    def closure(groups):
+        seen, stack = set(), [find(g) for g in groups]
+        while stack:
+            g = stack.pop()
+            if g not in seen:
+                seen.add(g)
+                stack.extend(find(h) for h in needs[g])
+        return seen
+
     for i, step in enumerate(steps):
         why = groupable(step)
-        read: Dict[int, tuple] = {}
-        for v in step.inputs:
-            p = producer.get(v.buffer.id)
-            if p is not None and p in group_of and group_of[p].open:
-                g = group_of[p]
-                read.setdefault(id(g), (g, []))[1].append(v)
-        join = []
-        for g, values in read.values():
-            if why is None and g.shape != step.output.shape:
-                reasons[i] = f"its output shape {step.output.shape} differs from its input's group {g.shape}"
-                g.open = False
-            elif why is None and not all(v.is_whole_buffer for v in values):
-                reasons[i] = "it reads a group's value through a view"
-                g.open = False
-            elif why is None:
-                join.append(g)
-            else:
-                g.open = False
         if why is not None:
             reasons[i] = why
+            after[i] = closure(direct_needs(i, set()))
             continue
-        group = join[0] if join else _Group(step.output.shape)
-        for other in join[1:]:
-            group.members.extend(other.members)
-            for m in other.members:
-                group_of[m] = group
-            other.open = False
-        group.members.append(i)
+        reads: Dict[int, List] = {}
+        for v in step.inputs:
+            p = producer.get(v.buffer.id)
+            if p is not None and p in group_of:
+                reads.setdefault(find(group_of[p]), []).append(v)
+        join = []
+        for g, values in reads.items():
+            shape = steps[members[g][0]].output.shape
+            if shape != step.output.shape:
+                reasons[i] = f"its output shape {step.output.shape} differs from its input's group's {shape}"
+            elif not all(v.is_whole_buffer for v in values):
+                reasons[i] = "it reads a group's value through a view"
+            else:
+                join.append(g)
+        while True:
+            joined = set(join)
+            wanted = direct_needs(i, joined)
+            for g in join:
+                wanted |= needs[g]
+            cycle = joined & closure(wanted)
+            if not cycle:
+                break
+            reasons[i] = "joining would need a step that reads the group"
+            join = [g for g in join if g not in cycle]
+        if join:
+            group = join[0]
+            for other in join[1:]:
+                parent[other] = group
+                members[group].extend(members.pop(other))
+                needs[group] |= needs.pop(other)
+        else:
+            group = i
+            parent[group], members[group], needs[group] = group, [], set()
+        needs[group] |= {find(g) for g in wanted}
+        members[group].append(i)
         group_of[i] = group
-    output_buffers = {v.buffer.id for v in output_values}
-    ordered, emitted = [], set()
-    for i, step in enumerate(steps):
-        group = group_of.get(i)
-        if group is None or len(group.members) < 2:
-            if group is not None and i not in reasons:
+
+    # items: a group of two or more steps, or one step; emitted in dependency order, each at its
+    # last step's place when it is free to run there (Kahn's algorithm, least place first)
+    item_of = {}
+    for i in range(len(steps)):
+        if i in group_of and len(members[find(group_of[i])]) > 1:
+            item_of[i] = ("group", find(group_of[i]))
+        else:
+            item_of[i] = ("step", i)
+            if i in group_of and i not in reasons:
                 reasons[i] = "no elementwise neighbour of its shape to group with"
-            ordered.append(step)
-            continue
-        if i != max(group.members) or id(group) in emitted:
-            continue
-        emitted.add(id(group))
-        members = sorted(group.members)
-        group.members = [steps[m] for m in members]
-        _lay_out(group, set(members), steps, output_buffers)
-        ordered.append(group)
+    place = {}
+    for i, item in item_of.items():
+        place[item] = max(place.get(item, i), i)
+    waiting = {item: set() for item in place}
+    users = {item: set() for item in place}
+    for i, step in enumerate(steps):
+        for v in step.inputs:
+            p = producer.get(v.buffer.id)
+            if p is not None and item_of[p] != item_of[i]:
+                waiting[item_of[i]].add(item_of[p])
+                users[item_of[p]].add(item_of[i])
+    ready = [(place[item], item) for item, deps in waiting.items() if not deps]
+    heapq.heapify(ready)
+    output_buffers = {v.buffer.id for v in output_values}
+    ordered = []
+    while ready:
+        _, item = heapq.heappop(ready)
+        kind, key = item
+        if kind == "step":
+            ordered.append(steps[key])
+        else:
+            indices = sorted(members[key])
+            group = _Group(steps[indices[0]].output.shape, [steps[m] for m in indices])
+            _lay_out(group, set(indices), steps, output_buffers)
+            ordered.append(group)
+        for user in users[item]:
+            waiting[user].discard(item)
+            if not waiting[user]:
+                heapq.heappush(ready, (place[user], user))
+    if len(ordered) != len(place):
+        raise AssertionError("elementwise grouping made a cycle")
     for i, reason in reasons.items():
         steps[i].alone = reason
     return ordered

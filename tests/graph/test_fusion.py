@@ -243,7 +243,25 @@ def test_parallel_chains_merge_into_one_group(rng, small_tiles):
     assert plan.n_steps == 1
 
 
-def test_a_reader_outside_closes_the_group(rng, small_tiles):
+def test_readers_outside_a_group_run_after_it_and_the_group_still_grows(rng, small_tiles):
+    """t = x*a is read by a sum outside the group; the add and gelu after it still join t's
+    group, and the sum runs after the group."""
+    g = fg.Graph()
+    x, a = g.input(SHAPE, F32), g.input(SHAPE[-1:], F32)
+    t = g.mul(x, a)
+    s = g.sum(t, dims=(0,))
+    y = g.gelu(g.add(t, a))
+    plan, got, expected = fused_and_unfused(g, [y, s], [random_values(SHAPE, F32, rng),
+                                                        random_values(SHAPE[-1:], F32, rng)])
+    for u, w in zip(got, expected):
+        assert same_bytes(u, w)
+    (group,) = plan.groups
+    assert [m.kernel.op for m in group.members] == [fk.OpKind.MUL, fk.OpKind.ADD, fk.OpKind.GELU]
+    assert [v.buffer.id for v in group.writes] == [t.buffer.id, y.buffer.id]
+    assert [getattr(step, "name", "") for step in plan._steps][1] == "sum"
+
+
+def test_a_step_that_needs_a_reader_of_the_group_does_not_join_it(rng, small_tiles):
     """x -> neg -> sum (not elementwise) -> broadcast add with neg's result: the add cannot join
     the neg's group, which must finish before the sum reads it."""
     g = fg.Graph()
@@ -255,6 +273,7 @@ def test_a_reader_outside_closes_the_group(rng, small_tiles):
     assert same_bytes(got, expected)
     (group,) = plan.groups
     assert [m.kernel.op for m in group.members] == [fk.OpKind.ADD, fk.OpKind.MUL]
+    assert "not grouped: no elementwise neighbour of its shape to group with" in plan.explain()   # the neg
 
 
 def test_shape_changes_and_lone_steps_are_explained(rng, small_tiles):
@@ -390,3 +409,34 @@ def test_threads_share_one_fused_plan(rng):
         t.join()
     for got, want in zip(results, expected):
         assert same_bytes(got, want)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_graphs_give_the_unfused_bytes(seed, small_tiles):
+    """Random DAGs of elementwise nodes mixed with reductions, reversed views and casts: every
+    grouping the planner makes keeps the dependencies (each output matches fuse=False)."""
+    rng = np.random.default_rng(seed)
+    g = fg.Graph()
+    values = [g.input(SHAPE, F32), g.input(SHAPE, F32)]
+    for _ in range(14):
+        kind = rng.integers(0, 6)
+        a = values[rng.integers(len(values))]
+        b = values[rng.integers(len(values))]
+        if kind == 0:
+            v = g.op([fk.OpKind.NEG, fk.OpKind.TANH, fk.OpKind.SQR][rng.integers(3)], a)
+        elif kind == 1:
+            v = g.op([fk.OpKind.ADD, fk.OpKind.MUL, fk.OpKind.MAXIMUM][rng.integers(3)], a, b)
+        elif kind == 2:
+            v = g.add(a, g.sum(b, dims=(int(rng.integers(3)),), keepdim=True))
+        elif kind == 3:
+            v = g.mul(a[::-1], b)                # a through a view
+        elif kind == 4:
+            v = g.cast(g.cast(a, fk.DType.F16), F32)
+        else:
+            v = g.where(g.gt(a, b), a, b)
+        values.append(v)
+    outputs = [values[-1]] + [values[i] for i in rng.choice(range(2, len(values) - 1), 3, replace=False)]
+    arrays = [random_values(SHAPE, F32, rng, special=False) for _ in range(2)]
+    plan, got, expected = fused_and_unfused(g, outputs, arrays)
+    for u, w in zip(got, expected):
+        assert same_bytes(u, w)
