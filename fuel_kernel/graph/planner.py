@@ -349,11 +349,13 @@ class _Planner:
                 match = self._match(fused, node, consumers, outputs_of_graph, absorbed)
                 if match is None:
                     continue
-                bound, covered = match
+                bound, covered, interior = match
                 dtypes = tuple(v.dtype for v in bound) + (node.dtypes[-1],)
                 key = BindingKey.runtime_fused(fused.id)
                 if not self.table.supports(key, dtypes, node.backend):
                     continue
+                if fused.interiors.get((dtypes, int(node.backend))) != interior:
+                    continue                     # same structure, other intermediate dtypes
                 shape = node.output.shape
                 fused_choice = self.choose(key, bound, shape, None, dtypes, node.backend, fused.name)
                 fused_ns = min(v.estimate_ns for v in fused_choice.verdicts if v.estimate_ns is not None)
@@ -376,6 +378,7 @@ class _Planner:
     def _match(self, fused, root, consumers, graph_outputs, absorbed):
         bound: Dict[int, Value] = {}
         covered = []
+        nodes_at: Dict[int, Node] = {}
 
         def match(pattern_index, node):
             op, params_key, refs = fused.pattern[pattern_index]
@@ -397,11 +400,13 @@ class _Planner:
                     if not match(i, producer):
                         return False
             covered.append(node)
+            nodes_at[pattern_index] = node
             return True
 
         if not match(len(fused.pattern) - 1, root) or len(bound) != fused.n_inputs:
             return None
-        return [bound[i] for i in range(fused.n_inputs)], covered
+        interior = tuple(nodes_at[j].dtypes[-1] for j in range(len(fused.pattern)))
+        return [bound[i] for i in range(fused.n_inputs)], covered, interior
 
     # -- build
     def build(self, single):

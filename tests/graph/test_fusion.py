@@ -440,3 +440,23 @@ def test_random_graphs_give_the_unfused_bytes(seed, small_tiles):
     plan, got, expected = fused_and_unfused(g, outputs, arrays)
     for u, w in zip(got, expected):
         assert same_bytes(u, w)
+
+
+def test_runtime_fused_ops_match_only_their_intermediate_dtypes(rng):
+    """double-cast through f64 is the identity; the same structure through f16 rounds, so it
+    must not be replaced by that kernel, and a kernel for it may not share the key."""
+    from test_graph import _double_cast
+    copy_kernel = fk.bindings().lookup(fk.OpKind.CONTIGUIZE, [F32, F32], CPU).capsule()
+    fg.register_runtime_fused("double-cast", _double_cast, copy_kernel, [F32, F32],
+                              caps=fk.KernelCaps.NONE)
+    g = fg.Graph()
+    x = g.input((3, 50), F32)
+    through_f16 = g.cast(g.cast(x, fk.DType.F16), F32)
+    plan = g.compile(through_f16)
+    assert "-> fused" not in plan.explain()
+    a = (rng.standard_normal((3, 50)) * 3).astype(np.float32)
+    assert same_bytes(plan.run([a]), a.astype(np.float16).astype(np.float32))
+    with pytest.raises(fk.RegistrationError, match="intermediate dtypes \\['f64', 'f32'\\]"):
+        fg.register_runtime_fused("through-f16", lambda g, y: g.cast(g.cast(y, fk.DType.F16), F32),
+                                  fk.bindings().lookup(fk.OpKind.NEG, [F32, F32], CPU).capsule(), [F32, F32],
+                                  precision=fk.PrecisionGuarantee(max_rel=3.0))
