@@ -96,17 +96,10 @@ def _gelu_case(rng):
     b = rng.standard_normal(GELU_SHAPE[-1]).astype(np.float32)
     fused, unfused = _gelu_plans()
 
-    def single(plan):
-        def run():
-            with fk.threads(1):
-                return plan.run([x, a, b])
-        return run
-
     t, u = np.empty(GELU_SHAPE, np.float32), np.empty(GELU_SHAPE, np.float32)
-    contenders = {"numpy, out= (1 thread)": lambda: _numpy_gelu(x, a, b, t, u),
-                  "Plan.run fused (1 thread)": single(fused),
-                  "Plan.run fuse=False (1 thread)": single(unfused),
-                  f"Plan.run fused ({fk.get_num_threads()} threads)": lambda: fused.run([x, a, b])}
+    contenders = {"numpy, out=": lambda: _numpy_gelu(x, a, b, t, u),
+                  "Plan.run fused": lambda: fused.run([x, a, b]),
+                  "Plan.run fuse=False": lambda: unfused.run([x, a, b])}
     skipped = {}
     torch, why = optional_import("torch")
     if torch is not None:
@@ -133,7 +126,7 @@ def _gelu_case(rng):
         skipped["torch"] = why
     group = fused.groups[0]
     return Case(name=f"gelu(x*a + b), x f32{list(GELU_SHAPE)}, a and b rows", contenders=contenders,
-                baseline="numpy, out= (1 thread)", skipped=skipped,
+                baseline="numpy, out=", skipped=skipped,
                 target="fused plan <= 1.0x torch.compile (1 thread)",
                 notes=(f"fused: 1 group of {len(group.members)}, {group.n_tiles} tiles of "
                        f"{group.tile_elements} elements, arena {fused.peak_bytes} B; "
