@@ -1,4 +1,5 @@
-"""Plans: per-node overhead of a long elementwise chain, and a small MLP forward, against peers."""
+"""Plans: per-node overhead of a long elementwise chain, a fused elementwise group on 4M elements,
+and a small MLP forward, against peers."""
 import numpy as np
 
 import fuel_kernel as fk
@@ -61,6 +62,77 @@ def _mlp_plan(weights, biases, batch):
     return g.compile(v, measure=True)
 
 
+GELU_SHAPE = (4096, 1024)          # 4M f32; a and b are rows broadcast over it
+
+
+def _gelu_plans():
+    g = Graph()
+    x = g.input(GELU_SHAPE, fk.DType.F32)
+    a = g.input(GELU_SHAPE[-1:], fk.DType.F32)
+    b = g.input(GELU_SHAPE[-1:], fk.DType.F32)
+    y = g.gelu(g.add(g.mul(x, a), b))
+    return g.compile(y), g.compile(y, fuse=False)
+
+
+def _numpy_gelu(x, a, b, t, u):
+    """gelu (tanh form) of x*a + b in NumPy, with out= buffers: one pass per ufunc."""
+    np.multiply(x, a, out=t)
+    np.add(t, b, out=t)
+    np.multiply(t, t, out=u)
+    np.multiply(u, np.float32(0.044715), out=u)
+    np.add(u, np.float32(1.0), out=u)
+    np.multiply(u, t, out=u)
+    np.multiply(u, np.float32(np.sqrt(2.0 / np.pi)), out=u)
+    np.tanh(u, out=u)
+    np.add(u, np.float32(1.0), out=u)
+    np.multiply(u, t, out=u)
+    np.multiply(u, np.float32(0.5), out=u)
+    return u
+
+
+def _gelu_case(rng):
+    x = rng.standard_normal(GELU_SHAPE).astype(np.float32)
+    a = rng.standard_normal(GELU_SHAPE[-1]).astype(np.float32)
+    b = rng.standard_normal(GELU_SHAPE[-1]).astype(np.float32)
+    fused, unfused = _gelu_plans()
+
+    t, u = np.empty(GELU_SHAPE, np.float32), np.empty(GELU_SHAPE, np.float32)
+    contenders = {"numpy, out=": lambda: _numpy_gelu(x, a, b, t, u),
+                  "Plan.run fused": lambda: fused.run([x, a, b]),
+                  "Plan.run fuse=False": lambda: unfused.run([x, a, b])}
+    skipped = {}
+    torch, why = optional_import("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
+        tx, ta, tb = torch.from_numpy(x), torch.from_numpy(a), torch.from_numpy(b)
+
+        def torch_gelu(x, a, b):
+            return torch.nn.functional.gelu(x * a + b, approximate="tanh")
+
+        compiled = torch.compile(torch_gelu)
+        with torch.no_grad():
+            compiled(tx, ta, tb)                 # compile once, outside the timing
+
+        def eager():
+            with torch.no_grad():
+                return torch_gelu(tx, ta, tb)
+
+        def inductor():
+            with torch.no_grad():
+                return compiled(tx, ta, tb)
+        contenders["torch eager (1 thread)"] = eager
+        contenders["torch.compile (1 thread)"] = inductor
+    else:
+        skipped["torch"] = why
+    group = fused.groups[0]
+    return Case(name=f"gelu(x*a + b), x f32{list(GELU_SHAPE)}, a and b rows", contenders=contenders,
+                baseline="numpy, out=", skipped=skipped,
+                target="fused plan <= 1.0x torch.compile (1 thread)",
+                notes=(f"fused: 1 group of {len(group.members)}, {group.n_tiles} tiles of "
+                       f"{group.tile_elements} elements, arena {fused.peak_bytes} B; "
+                       f"fuse=False: {unfused.n_steps} steps, arena {unfused.peak_bytes} B"))
+
+
 def cases():
     rng = np.random.default_rng(0)
     x = rng.uniform(0.5, 1.0, WIDTH).astype(np.float32)
@@ -77,6 +149,7 @@ def cases():
         contenders["onnxruntime (1 thread)"] = lambda: session.run(None, feeds)
     else:
         skipped["onnxruntime"] = why or why_onnx
+    yield _gelu_case(rng)
     yield Case(name=f"chain of {CHAIN} elementwise nodes, {WIDTH} f32 (time per run)",
                contenders=contenders, baseline="numpy eager, out=", skipped=skipped,
                target="per node <= 1/8 numpy eager and <= 1/6 onnxruntime",

@@ -3,7 +3,8 @@ from typing import Any
 
 from ._dispatch import BindingTable, Kernel, OpParams
 
-# One step operand: (base_index, byte_offset, nbytes, dtype, shape, strides, offset).
+# One step operand: (base_index, byte_offset, nbytes, dtype, shape, strides, offset); in a group
+# member, base_index -1 is the group's tile buffer.
 StepOperand = tuple[int, int, int, int, tuple[int, ...], tuple[int, ...], int]
 
 class PlanProgram:
@@ -14,4 +15,9 @@ class PlanProgram:
     def __len__(self) -> int: ...
     def add_step(self, kernel: Kernel, node_id: int, node_name: str, operands: list[StepOperand],
                  params: OpParams | None) -> None: ...
+    def add_group(self, node_id: int, name: str, shape: tuple[int, ...], tile_axis: int, tile_len: int,
+                  tile_bytes: int, scratch_base: int, scratch_offset: int,
+                  members: list[tuple[Kernel, int, str, list[StepOperand], OpParams | None]]) -> None: ...
     def run(self, bases: list[Any]) -> None: ...
+
+def manifest_kernels(capsule: object, n_rows: int) -> list[tuple[int, int]]: ...

@@ -10,9 +10,11 @@ compile()    (planner.py) 1. drops nodes the outputs do not need; 2. replaces su
              a runtime fused op's decomposition (fused.py) when the fused kernel is estimated
              faster; 3. picks one alternative per node (fuel_kernel.route); 4. the contiguize gate
              inserts a CONTIGUIZE step only for an operand that is not contiguous and whose chosen
-             kernel lacks strided_input; 5. emits one C step per kernel call.
-Plan         (plan.py) places intermediates in one arena, reusing memory by liveness (greedy by
-             size over lifetime intervals).  Plan.run validates the inputs, allocates the outputs
+             kernel lacks strided_input; 5. groups connected elementwise steps of one output shape
+             to run tile by tile (compile(fuse=False) skips 2 and 5); 6. emits one C step per
+             kernel call or group.
+Plan         (plan.py) places intermediates and group tile buffers in one arena, reusing memory
+             by liveness (greedy by size over lifetime intervals).  Plan.run validates the inputs, allocates the outputs
              and runs every step in one nogil loop (fuel_kernel._executor).  Each thread gets its
              own arena, so threads may share a plan.
 """

@@ -20,6 +20,10 @@ class FusedOp:
     n_inputs: int
     pattern: tuple              # ((op, params_key, input refs), ...); ref ("in", i) or ("node", j)
     kernels: List[tuple] = field(default_factory=list)   # (dtypes, backend)
+    # (dtypes, backend) -> the output dtype of each pattern node in the decomposition the kernel
+    # was verified against: the pattern alone does not fix them (cast(cast(x, f64), f32) and
+    # cast(cast(x, f16), f32) share one), so a match must also have these
+    interiors: Dict[tuple, tuple] = field(default_factory=dict)
 
 
 _fused_lock = threading.Lock()
@@ -34,9 +38,11 @@ def _params_key(params):
 
 
 def _pattern_of(graph, output):
-    """The structural signature of the nodes producing `output` from the graph's inputs."""
+    """The structural signature of the nodes producing `output` from the graph's inputs, and the
+    output dtype of each of its nodes."""
     index_of = {}
     pattern = []
+    interior = []
     input_ids = {b.id: i for i, b in enumerate(graph.inputs)}
 
     def ref(value):
@@ -53,11 +59,12 @@ def _pattern_of(graph, output):
             return index_of[node.id]
         refs = tuple(ref(v) for v in node.inputs)
         pattern.append((node.key, _params_key(node.params), refs))
+        interior.append(node.dtypes[-1])
         index_of[node.id] = len(pattern) - 1
         return index_of[node.id]
 
     visit(output.producer)
-    return tuple(pattern)
+    return tuple(pattern), tuple(interior)
 
 
 def register_runtime_fused(name, decomposition, kernel, dtypes, backend=Backend.CPU, *,
@@ -84,7 +91,7 @@ def register_runtime_fused(name, decomposition, kernel, dtypes, backend=Backend.
         raise RegistrationError("a fused decomposition must return the Value of a node it built")
     if out.dtype != dtypes[-1]:
         raise RegistrationError(f"decomposition yields {out.dtype.short_name}, key says {dtypes[-1].short_name}")
-    pattern = _pattern_of(scratch, out)
+    pattern, interior = _pattern_of(scratch, out)
     if len(pattern) < 2:
         raise RegistrationError("a fused op decomposes into at least two nodes")
 
@@ -106,6 +113,12 @@ def register_runtime_fused(name, decomposition, kernel, dtypes, backend=Backend.
             _fused_by_signature[signature] = fused
             _fused_by_id[fused.id] = fused
         key = BindingKey.runtime_fused(fused.id)
+        known = fused.interiors.get((dtypes, int(backend)))
+        if known is not None and known != interior:
+            raise RegistrationError(
+                f"fused op {fused.name!r} has a kernel for {[d.short_name for d in dtypes]} verified against "
+                f"a decomposition with intermediate dtypes {[d.short_name for d in known]}; {name!r} has "
+                f"{[d.short_name for d in interior]}")
         address = _dispatch.kernel_address(kernel)
         if any(k.kernel_address == address for k in _dispatch.bindings().alternatives(key, dtypes, backend)):
             return fused.id                      # already registered: registration is idempotent
@@ -113,6 +126,7 @@ def register_runtime_fused(name, decomposition, kernel, dtypes, backend=Backend.
             tx.register(key, dtypes, backend, kernel, caps=caps,
                         precision=precision, cost=_dispatch.DEFAULT_COST, source=source)
         fused.kernels.append((dtypes, int(backend)))
+        fused.interiors[(dtypes, int(backend))] = interior
     return fused.id
 
 

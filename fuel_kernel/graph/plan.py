@@ -16,6 +16,58 @@ if TYPE_CHECKING:
     from .values import Buffer, Value
 
 ARENA_ALIGNMENT = 64
+TILE_BASE = -1              # a group member's operand in the group's tile buffer (PlanProgram.add_group)
+
+
+def _pack_arena(steps: list[Any], output_buffers: set[int]) -> tuple[dict[Any, int], int, int]:
+    """Lifetime intervals of the buffers `steps` write (their `writes`) that are not outputs, and
+    of each group's tile buffer (key ("tile", step index), live at its step only), packed greedily
+    by size (largest first) into the lowest offset that does not overlap a live neighbour:
+    (offsets by buffer id or tile key, peak bytes, the largest live set in bytes)."""
+    first: dict[Any, int] = {}
+    last: dict[Any, int] = {}
+    sizes: dict[Any, int] = {}
+    for index, step in enumerate(steps):
+        for v in step.reads:
+            last[v.buffer.id] = index
+        for v in step.writes:
+            b = v.buffer
+            first.setdefault(b.id, index)
+            last[b.id] = max(last.get(b.id, index), index)
+            sizes[b.id] = b.nbytes
+        if hasattr(step, "members"):
+            first[("tile", index)] = last[("tile", index)] = index
+            sizes[("tile", index)] = step.tile_bytes
+    blocks = [key for key in first if key not in output_buffers]
+    offsets, peak = pack_by_lifetime({k: sizes[k] for k in blocks}, {k: (first[k], last[k]) for k in blocks})
+    live = [0] * max(len(steps), 1)
+    for key in blocks:
+        for i in range(first[key], last[key] + 1):
+            live[i] += _aligned(sizes[key])
+    return offsets, peak, max(live)
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-max(nbytes, 1) // ARENA_ALIGNMENT) * ARENA_ALIGNMENT
+
+
+def pack_by_lifetime(sizes: dict[Any, int], intervals: dict[Any, tuple[int, int]]) -> tuple[dict[Any, int], int]:
+    """Offsets for blocks of `sizes` bytes (each rounded up to ARENA_ALIGNMENT) live over the
+    inclusive step `intervals`: largest first, each at the lowest offset clear of every block
+    live at the same time.  Returns (offsets, peak bytes)."""
+    placed: list[tuple[int, int, int, int]] = []          # (offset, size, first, last)
+    offsets: dict[Any, int] = {}
+    for key in sorted(sizes, key=lambda k: (-sizes[k], intervals[k][0])):
+        size = _aligned(sizes[key])
+        lo, hi = intervals[key]
+        offset = 0
+        for o, s in sorted((o, s) for o, s, f, l in placed if not (l < lo or hi < f)):
+            if offset + size <= o:
+                break
+            offset = max(offset, o + s)
+        placed.append((offset, size, lo, hi))
+        offsets[key] = offset
+    return offsets, max((o + s for o, s, _, _ in placed), default=0)
 
 
 # ---- plans -------------------------------------------------------------------------------------------
@@ -23,12 +75,13 @@ class Plan:
     """A compiled graph.  run(inputs) -> outputs; explain() says which kernel each node got."""
 
     def __init__(self, graph: Graph, steps: list[Any], outputs: list[Value], table: BindingTable,
-                 fusion_notes: list[str], single: bool) -> None:
+                 fusion_notes: list[str], single: bool, grouped: bool = False) -> None:
         self.graph = graph
         self._steps = steps
         self._single = single
         self._table = table                       # keeps the snapshot of every chosen entry alive
         self._fusion_notes = fusion_notes
+        self._grouped = grouped                   # elementwise grouping ran (compile(fuse=True))
         self.input_buffers: list[Buffer] = list(graph.inputs)
         self.output_values = outputs
         self._local = threading.local()
@@ -37,37 +90,15 @@ class Plan:
 
     # -- memory
     def _assign_memory(self) -> None:
-        """Lifetime intervals of intermediate buffers, packed greedily by size (largest first) into
-        the lowest offset that does not overlap a live neighbour."""
+        """Arena offsets for the buffers the steps write that the caller does not get (a fused
+        group's tile values are not among them) and for each group's tile buffer (so each
+        thread's arena holds its own), and what the arena would be without groups."""
         output_buffers = {v.buffer.id for v in self.output_values}
-        first: dict[int, int] = {}
-        last: dict[int, int] = {}
-        for index, step in enumerate(self._steps):
-            for v in step.inputs:
-                last[v.buffer.id] = index
-            b = step.output.buffer
-            first.setdefault(b.id, index)
-            last[b.id] = max(last.get(b.id, index), index)
-        intermediates = [self.graph.buffers[b] for b in first if b not in output_buffers]
-        placed: list[tuple[int, int, int, int]] = []          # (offset, size, first, last)
-        self.arena_offsets: dict[int, int] = {}
-        for buffer in sorted(intermediates, key=lambda b: (-b.nbytes, first[b.id])):
-            size = -(-max(buffer.nbytes, 1) // ARENA_ALIGNMENT) * ARENA_ALIGNMENT
-            lo, hi = first[buffer.id], last[buffer.id]
-            clashes = sorted((o, s) for o, s, f, l in placed if not (l < lo or hi < f))
-            offset = 0
-            for o, s in clashes:
-                if offset + size <= o:
-                    break
-                offset = max(offset, o + s)
-            placed.append((offset, size, lo, hi))
-            self.arena_offsets[buffer.id] = offset
-        self.peak_bytes = max((o + s for o, s, _, _ in placed), default=0)
-        live = [0] * max(len(self._steps), 1)
-        for o, s, f, l in placed:
-            for i in range(f, l + 1):
-                live[i] += s
-        self.min_live_bytes = max(live)
+        self.arena_offsets, self.peak_bytes, self.min_live_bytes = _pack_arena(self._steps, output_buffers)
+        self.tile_buffer_bytes = max((g.tile_bytes for g in self.groups), default=0)
+        flat = [m for s in self._steps for m in getattr(s, "members", [s])]
+        self.unfused_peak_bytes = (self.peak_bytes if len(flat) == len(self._steps)
+                                   else _pack_arena(flat, output_buffers)[1])
 
     # -- steps
     def _emit(self) -> None:
@@ -81,17 +112,29 @@ class Plan:
             base_of[v.buffer.id] = self._output_base + i
         self._program = PlanProgram(self._table, self._output_base + len(self.output_values))
 
-        def operand(value: Value) -> tuple[int, int, int, int, tuple[int, ...], tuple[int, ...], int]:
+        def operand(value: Value, tile: dict[int, int] | None = None,
+                    tile_bytes: int = 0) -> tuple[int, int, int, int, tuple[int, ...], tuple[int, ...], int]:
             b = value.buffer
-            if b.id in base_of:
-                base, byte_offset = base_of[b.id], 0
+            if tile is not None and b.id in tile:
+                base, byte_offset, nbytes = TILE_BASE, tile[b.id], tile_bytes - tile[b.id]
+            elif b.id in base_of:
+                base, byte_offset, nbytes = base_of[b.id], 0, b.nbytes
             else:
-                base, byte_offset = self._arena_base, self.arena_offsets[b.id]
-            return (base, byte_offset, b.nbytes, int(value.dtype), value.shape, value.strides, value.offset)
+                base, byte_offset, nbytes = self._arena_base, self.arena_offsets[b.id], b.nbytes
+            return (base, byte_offset, nbytes, int(value.dtype), value.shape, value.strides, value.offset)
 
-        for step in self._steps:
-            self._program.add_step(step.kernel, step.node_id, step.name,
-                                   [operand(v) for v in step.inputs] + [operand(step.output)], step.params)
+        for index, step in enumerate(self._steps):
+            members = getattr(step, "members", None)
+            if members is None:
+                self._program.add_step(step.kernel, step.node_id, step.name,
+                                       [operand(v) for v in step.inputs] + [operand(step.output)], step.params)
+                continue
+            self._program.add_group(
+                step.node_id, step.name, step.shape, step.tile_axis, step.tile_len, step.tile_bytes,
+                self._arena_base, self.arena_offsets[("tile", index)],
+                [(m.kernel, m.node_id, m.name,
+                  [operand(v, step.tile_values, step.tile_bytes) for v in m.inputs + [m.output]], m.params)
+                 for m in members])
 
     # -- running
     def run(self, inputs: Sequence[Any]) -> Any:
@@ -157,14 +200,46 @@ class Plan:
     def n_steps(self) -> int:
         return len(self._steps)
 
+    @property
+    def groups(self) -> list[Any]:
+        """The fused elementwise groups, in run order."""
+        return [s for s in self._steps if hasattr(s, "members")]
+
     def explain(self) -> str:
-        """Each step's candidates, their estimates and verdicts, and the winner; fusion decisions."""
+        """Each step's candidates, their estimates and verdicts, and the winner; fusion decisions;
+        each elementwise group (its members, tile and the arena bytes it saves) and why each other
+        step runs alone."""
         lines = list(self._fusion_notes)
+        if not self._grouped:
+            lines.append("elementwise groups: off (compile(fuse=False))")
         for index, step in enumerate(self._steps):
-            dtypes = ", ".join(d.short_name for d in step.kernel.dtypes)
-            lines.append(f"step {index}: node {step.node_id} {step.name}({dtypes}) -> {step.kernel.source}")
-            for v in step.explain:
-                est = f"{v.estimate_ns:10.0f} ns" if v.estimate_ns is not None else " " * 13
-                lines.append(f"    {v.source:10} {est}  {v.verdict}")
-        lines.append(f"arena: {self.peak_bytes} bytes peak (minimal live set {self.min_live_bytes} bytes)")
+            members = getattr(step, "members", None)
+            if members is not None:
+                tile = "x".join(str(e) for e in step.tile_shape()) or "scalar"
+                lines.append(f"step {index}: group of {len(members)} elementwise nodes over "
+                             f"{step.members[-1].output.dtype.short_name}{list(step.shape)}: "
+                             f"tile {tile} ({step.tile_elements} elements, {step.n_tiles} tiles, "
+                             f"{step.tile_bytes} bytes of tile buffer per thread); "
+                             f"{step.saved_bytes} arena bytes saved ({len(step.tile_values)} values in tiles, "
+                             f"{len(step.writes)} written out)")
+                for m in members:
+                    where = "tile" if m.output.buffer.id in step.tile_values else "written"
+                    lines.extend(self._describe(f"    node {m.node_id}", m, f" [{where}]", "        "))
+                continue
+            lines.extend(self._describe(f"step {index}: node {step.node_id}", step, "", "    "))
+            if self._grouped and step.alone:
+                lines.append(f"    not grouped: {step.alone}")
+        tiles = (f", with the groups' tile buffers (largest {self.tile_buffer_bytes} bytes)"
+                 if self.tile_buffer_bytes else "")
+        lines.append(f"arena: {self.peak_bytes} bytes peak{tiles} (minimal live set {self.min_live_bytes} "
+                     f"bytes; {self.unfused_peak_bytes} without elementwise groups)")
         return "\n".join(lines)
+
+    @staticmethod
+    def _describe(head: str, step: Any, tail: str, indent: str) -> list[str]:
+        dtypes = ", ".join(d.short_name for d in step.kernel.dtypes)
+        lines = [f"{head} {step.name}({dtypes}) -> {step.kernel.source}{tail}"]
+        for v in step.explain:
+            est = f"{v.estimate_ns:10.0f} ns" if v.estimate_ns is not None else " " * 13
+            lines.append(f"{indent}{v.source:10} {est}  {v.verdict}")
+        return lines

@@ -1,13 +1,17 @@
-"""The planner: dead-node pruning, fusion matching, route picking, the contiguize gate, steps."""
-from dataclasses import dataclass
-from typing import Dict, List
+"""The planner: dead-node pruning, fusion matching, route picking, the contiguize gate, steps,
+and the grouping of elementwise steps that run tile by tile."""
+import heapq
+import importlib
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
 
-from .. import _dispatch, route
+from .. import _dispatch, route, spec
+from .._executor import manifest_kernels
 from ..errors import NoKernelError
 from ..records import BindingKey
-from ..types import KernelCaps, OpKind
+from ..types import Backend, KernelCaps, OpKind
 from .fused import _fused_by_id, _fused_lock, _params_key
-from .plan import Plan
+from .plan import ARENA_ALIGNMENT, Plan, pack_by_lifetime
 from .values import Node, Value, _contiguous_strides
 
 
@@ -21,6 +25,282 @@ class _Step:
     output: Value
     params: object
     explain: list
+    alone: str = ""                  # why it is not in an elementwise group (compile(fuse=True))
+
+    @property
+    def reads(self):
+        return self.inputs
+
+    @property
+    def writes(self):
+        return [self.output]
+
+
+# ---- elementwise groups ------------------------------------------------------------------------------
+# The ops whose kernels compute each output element from the same-index elements of their
+# (broadcast) inputs alone, so running them on tiles of the output gives the same bits.
+# CONTIGUIZE, a copy the contiguize gate and reshape insert, is left to run alone.
+GROUPABLE_OPS = frozenset(OpKind[op.name] for op in spec.OPS
+                          if op.shape == "broadcast" and op.name != "CONTIGUIZE")
+# A tile holds about this many bytes of all the operands its members touch (inputs, intermediates
+# and written outputs), so they stay in L2 between members; measured in bench/bench_graph.py.
+TILE_BUDGET_BYTES = 256 * 1024
+TILE_MIN_ELEMENTS = 4096         # below this, a kernel call's fixed cost (its checks) starts to show
+TILE_MAX_ELEMENTS = 16384        # and below 2 * FK_SPLIT_GRAIN, so a member never splits again
+
+_builtin_kernels: Optional[frozenset] = None
+
+
+def builtin_kernels():
+    """(kernel address, op) of every row the CPU kernel modules register (fuel_kernel/cpu)."""
+    global _builtin_kernels
+    if _builtin_kernels is None:
+        from ..cpu import KERNEL_MODULES
+        found = set()
+        for name in KERNEL_MODULES:
+            capsule, n_rows = importlib.import_module(name).manifest()
+            found.update(manifest_kernels(capsule, n_rows))
+        _builtin_kernels = frozenset(found)
+    return _builtin_kernels
+
+
+def groupable(step):
+    """Why `step` cannot join an elementwise group, or None when it can."""
+    kernel = step.kernel
+    op = kernel.op
+    if not isinstance(op, OpKind):
+        return "a runtime fused op"
+    if op not in GROUPABLE_OPS:
+        return "inserted copy" if op == OpKind.CONTIGUIZE else f"{op.short_name} is not elementwise"
+    if kernel.backend != Backend.CPU or (kernel.kernel_address, int(op)) not in builtin_kernels():
+        return f"its kernel (source {kernel.source!r}) is not a built-in CPU kernel"
+    if spec.split_rule(op.name, [d.name for d in kernel.dtypes], kernel.source) is None:
+        return (f"{op.short_name}({kernel.dtypes[0].short_name}) checks its data before writing; "
+                f"it runs whole so that an error writes nothing")
+    return None
+
+
+@dataclass
+class _Group:
+    """Elementwise steps of one output shape run tile by tile; values used only inside the group
+    live in a per-thread tile buffer."""
+    shape: tuple
+    members: List[_Step] = field(default_factory=list)
+    reads: List = field(default_factory=list)        # values from outside the group
+    writes: List = field(default_factory=list)       # member outputs used outside it
+    tile_values: Dict[int, int] = field(default_factory=dict)   # buffer id -> byte offset in the tile buffer
+    tile_axis: int = -1
+    tile_len: int = 0
+    tile_elements: int = 0
+    n_tiles: int = 1
+    tile_bytes: int = ARENA_ALIGNMENT
+    saved_bytes: int = 0                             # intermediates' bytes kept out of the arena
+
+    @property
+    def node_id(self):
+        return self.members[-1].node_id
+
+    @property
+    def name(self):
+        return "group(" + ", ".join(m.name for m in self.members) + ")"
+
+    def tile_shape(self):
+        if self.tile_axis < 0:
+            return self.shape
+        return (1,) * self.tile_axis + (self.tile_len,) + self.shape[self.tile_axis + 1:]
+
+
+def _tiling(shape, bytes_per_element):
+    """(tile_axis, tile_len, elements per tile): the outermost axis k whose inner axes fit the
+    budget is cut into tile_len-long pieces; (-1, 0, all) when the whole shape fits one tile."""
+    total = 1
+    for extent in shape:
+        total *= extent
+    budget = TILE_BUDGET_BYTES // max(bytes_per_element, 1)
+    budget = max(TILE_MIN_ELEMENTS, min(TILE_MAX_ELEMENTS, budget))
+    if total <= budget:
+        return -1, 0, total
+    inner = 1
+    for k in reversed(range(len(shape))):
+        if inner * shape[k] <= budget:
+            inner *= shape[k]
+            continue
+        tile_len = max(1, budget // inner)
+        return k, tile_len, tile_len * inner
+    raise AssertionError("a shape larger than the budget has an axis that does not fit")
+
+
+def group_steps(steps, output_values):
+    """Steps (in order) -> steps and _Groups, in an order that keeps every dependency; each step
+    left alone gets the reason in its `alone`.
+
+    A groupable step joins the groups it reads when their shape is its output shape and it reads
+    their values whole (the same element index in the tile), merging them if it reads several;
+    it starts a group otherwise.  A group's value may also be read by steps outside it (they then
+    run after the group), so a step may not join a group it depends on through such a step: that
+    would be a cycle.  `needs` holds, per group, the groups its members depend on through steps
+    outside it, and `after`, per step outside every group, the groups it depends on; a join is
+    refused for every group in the transitive closure of what the joined group would need."""
+    producer = {s.output.buffer.id: i for i, s in enumerate(steps)}
+    parent: Dict[int, int] = {}                  # union-find over group ids (a group: its first step)
+    group_of: Dict[int, int] = {}                # step index -> group id (find() gives the group)
+    members: Dict[int, List[int]] = {}
+    needs: Dict[int, set] = {}
+    after: Dict[int, set] = {}
+    reasons: Dict[int, str] = {}
+
+    def find(g):
+        while parent[g] != g:
+            parent[g] = parent[parent[g]]
+            g = parent[g]
+        return g
+
+    def direct_needs(i, joined):
+        """The groups step i depends on through its inputs from outside the `joined` groups."""
+        found = set()
+        for v in steps[i].inputs:
+            p = producer.get(v.buffer.id)
+            if p is None:
+                continue
+            if p in group_of:
+                if find(group_of[p]) not in joined:
+                    found.add(find(group_of[p]))
+            else:
+                found.update(after[p])
+        return found
+
+    def closure(groups):
+        seen, stack = set(), [find(g) for g in groups]
+        while stack:
+            g = stack.pop()
+            if g not in seen:
+                seen.add(g)
+                stack.extend(find(h) for h in needs[g])
+        return seen
+
+    for i, step in enumerate(steps):
+        why = groupable(step)
+        if why is not None:
+            reasons[i] = why
+            after[i] = closure(direct_needs(i, set()))
+            continue
+        reads: Dict[int, List] = {}
+        for v in step.inputs:
+            p = producer.get(v.buffer.id)
+            if p is not None and p in group_of:
+                reads.setdefault(find(group_of[p]), []).append(v)
+        join = []
+        for g, values in reads.items():
+            shape = steps[members[g][0]].output.shape
+            if shape != step.output.shape:
+                reasons[i] = f"its output shape {step.output.shape} differs from its input's group's {shape}"
+            elif not all(v.is_whole_buffer for v in values):
+                reasons[i] = "it reads a group's value through a view"
+            else:
+                join.append(g)
+        while True:
+            joined = set(join)
+            wanted = direct_needs(i, joined)
+            for g in join:
+                wanted |= needs[g]
+            cycle = joined & closure(wanted)
+            if not cycle:
+                break
+            reasons[i] = "joining would need a step that reads the group"
+            join = [g for g in join if g not in cycle]
+        if join:
+            group = join[0]
+            for other in join[1:]:
+                parent[other] = group
+                members[group].extend(members.pop(other))
+                needs[group] |= needs.pop(other)
+        else:
+            group = i
+            parent[group], members[group], needs[group] = group, [], set()
+        needs[group] |= {find(g) for g in wanted}
+        members[group].append(i)
+        group_of[i] = group
+
+    # items: a group of two or more steps, or one step; emitted in dependency order, each at its
+    # last step's place when it is free to run there (Kahn's algorithm, least place first)
+    item_of = {}
+    for i in range(len(steps)):
+        if i in group_of and len(members[find(group_of[i])]) > 1:
+            item_of[i] = ("group", find(group_of[i]))
+        else:
+            item_of[i] = ("step", i)
+            if i in group_of and i not in reasons:
+                reasons[i] = "no elementwise neighbour of its shape to group with"
+    place = {}
+    for i, item in item_of.items():
+        place[item] = max(place.get(item, i), i)
+    waiting = {item: set() for item in place}
+    users = {item: set() for item in place}
+    for i, step in enumerate(steps):
+        for v in step.inputs:
+            p = producer.get(v.buffer.id)
+            if p is not None and item_of[p] != item_of[i]:
+                waiting[item_of[i]].add(item_of[p])
+                users[item_of[p]].add(item_of[i])
+    ready = [(place[item], item) for item, deps in waiting.items() if not deps]
+    heapq.heapify(ready)
+    output_buffers = {v.buffer.id for v in output_values}
+    ordered = []
+    while ready:
+        _, item = heapq.heappop(ready)
+        kind, key = item
+        if kind == "step":
+            ordered.append(steps[key])
+        else:
+            indices = sorted(members[key])
+            group = _Group(steps[indices[0]].output.shape, [steps[m] for m in indices])
+            _lay_out(group, set(indices), steps, output_buffers)
+            ordered.append(group)
+        for user in users[item]:
+            waiting[user].discard(item)
+            if not waiting[user]:
+                heapq.heappush(ready, (place[user], user))
+    if len(ordered) != len(place):
+        raise AssertionError("elementwise grouping made a cycle")
+    for i, reason in reasons.items():
+        steps[i].alone = reason
+    return ordered
+
+
+def _lay_out(group, member_indices, steps, output_buffers):
+    """Which member outputs stay in tiles, the tile size and each tile value's place."""
+    made = {m.output.buffer.id: k for k, m in enumerate(group.members)}
+    used_outside = set(output_buffers)
+    for j, step in enumerate(steps):
+        if j not in member_indices:
+            used_outside.update(v.buffer.id for v in step.inputs)
+    last_use = {}
+    seen_reads = {}
+    for k, m in enumerate(group.members):
+        for v in m.inputs:
+            if v.buffer.id in made:
+                last_use[v.buffer.id] = k
+            else:
+                seen_reads.setdefault((v.buffer.id, v.shape, v.strides, v.offset), v)
+    tile_ids = [b for b in made if b not in used_outside]
+    group.reads = list(seen_reads.values())
+    group.writes = [m.output for m in group.members if m.output.buffer.id not in tile_ids]
+    per_element = sum(v.dtype.itemsize for v in group.reads + group.writes)
+    per_element += sum(group.members[made[b]].output.dtype.itemsize for b in tile_ids)
+    group.tile_axis, group.tile_len, group.tile_elements = _tiling(group.shape, per_element)
+    group.n_tiles = 1
+    if group.tile_axis >= 0:
+        group.n_tiles = -(-group.shape[group.tile_axis] // group.tile_len)
+        for extent in group.shape[:group.tile_axis]:
+            group.n_tiles *= extent
+    sizes, intervals = {}, {}
+    for b in tile_ids:
+        item = group.members[made[b]].output.dtype.itemsize
+        sizes[b] = group.tile_elements * item
+        intervals[b] = (made[b], last_use.get(b, made[b]))
+        group.saved_bytes += group.members[made[b]].output.buffer.nbytes
+    group.tile_values, packed = pack_by_lifetime(sizes, intervals)
+    group.tile_bytes = max(packed, ARENA_ALIGNMENT)
 
 
 class _Planner:
@@ -69,11 +349,13 @@ class _Planner:
                 match = self._match(fused, node, consumers, outputs_of_graph, absorbed)
                 if match is None:
                     continue
-                bound, covered = match
+                bound, covered, interior = match
                 dtypes = tuple(v.dtype for v in bound) + (node.dtypes[-1],)
                 key = BindingKey.runtime_fused(fused.id)
                 if not self.table.supports(key, dtypes, node.backend):
                     continue
+                if fused.interiors.get((dtypes, int(node.backend))) != interior:
+                    continue                     # same structure, other intermediate dtypes
                 shape = node.output.shape
                 fused_choice = self.choose(key, bound, shape, None, dtypes, node.backend, fused.name)
                 fused_ns = min(v.estimate_ns for v in fused_choice.verdicts if v.estimate_ns is not None)
@@ -96,6 +378,7 @@ class _Planner:
     def _match(self, fused, root, consumers, graph_outputs, absorbed):
         bound: Dict[int, Value] = {}
         covered = []
+        nodes_at: Dict[int, Node] = {}
 
         def match(pattern_index, node):
             op, params_key, refs = fused.pattern[pattern_index]
@@ -117,14 +400,23 @@ class _Planner:
                     if not match(i, producer):
                         return False
             covered.append(node)
+            nodes_at[pattern_index] = node
             return True
 
         if not match(len(fused.pattern) - 1, root) or len(bound) != fused.n_inputs:
             return None
-        return [bound[i] for i in range(fused.n_inputs)], covered
+        interior = tuple(nodes_at[j].dtypes[-1] for j in range(len(fused.pattern)))
+        return [bound[i] for i in range(fused.n_inputs)], covered, interior
 
     # -- build
     def build(self, single):
+        steps, output_values = self.steps()
+        if self.fuse:
+            steps = group_steps(steps, output_values)
+        return Plan(self.graph, steps, output_values, self.table, self.explain_lines, single, self.fuse)
+
+    def steps(self):
+        """One step per kernel call, in order, and the values the caller gets."""
         nodes = self.live_nodes()
         if self.fuse:
             nodes = self.fuse_nodes(nodes)
@@ -152,7 +444,7 @@ class _Planner:
             else:
                 output_values.append(self._materialize(value, self.graph.target_backend, steps, {},
                                                        reason="graph output", force=True))
-        return Plan(self.graph, steps, output_values, self.table, self.explain_lines, single)
+        return steps, output_values
 
     def _materialize(self, value, backend, steps, cache, reason, force=False):
         key = (value.buffer.id, value.shape, value.strides, value.offset)

@@ -1,0 +1,462 @@
+"""Elementwise groups: a fused plan returns the same bytes as compile(fuse=False) for every pair of
+groupable ops and every dtype they take, on broadcast, strided, negative-stride and offset views;
+explain() names each group and why each other step runs alone; errors write nothing."""
+import numpy as np
+import pytest
+
+import fuel_kernel as fk
+from fuel_kernel import graph as fg
+from fuel_kernel import ops
+from fuel_kernel import params as P
+from fuel_kernel.graph import planner
+from support import random_values
+
+BOOL, F32, F64, I32, I64 = fk.DType.BOOL, fk.DType.F32, fk.DType.F64, fk.DType.I32, fk.DType.I64
+CPU = fk.Backend.CPU
+UNARY_PARAMS = {fk.OpKind.AFFINE: lambda d: P.affine(1.5, -0.25) if d.is_float else P.affine(3, -2),
+                fk.OpKind.CLAMP: lambda d: P.clamp(-1.5, 2) if d.is_float else P.clamp(-1, 2),
+                fk.OpKind.POWI: lambda d: P.powi(3)}
+VIEWS = ("broadcast", "strided", "negative", "offset", "contiguous", "row")
+SHAPE = (3, 7, 5)
+
+
+@pytest.fixture
+def small_tiles(monkeypatch):
+    """Tiles of 24 elements: SHAPE runs as 6 tiles [1, 4 or 3, 5], the last of each row short."""
+    monkeypatch.setattr(planner, "TILE_MIN_ELEMENTS", 24)
+    monkeypatch.setattr(planner, "TILE_MAX_ELEMENTS", 24)
+
+
+def same_bytes(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+class Inputs:
+    """Graph inputs seen through a rotating view (the caller arrays are made to match)."""
+
+    def __init__(self, g, rng):
+        self.g, self.rng, self.arrays, self.count = g, rng, [], 0
+
+    def value(self, dtype, shape=SHAPE, view=None):
+        view = view or VIEWS[self.count % len(VIEWS)]
+        self.count += 1
+        g = self.g
+        if view == "broadcast":           # stride 0 on the first axis
+            x = g.input((1,) + shape[1:], dtype)
+            v = g.broadcast_to(x, shape)
+        elif view == "row":               # fewer dims: the kernel broadcasts it right-aligned
+            x = g.input(shape[1:], dtype)
+            v = x
+        elif view == "strided":
+            x = g.input(tuple(2 * s + 1 for s in shape), dtype)
+            v = x[tuple(slice(1, 1 + 2 * s, 2) for s in shape)]
+        elif view == "negative":
+            x = g.input(shape, dtype)
+            v = x[tuple(slice(None, None, -1) for _ in shape)]
+        elif view == "offset":
+            x = g.input((shape[0] + 1,) + shape[1:], dtype)
+            v = x[1:]
+        else:
+            x = g.input(shape, dtype)
+            v = x
+        self.arrays.append(random_values(x.shape, dtype, self.rng))
+        return v
+
+
+def supported(op, dtypes):
+    return fk.bindings().supports(op, dtypes, CPU)
+
+
+CHECKS_DATA = (fk.OpKind.DIV, fk.OpKind.REM, fk.OpKind.POW)
+
+
+def pair_ops(dtype):
+    """The groupable ops, less those whose `dtype` kernels check their data (integer DIV, REM and
+    POW run alone; random data would divide by zero; they have their own test below)."""
+    return [op for op in sorted(planner.GROUPABLE_OPS, key=int) if dtype.is_float or op not in CHECKS_DATA]
+
+
+def consumers(g, x, inputs):
+    """Every groupable op applied to x in every operand position its bindings accept; the other
+    operands are graph inputs through rotating views."""
+    d = x.dtype
+    out = []
+    for op in pair_ops(d):
+        if op == fk.OpKind.CAST:
+            for target in fk.DType:
+                out.append(g.cast(x, target))
+        elif op == fk.OpKind.WHERE:
+            if supported(op, (BOOL, d, d, d)):
+                c = inputs.value(BOOL)
+                out.append(g.where(c, x, inputs.value(d)))
+                out.append(g.where(c, inputs.value(d), x))
+            if d == BOOL:
+                out.append(g.where(x, inputs.value(F32), inputs.value(F32)))
+        elif op == fk.OpKind.MASKED_FILL:
+            if supported(op, (d, BOOL, d)):
+                out.append(g.masked_fill(x, inputs.value(BOOL), params=P.masked_fill(1)))
+            if d == BOOL:
+                out.append(g.masked_fill(inputs.value(F32), x, params=P.masked_fill(1)))
+        elif op in UNARY_PARAMS:
+            if supported(op, (d, d)):
+                out.append(g.op(op, x, params=UNARY_PARAMS[op](d)))
+        elif ops.schema(op).n_inputs == 1:
+            if supported(op, (d, d)):
+                out.append(g.op(op, x))
+        else:
+            result = BOOL if op in (fk.OpKind.EQ, fk.OpKind.NE, fk.OpKind.LT, fk.OpKind.LE,
+                                    fk.OpKind.GT, fk.OpKind.GE) else d
+            if supported(op, (d, d, result)):
+                out.append(g.op(op, x, inputs.value(d)))
+                out.append(g.op(op, inputs.value(d), x))
+    return out
+
+
+def producers(dtype):
+    """(op, builder) for every groupable binding whose output has `dtype`."""
+    found = []
+    for op in pair_ops(dtype):
+        if op == fk.OpKind.CAST:
+            for source in fk.DType:
+                found.append((f"cast({source.short_name})", lambda g, i, s=source: g.cast(i.value(s), dtype)))
+        elif op == fk.OpKind.WHERE:
+            if supported(op, (BOOL, dtype, dtype, dtype)):
+                found.append(("where", lambda g, i: g.where(i.value(BOOL), i.value(dtype), i.value(dtype))))
+        elif op == fk.OpKind.MASKED_FILL:
+            if supported(op, (dtype, BOOL, dtype)):
+                found.append(("masked_fill", lambda g, i: g.masked_fill(i.value(dtype), i.value(BOOL),
+                                                                     params=P.masked_fill(1))))
+        elif op in UNARY_PARAMS or ops.schema(op).n_inputs == 1:
+            if supported(op, (dtype, dtype)):
+                params = UNARY_PARAMS[op](dtype) if op in UNARY_PARAMS else None
+                found.append((op.short_name, lambda g, i, op=op, p=params: g.op(op, i.value(dtype), params=p)))
+        else:
+            if dtype == BOOL and op in (fk.OpKind.EQ, fk.OpKind.NE, fk.OpKind.LT, fk.OpKind.LE,
+                                        fk.OpKind.GT, fk.OpKind.GE):
+                for source in fk.DType:
+                    if supported(op, (source, source, BOOL)):
+                        found.append((f"{op.short_name}({source.short_name})",
+                                      lambda g, i, op=op, s=source: g.op(op, i.value(s), i.value(s))))
+            elif supported(op, (dtype, dtype, dtype)):
+                found.append((op.short_name, lambda g, i, op=op: g.op(op, i.value(dtype), i.value(dtype))))
+    return found
+
+
+def fused_and_unfused(g, outputs, arrays):
+    fused = g.compile(outputs)
+    unfused = g.compile(outputs, fuse=False)
+    return fused, fused.run(arrays), unfused.run(arrays)
+
+
+@pytest.mark.parametrize("dtype", list(fk.DType), ids=lambda d: d.short_name)
+def test_every_groupable_pair_gives_the_unfused_bytes(dtype, small_tiles):
+    """For each producer binding of `dtype`, one plan in which every groupable consumer reads it:
+    the producer's value stays in the tile buffer and every consumer's result matches fuse=False."""
+    rng = np.random.default_rng(int(dtype) + 11)
+    checked = 0
+    for name, produce in producers(dtype):
+        g = fg.Graph()
+        inputs = Inputs(g, rng)
+        x = produce(g, inputs)
+        outs = consumers(g, x, inputs)
+        plan, got, expected = fused_and_unfused(g, outs, inputs.arrays)
+        for k, (a, b) in enumerate(zip(got, expected)):
+            assert same_bytes(a, b), f"{name} -> consumer {k} ({outs[k].producer.label}) on {dtype.short_name}"
+        if planner.groupable(_step_of(plan, x)) is None:
+            (group,) = plan.groups          # the producer and every groupable consumer
+            members = {id(m) for m in group.members}
+            for v in [x] + outs:
+                step = _step_of(plan, v)
+                assert (id(step) in members) == (planner.groupable(step) is None), (name, step.name)
+            escapes = any(planner.groupable(_step_of(plan, v)) is not None for v in outs)
+            assert (x.buffer.id in group.tile_values) == (not escapes), name
+            checked += 1
+    assert checked > 0
+
+
+def _step_of(plan, value):
+    for step in plan._steps:
+        for s in getattr(step, "members", [step]):
+            if s.output.buffer is value.buffer:
+                return s
+    raise AssertionError("no step writes the value")
+
+
+def _gelu_affine(g, x, a, b):
+    return g.gelu(g.add(g.mul(x, a), b))
+
+
+@pytest.mark.parametrize("shape", [(), (0,), (4, 0, 3), (1,), (5, 37), (300, 1001), (70000,)],
+                         ids=str)
+def test_shapes_below_above_and_off_the_tile_size(shape, rng):
+    """Default tiles: 0-d and empty run as one tile; long rows and row blocks that are not
+    multiples of the tile give the unfused bytes."""
+    g = fg.Graph()
+    x = g.input(shape, F32)
+    a = g.input(shape[-1:], F32)
+    b = g.input((), F32)
+    y = _gelu_affine(g, x, a, b)
+    arrays = [random_values(v.shape, F32, rng) for v in (x, a, b)]
+    plan, got, expected = fused_and_unfused(g, y, arrays)
+    assert same_bytes(got, expected)
+    assert len(plan.groups) == 1 and plan.n_steps == 1
+    group = plan.groups[0]
+    size = int(np.prod(shape))
+    if size <= planner.TILE_MIN_ELEMENTS:
+        assert group.n_tiles == 1 and group.tile_axis == -1
+    else:
+        assert group.n_tiles > 1 and group.tile_elements <= planner.TILE_MAX_ELEMENTS
+    assert group.saved_bytes == 2 * size * 4      # x*a and +b never reach the arena
+    assert plan.peak_bytes == plan.tile_buffer_bytes == group.tile_bytes   # the arena holds one tile buffer
+    assert plan.unfused_peak_bytes >= size * 4
+
+
+def test_values_used_outside_the_group_are_written(rng, small_tiles):
+    g = fg.Graph()
+    x = g.input(SHAPE, F32)
+    t = g.mul(x, x)                     # a graph output and read by a member
+    u = g.exp(t)                        # read by a reduction outside the group
+    v = g.add(u, t)
+    w = g.neg(v[::-1])                  # reads v through a view: runs after the group
+    s = g.sum(u, dims=(1,))
+    plan, got, expected = fused_and_unfused(g, [t, v, s, w], [random_values(SHAPE, F32, rng)])
+    for a, b in zip(got, expected):
+        assert same_bytes(a, b)
+    (group,) = plan.groups
+    assert [m.kernel.op for m in group.members] == [fk.OpKind.MUL, fk.OpKind.EXP, fk.OpKind.ADD]
+    assert group.tile_values == {}      # every member's value escapes
+    assert {id(v.buffer) for v in group.writes} == {id(t.buffer), id(u.buffer), id(v.buffer)}
+    text = plan.explain()
+    assert "not grouped: sum is not elementwise" in text
+    assert "not grouped: it reads a group's value through a view" in text
+
+
+def test_parallel_chains_merge_into_one_group(rng, small_tiles):
+    g = fg.Graph()
+    x, y = g.input(SHAPE, F32), g.input(SHAPE, F32)
+    out = g.add(g.mul(x, x), g.sqr(y))  # two open groups joined by the add
+    plan, got, expected = fused_and_unfused(g, out, [random_values(SHAPE, F32, rng) for _ in range(2)])
+    assert same_bytes(got, expected)
+    (group,) = plan.groups
+    assert len(group.members) == 3 and len(group.tile_values) == 2
+    assert plan.n_steps == 1
+
+
+def test_readers_outside_a_group_run_after_it_and_the_group_still_grows(rng, small_tiles):
+    """t = x*a is read by a sum outside the group; the add and gelu after it still join t's
+    group, and the sum runs after the group."""
+    g = fg.Graph()
+    x, a = g.input(SHAPE, F32), g.input(SHAPE[-1:], F32)
+    t = g.mul(x, a)
+    s = g.sum(t, dims=(0,))
+    y = g.gelu(g.add(t, a))
+    plan, got, expected = fused_and_unfused(g, [y, s], [random_values(SHAPE, F32, rng),
+                                                        random_values(SHAPE[-1:], F32, rng)])
+    for u, w in zip(got, expected):
+        assert same_bytes(u, w)
+    (group,) = plan.groups
+    assert [m.kernel.op for m in group.members] == [fk.OpKind.MUL, fk.OpKind.ADD, fk.OpKind.GELU]
+    assert [v.buffer.id for v in group.writes] == [t.buffer.id, y.buffer.id]
+    assert [getattr(step, "name", "") for step in plan._steps][1] == "sum"
+
+
+def test_a_step_that_needs_a_reader_of_the_group_does_not_join_it(rng, small_tiles):
+    """x -> neg -> sum (not elementwise) -> broadcast add with neg's result: the add cannot join
+    the neg's group, which must finish before the sum reads it."""
+    g = fg.Graph()
+    x = g.input(SHAPE, F32)
+    n = g.neg(x)
+    s = g.sum(n, dims=(2,), keepdim=True)
+    out = g.mul(g.add(n, s), n)
+    plan, got, expected = fused_and_unfused(g, out, [random_values(SHAPE, F32, rng)])
+    assert same_bytes(got, expected)
+    (group,) = plan.groups
+    assert [m.kernel.op for m in group.members] == [fk.OpKind.ADD, fk.OpKind.MUL]
+    assert "not grouped: no elementwise neighbour of its shape to group with" in plan.explain()   # the neg
+
+
+def test_shape_changes_and_lone_steps_are_explained(rng, small_tiles):
+    g = fg.Graph()
+    x = g.input((3, 1, 5), F32)
+    y = g.input((3, 7, 5), F32)
+    wide = g.add(g.neg(x), y)           # (3, 1, 5) -> (3, 7, 5): a new group starts at the add
+    out = g.exp(wide)
+    plan, got, expected = fused_and_unfused(g, out, [random_values((3, 1, 5), F32, rng),
+                                                     random_values((3, 7, 5), F32, rng)])
+    assert same_bytes(got, expected)
+    text = plan.explain()
+    assert "not grouped: no elementwise neighbour of its shape to group with" in text
+    (group,) = plan.groups
+    assert [m.kernel.op for m in group.members] == [fk.OpKind.ADD, fk.OpKind.EXP]
+
+
+def test_explain_lists_groups_tiles_and_savings(rng):
+    g = fg.Graph()
+    x = g.input((64, 1024), F32)
+    a = g.input((1024,), F32)
+    y = _gelu_affine(g, x, a, a)
+    plan = g.compile(y)
+    text = plan.explain()
+    assert "group of 3 elementwise nodes over f32[64, 1024]" in text
+    (group,) = plan.groups
+    assert f"tile {'x'.join(map(str, group.tile_shape()))} ({group.tile_elements} elements, " \
+           f"{group.n_tiles} tiles" in text
+    assert f"{2 * 64 * 1024 * 4} arena bytes saved (2 values in tiles, 1 written out)" in text
+    assert "[tile]" in text and "[written]" in text
+    assert f"arena: {group.tile_bytes} bytes peak, with the groups' tile buffers (largest " \
+           f"{group.tile_bytes} bytes) (minimal live set {group.tile_bytes} bytes; " \
+           f"{plan.unfused_peak_bytes} without" in text
+    off = g.compile(y, fuse=False)
+    assert off.groups == [] and off.n_steps == 3
+    assert "elementwise groups: off (compile(fuse=False))" in off.explain()
+
+
+def test_ops_that_check_their_data_run_alone_and_fail_as_unfused(rng):
+    g = fg.Graph()
+    x = g.input((6, 5), I32)
+    d = g.input((6, 5), I32)
+    q = g.div(g.neg(x), d)
+    out = g.abs(g.add(q, x))
+    plan = g.compile(out)
+    assert "not grouped: div(i32) checks its data before writing" in plan.explain()
+    assert all(fk.OpKind.DIV not in [m.kernel.op for m in grp.members] for grp in plan.groups)
+    xs = rng.integers(-50, 50, (6, 5)).astype(np.int32)
+    ds = rng.integers(1, 9, (6, 5)).astype(np.int32)
+    assert same_bytes(plan.run([xs, ds]), g.compile(out, fuse=False).run([xs, ds]))
+    ds[5, 4] = 0
+    with pytest.raises(fk.KernelZeroDivisionError) as fused_error:
+        plan.run([xs, ds])
+    with pytest.raises(fk.KernelZeroDivisionError) as unfused_error:
+        g.compile(out, fuse=False).run([xs, ds])
+    assert str(fused_error.value) == str(unfused_error.value)
+
+
+def test_a_member_failing_on_the_first_tile_writes_nothing():
+    """The first tile runs alone: a member refusing its operands stops the group before any other
+    tile, and before the members after it, write."""
+    from fuel_kernel._executor import PlanProgram
+    table = fk.bindings()
+    neg = table.lookup(fk.OpKind.NEG, [F32, F32], CPU)
+    clamp = table.lookup(fk.OpKind.CLAMP, [F32, F32], CPU)
+    shape = (8, 64)
+    program = PlanProgram(table, 4)
+    whole = (shape, (64, 1), 0)
+    program.add_group(7, "bad group", shape, 0, 2, 2 * 64 * 4, 3, 0, [
+        (neg, 5, "neg", [(0, 0, 2048, int(F32), *whole), (1, 0, 2048, int(F32), *whole)], None),
+        (clamp, 6, "clamp", [(1, 0, 2048, int(F32), *whole), (2, 0, 2048, int(F32), *whole)],
+         P.affine(1.0, 2.0)),         # the wrong params family: the kernel refuses it
+    ])
+    x = np.ones(shape, np.float32)
+    mid = np.full(shape, 7.0, np.float32)
+    out = np.full(shape, 9.0, np.float32)
+    with pytest.raises(fk.ParamsError, match="node 6 \\(clamp\\) failed"):
+        program.run([x, mid, out, np.empty(512, np.uint8)])
+    assert (out == 9.0).all()                    # the failing member wrote nothing
+    assert (mid[2:] == 7.0).all() and (mid[:2] == -1.0).all()   # no tile after the first ran
+
+
+def test_runtime_fused_ops_keep_priority(rng):
+    from test_graph import _double_cast
+    t = fk.bindings()
+    copy_kernel = t.lookup(fk.OpKind.CONTIGUIZE, [F32, F32], CPU).capsule()
+    fg.register_runtime_fused("double-cast", _double_cast, copy_kernel, [F32, F32],
+                              caps=fk.KernelCaps.NONE)
+    g = fg.Graph()
+    x = g.input((3, 5), F32)
+    out = g.exp(g.neg(_double_cast(g, g.sqr(x))))
+    plan = g.compile(out)
+    text = plan.explain()
+    assert "-> fused" in text and "not grouped: a runtime fused op" in text
+    (group,) = plan.groups
+    assert [m.kernel.op for m in group.members] == [fk.OpKind.NEG, fk.OpKind.EXP]
+    a = rng.standard_normal((3, 5)).astype(np.float32)
+    assert same_bytes(plan.run([a]), g.compile(out, fuse=False).run([a]))
+
+
+def test_thread_counts_give_the_same_bytes(rng):
+    shape = (257, 1001)                 # 17 tiles of 15 rows and a short one
+    g = fg.Graph()
+    x = g.input(shape, F32)
+    a = g.input((1001,), F32)
+    y = g.cast(g.tanh(g.sub(_gelu_affine(g, x, a, a), x)), fk.DType.BF16)
+    arrays = [random_values(shape, F32, rng), random_values((1001,), F32, rng)]
+    plan = g.compile(y)
+    assert plan.groups[0].n_tiles > 8
+    expected = g.compile(y, fuse=False).run(arrays)
+    for n in (1, 2, 3):
+        with fk.threads(n):
+            assert same_bytes(plan.run(arrays), expected), n
+
+
+def test_threads_share_one_fused_plan(rng):
+    import threading
+    g = fg.Graph()
+    x = g.input((100, 1000), F32)
+    plan = g.compile(g.exp(g.neg(x)))
+    arrays = [[random_values((100, 1000), F32, np.random.default_rng(i))] for i in range(4)]
+    expected = [g.compile(g.exp(g.neg(x)), fuse=False).run(a) for a in arrays]
+    results = [None] * 4
+
+    def work(i):
+        for _ in range(5):
+            results[i] = plan.run(arrays[i])
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for got, want in zip(results, expected):
+        assert same_bytes(got, want)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_graphs_give_the_unfused_bytes(seed, small_tiles):
+    """Random DAGs of elementwise nodes mixed with reductions, reversed views and casts: every
+    grouping the planner makes keeps the dependencies (each output matches fuse=False)."""
+    rng = np.random.default_rng(seed)
+    g = fg.Graph()
+    values = [g.input(SHAPE, F32), g.input(SHAPE, F32)]
+    for _ in range(14):
+        kind = rng.integers(0, 6)
+        a = values[rng.integers(len(values))]
+        b = values[rng.integers(len(values))]
+        if kind == 0:
+            v = g.op([fk.OpKind.NEG, fk.OpKind.TANH, fk.OpKind.SQR][rng.integers(3)], a)
+        elif kind == 1:
+            v = g.op([fk.OpKind.ADD, fk.OpKind.MUL, fk.OpKind.MAXIMUM][rng.integers(3)], a, b)
+        elif kind == 2:
+            v = g.add(a, g.sum(b, dims=(int(rng.integers(3)),), keepdim=True))
+        elif kind == 3:
+            v = g.mul(a[::-1], b)                # a through a view
+        elif kind == 4:
+            v = g.cast(g.cast(a, fk.DType.F16), F32)
+        else:
+            v = g.where(g.gt(a, b), a, b)
+        values.append(v)
+    outputs = [values[-1]] + [values[i] for i in rng.choice(range(2, len(values) - 1), 3, replace=False)]
+    arrays = [random_values(SHAPE, F32, rng, special=False) for _ in range(2)]
+    plan, got, expected = fused_and_unfused(g, outputs, arrays)
+    for u, w in zip(got, expected):
+        assert same_bytes(u, w)
+
+
+def test_runtime_fused_ops_match_only_their_intermediate_dtypes(rng):
+    """double-cast through f64 is the identity; the same structure through f16 rounds, so it
+    must not be replaced by that kernel, and a kernel for it may not share the key."""
+    from test_graph import _double_cast
+    copy_kernel = fk.bindings().lookup(fk.OpKind.CONTIGUIZE, [F32, F32], CPU).capsule()
+    fg.register_runtime_fused("double-cast", _double_cast, copy_kernel, [F32, F32],
+                              caps=fk.KernelCaps.NONE)
+    g = fg.Graph()
+    x = g.input((3, 50), F32)
+    through_f16 = g.cast(g.cast(x, fk.DType.F16), F32)
+    plan = g.compile(through_f16)
+    assert "-> fused" not in plan.explain()
+    a = (rng.standard_normal((3, 50)) * 3).astype(np.float32)
+    assert same_bytes(plan.run([a]), a.astype(np.float16).astype(np.float32))
+    with pytest.raises(fk.RegistrationError, match="intermediate dtypes \\['f64', 'f32'\\]"):
+        fg.register_runtime_fused("through-f16", lambda g, y: g.cast(g.cast(y, fk.DType.F16), F32),
+                                  fk.bindings().lookup(fk.OpKind.NEG, [F32, F32], CPU).capsule(), [F32, F32],
+                                  precision=fk.PrecisionGuarantee(max_rel=3.0))
