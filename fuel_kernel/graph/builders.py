@@ -77,6 +77,7 @@ class Graph(GeneratedBuilders):
 
     # ---- leaves
     def input(self, shape: ShapeLike, dtype: DTypeLike, name: Optional[str] = None) -> Value:
+        """A plan input of `shape` and `dtype`; `name` labels it (default "input<n>")."""
         buffer = self._buffer("input", shape, DType.parse(dtype), name=name or f"input{len(self.inputs)}")
         self.inputs.append(buffer)
         return Value(self, buffer, buffer.shape, _contiguous_strides(buffer.shape), 0, buffer.dtype)

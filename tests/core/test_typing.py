@@ -231,3 +231,8 @@ def test_compiled_modules_have_stubs_and_the_package_is_marked_typed():
     assert "_dispatch" in compiled and "_executor" in compiled
     stubs = {p.stem for p in PACKAGE.rglob("*.pyi")}
     assert compiled <= stubs, f"compiled modules without a stub: {sorted(compiled - stubs)}"
+
+
+@pytest.mark.parametrize("qualified, obj", _public_callables(), ids=lambda v: v if isinstance(v, str) else "")
+def test_public_callable_has_a_docstring(qualified, obj):
+    assert (inspect.getdoc(obj) or "").strip(), f"{qualified} has no docstring"
