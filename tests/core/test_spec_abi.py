@@ -28,6 +28,7 @@ from fuel_kernel import errors, ops, spec
 
 import abi_signature
 import oracles
+from support import imports_this_tree
 
 ROOT = Path(__file__).resolve().parent.parent.parent   # the repository
 
@@ -114,6 +115,9 @@ def test_statuses_map_to_the_spec_errors():
 
 
 def test_generated_files_are_fresh():
+    if not imports_this_tree():
+        pytest.skip(f"the generated files are build outputs of a source tree; this run tests the "
+                    f"installed {fk.__file__}")
     generator = load_generator()
     files = generator.outputs()
     expected = {generator.HEADER, generator.PXI, generator.BUILDERS, generator.PARAMS_PY,
