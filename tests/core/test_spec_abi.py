@@ -228,7 +228,9 @@ def test_a_plain_new_op_needs_only_its_spec_row():
     grown = types.SimpleNamespace(**{name: getattr(spec, name) for name in dir(spec) if name.isupper()})
     grown.OPS = spec.OPS + (foo,)
     text = generator.builders_text(grown)
-    assert "    def foo(self, x, *, params=None, backend=None):\n        \"\"\"a new unary op." in text
+    assert ("    def foo(self, x: Value, *, params: Optional[OpParams] = None,\n"
+            "            backend: Union[Backend, int, str, None] = None) -> Value:\n"
+            "        \"\"\"a new unary op.") in text
     assert "self._node(OpKind.FOO, (x,), params, backend=backend)" in text
     assert ops._rule(foo.shape, "shape") is ops.broadcast_shape
     assert ops._rule(foo.dtype, "dtype") is ops.same_as_first_dtype
