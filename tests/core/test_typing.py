@@ -236,3 +236,8 @@ def test_compiled_modules_have_stubs_and_the_package_is_marked_typed():
 @pytest.mark.parametrize("qualified, obj", _public_callables(), ids=lambda v: v if isinstance(v, str) else "")
 def test_public_callable_has_a_docstring(qualified, obj):
     assert (inspect.getdoc(obj) or "").strip(), f"{qualified} has no docstring"
+
+
+def test_extension_types_show_no_cython_pickling_internals():
+    for cls in (fk.Kernel, fk.BindingTable, fk.Transaction, fk.OpParams):
+        assert [name for name in dir(cls) if "cython" in name] == [], cls
