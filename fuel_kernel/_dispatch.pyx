@@ -999,12 +999,15 @@ cdef class BindingTable:
         return [self.kernel_for(&found.entries[i], &key) for i in range(found.n_entries)]
 
     def lookup_cost(self, op, dtypes, backend, *operands, params=None):
+        """The cost estimate of the kernel lookup() picks, for these operands and params."""
         return self.lookup(op, dtypes, backend).cost(*operands, params=params)
 
     def lookup_precision(self, op, dtypes, backend=Backend.CPU):
+        """The precision claim of the kernel lookup() picks (NoKernelError on a miss)."""
         return self.lookup(op, dtypes, backend).precision
 
     def supports(self, op, dtypes, backend=Backend.CPU):
+        """Whether lookup() would find a kernel at the key (False for a key that cannot be parsed)."""
         cdef fk_key key
         try:
             parse_key(op, dtypes, backend, &key)
@@ -1042,6 +1045,7 @@ cdef class BindingTable:
         return rows
 
     def key_count(self):
+        """The number of distinct keys (len() counts every alternative)."""
         return fk_snapshot_key_count(self.snapshot)
 
     def pick(self, op, dtypes, backend, operands, params=None, *, measure=False, max_ulp=None):
@@ -1260,6 +1264,7 @@ cdef class Transaction:
             raise_status(fk_error_status())
 
     def drop_runtime_fused(self, fused_id, backend=Backend.CPU):
+        """Remove every kernel of runtime fused op `fused_id` on `backend` at commit."""
         cdef long fid
         cdef int b
         self._check_open()
@@ -1327,6 +1332,7 @@ cdef class Transaction:
             raise_status(status)
 
     def abort(self):
+        """Discard everything registered so far; the transaction is closed."""
         if self.txn != NULL:
             fk_txn_abort(self.txn)
             self.txn = NULL

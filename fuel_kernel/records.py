@@ -180,6 +180,7 @@ class RuntimeFusedLookup:
 
 @dataclass(frozen=True)
 class NotFound(RuntimeFusedLookup):
+    """No kernel is registered for the runtime fused op on the backend."""
     fused_id: int
     backend: int
 
@@ -189,6 +190,7 @@ class NotFound(RuntimeFusedLookup):
 
 @dataclass(frozen=True)
 class Unique(RuntimeFusedLookup):
+    """Exactly one dtype signature has kernels: its dtypes and the first kernel."""
     dtypes: tuple[DType, ...]
     kernel: Any                      # the Kernel handle
 
@@ -198,6 +200,7 @@ class Unique(RuntimeFusedLookup):
 
 @dataclass(frozen=True)
 class Ambiguous(RuntimeFusedLookup):
+    """Several dtype signatures have kernels: (dtypes, first kernel) for each."""
     candidates: tuple[tuple[tuple[DType, ...], Any], ...]   # ((dtypes, Kernel), ...)
 
     def __repr__(self) -> str:
