@@ -5,8 +5,25 @@ names: bindings(), edit_bindings(), dispatch(), the enums (DType, OpKind, Backen
 params, MatmulM, the records (PrecisionGuarantee, CostEstimate, ...) and the errors.
 """
 import os
+from importlib.machinery import EXTENSION_SUFFIXES as _EXTENSION_SUFFIXES
 
-from . import params
+
+def _require_compiled_core() -> None:
+    """Refuse, with what to do, an import of a source tree whose extensions are not built: the
+    plain ImportError of a missing `_dispatch` would not say why."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if not any(os.path.exists(os.path.join(here, "_dispatch" + suffix))
+               for suffix in _EXTENSION_SUFFIXES):
+        raise ImportError(
+            f"fuel_kernel is imported from {here}, a source tree whose compiled modules are not "
+            f"built for this Python. Build it in place (`python -m pip install -e .` or `python "
+            f"setup.py build_ext --inplace`), or leave the source tree (cd elsewhere) to import an "
+            f"installed fuel_kernel.")
+
+
+_require_compiled_core()
+
+from . import params  # noqa: E402  (every import below needs the compiled core)
 from ._dispatch import (BindingTable, Kernel, OpParams, Transaction, bindings, claim_backend,
                         dispatch, edit_bindings, new_runtime_fused_id)
 from .errors import (AliasError, ArgumentError, BackendError, DTypeError, FuelKernelError,
@@ -34,7 +51,7 @@ __all__ = [
 ]
 
 
-def get_include():
+def get_include() -> str:
     """The folder to add to include_dirs to build against fuel_kernel/abi.h."""
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")
 

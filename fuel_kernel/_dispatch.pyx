@@ -27,6 +27,7 @@ from libc.string cimport memcmp, memset, strncpy
 from fuel_kernel.abi cimport *
 
 import hashlib
+import inspect
 import math
 import operator
 import sys
@@ -500,6 +501,8 @@ cdef class OpParams:
     """Op parameters: a Python handle on the fixed-size C union fk_params.  Build with
     fuel_kernel.params.*; read with .kind and .fields()."""
 
+    __signature__ = inspect.Signature()     # OpParams() is the zero-filled "none" family
+
     def __cinit__(self):
         memset(&self.c, 0, sizeof(fk_params))
 
@@ -964,7 +967,7 @@ cdef class BindingTable:
     def generation(self):
         return fk_snapshot_generation(self.snapshot)
 
-    def lookup(self, op, dtypes, backend=0):
+    def lookup(self, op, dtypes, backend=Backend.CPU):
         """The first usable Kernel at (op, dtypes, backend); NoKernelError on a miss."""
         cdef fk_key key
         cdef const fk_entry *entry
@@ -987,7 +990,7 @@ cdef class BindingTable:
             raise NoKernelError(miss_message(self.snapshot, &key))
         return self.kernel_for(entry, &key)
 
-    def alternatives(self, op, dtypes, backend=0):
+    def alternatives(self, op, dtypes, backend=Backend.CPU):
         """Every Kernel registered at the key, in registration order (empty list on a miss)."""
         cdef fk_key key
         cdef fk_lookup_result found
@@ -996,12 +999,15 @@ cdef class BindingTable:
         return [self.kernel_for(&found.entries[i], &key) for i in range(found.n_entries)]
 
     def lookup_cost(self, op, dtypes, backend, *operands, params=None):
+        """The cost estimate of the kernel lookup() picks, for these operands and params."""
         return self.lookup(op, dtypes, backend).cost(*operands, params=params)
 
-    def lookup_precision(self, op, dtypes, backend=0):
+    def lookup_precision(self, op, dtypes, backend=Backend.CPU):
+        """The precision claim of the kernel lookup() picks (NoKernelError on a miss)."""
         return self.lookup(op, dtypes, backend).precision
 
-    def supports(self, op, dtypes, backend=0):
+    def supports(self, op, dtypes, backend=Backend.CPU):
+        """Whether lookup() would find a kernel at the key (False for a key that cannot be parsed)."""
         cdef fk_key key
         try:
             parse_key(op, dtypes, backend, &key)
@@ -1009,7 +1015,7 @@ cdef class BindingTable:
             return False
         return fk_lookup_with_caps(self.snapshot, &key, 0) != NULL
 
-    def unique_runtime_fused(self, fused_id, backend=0):
+    def unique_runtime_fused(self, fused_id, backend=Backend.CPU):
         """NotFound, Unique(dtypes, kernel) or Ambiguous(candidates) for a runtime fused op id."""
         cdef fk_key key
         cdef fk_lookup_result found
@@ -1039,6 +1045,7 @@ cdef class BindingTable:
         return rows
 
     def key_count(self):
+        """The number of distinct keys (len() counts every alternative)."""
         return fk_snapshot_key_count(self.snapshot)
 
     def pick(self, op, dtypes, backend, operands, params=None, *, measure=False, max_ulp=None):
@@ -1127,6 +1134,9 @@ cdef str miss_message(const fk_snapshot *snapshot, const fk_key *key):
         if counts:
             lines.append(f"  {key_name(key)} is registered with {describe_counts(counts)}, "
                          f"not {key.ndtypes - N_OUTPUTS}")
+            if key.ndtypes - N_OUTPUTS - 1 in counts:
+                lines.append("  if the last input is meant as the output, pass it as outputs= "
+                             "(dispatch) or out= (a Kernel call), not among the inputs")
         else:
             lines.append("  no kernel for this op is registered on any backend")
     return "\n".join(lines)
@@ -1195,6 +1205,8 @@ def bindings():
 cdef class Transaction:
     """A batch of registrations published as one snapshot (use via fk.edit_bindings())."""
 
+    __signature__ = inspect.Signature()     # Transaction() opens an empty batch
+
     def __cinit__(self):
         self.txn = fk_txn_begin()
         if self.txn == NULL:
@@ -1240,7 +1252,7 @@ cdef class Transaction:
         if fk_txn_register(self.txn, &key, &entry) != FK_OK:
             raise_status(fk_error_status())
 
-    def register_manifest(self, manifest, backend=0):
+    def register_manifest(self, manifest, backend=Backend.CPU):
         """Register every row of a kernel module's manifest capsule ('fuel_kernel.manifest')."""
         cdef ManifestView rows
         self._check_open()
@@ -1251,7 +1263,8 @@ cdef class Transaction:
         if fk_txn_register_manifest(self.txn, parse_backend(backend), rows.rows, rows.n_rows) != FK_OK:
             raise_status(fk_error_status())
 
-    def drop_runtime_fused(self, fused_id, backend=0):
+    def drop_runtime_fused(self, fused_id, backend=Backend.CPU):
+        """Remove every kernel of runtime fused op `fused_id` on `backend` at commit."""
         cdef long fid
         cdef int b
         self._check_open()
@@ -1264,7 +1277,7 @@ cdef class Transaction:
         if fk_txn_drop_runtime_fused(self.txn, fid, b) != FK_OK:
             raise_status(fk_error_status())
 
-    def fill_unset_cost(self, backend=0, cost=None):
+    def fill_unset_cost(self, backend=Backend.CPU, cost=None):
         """At commit, give every entry of `backend` without a cost claim the cost function `cost`
         (a 'fuel_kernel.cost' capsule; default: the op-family default estimate)."""
         cdef fk_cost_fn fn
@@ -1300,6 +1313,11 @@ cdef class Transaction:
     def __len__(self):
         return fk_txn_size(self.txn) if self.txn != NULL else 0
 
+    def __repr__(self):
+        if self.txn == NULL:
+            return "<Transaction closed: committed or aborted>"
+        return f"<Transaction open: {len(self)} registrations>"
+
     def commit(self):
         """Publish everything registered so far as one new snapshot, or nothing on an error."""
         cdef int status
@@ -1314,6 +1332,7 @@ cdef class Transaction:
             raise_status(status)
 
     def abort(self):
+        """Discard everything registered so far; the transaction is closed."""
         if self.txn != NULL:
             fk_txn_abort(self.txn)
             self.txn = NULL
@@ -1394,7 +1413,7 @@ cdef int operand_dtype(object obj, int index, bint is_output) except -2:
     return code
 
 
-def dispatch(op, inputs, outputs=None, params=None, backend=0):
+def dispatch(op, inputs, outputs=None, params=None, backend=Backend.CPU):
     """Run op on inputs, writing `outputs` (or allocating them), with the first usable kernel the
     table holds for the operands' dtypes; returns the output.  Without outputs, the output's
     dtype and shape follow the op's schema (fuel_kernel.ops)."""

@@ -11,6 +11,11 @@ from . import spec
 class FuelKernelError(Exception):
     """Base class of every fuel_kernel error."""
 
+    # Written out so that inspect.signature can read how every subclass is constructed (the
+    # built-in exceptions' constructors are C and carry no signature): a message, as any exception.
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)
+
 
 class NoKernelError(FuelKernelError, LookupError):
     """No kernel is registered for (op, dtypes, backend)."""

@@ -8,8 +8,10 @@ SCHEMAS is built from fuel_kernel/spec.py: each spec op names its shape rule and
 rule, and the rule "foo" is the function foo_shape / foo_dtype below.  A new op whose rules exist
 already (a plain unary op: "broadcast", "same_as_first") needs no edit here.
 """
+from __future__ import annotations
+
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence, Union
 
 import numpy as np
 
@@ -17,73 +19,80 @@ from . import spec
 from .errors import OperandCountError, ParamsError, ShapeError
 from .types import DType, OpKind
 
+if TYPE_CHECKING:
+    from ._dispatch import OpParams
+
+Shape = tuple[int, ...]
+ShapeRule = Callable[[Sequence[Shape], Optional["OpParams"]], Shape]
+DTypeRule = Callable[[Sequence[DType], Optional["OpParams"]], DType]
+
 
 @dataclass(frozen=True)
 class OpSchema:
     op: OpKind
     n_inputs: Optional[int]          # None: variadic (CONCAT)
     params: str                      # the params family the op takes ("none", "reduce", ...)
-    infer_shape: Callable            # (input shapes, params) -> output shape
-    infer_dtype: Optional[Callable]  # (input dtypes, params) -> output dtype; None: the caller's
+    infer_shape: ShapeRule              # (input shapes, params) -> output shape
+    infer_dtype: Optional[DTypeRule]    # (input dtypes, params) -> output dtype; None: the caller's
 
 
 # ---- output-shape rules: (input shapes, params) -> the output shape --------------------------------
-def broadcast_shape(shapes, params=None):
+def broadcast_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> Shape:
     try:
         return tuple(np.broadcast_shapes(*shapes))
     except (ValueError, TypeError) as exc:
         raise ShapeError(f"shapes {', '.join(map(str, shapes))} do not broadcast: {exc}") from None
 
 
-def same_as_first_shape(shapes, params=None):
+def same_as_first_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> Shape:
     return tuple(shapes[0])
 
 
 # ---- output-dtype rules: (input dtypes, params) -> the output dtype -------------------------------
-def same_as_first_dtype(dtypes, params=None):
+def same_as_first_dtype(dtypes: Sequence[DType], params: Optional[OpParams] = None) -> DType:
     return dtypes[0]
 
 
-def same_as_second_dtype(dtypes, params=None):
+def same_as_second_dtype(dtypes: Sequence[DType], params: Optional[OpParams] = None) -> DType:
     """WHERE(cond BOOL, a, b) has the dtype of a."""
     return dtypes[1]
 
 
-def boolean_dtype(dtypes, params=None):
+def boolean_dtype(dtypes: Sequence[DType], params: Optional[OpParams] = None) -> DType:
     return DType.BOOL
 
 
-def accumulate_dtype(dtypes, params=None):
+def accumulate_dtype(dtypes: Sequence[DType], params: Optional[OpParams] = None) -> DType:
     """SUM and PROD: floats keep their dtype, integers and BOOL accumulate in I64 (as
     reduce_kernels.h's rows)."""
     return dtypes[0] if dtypes[0].is_float else DType.I64
 
 
-def mean_dtype(dtypes, params=None):
+def mean_dtype(dtypes: Sequence[DType], params: Optional[OpParams] = None) -> DType:
     """MEAN: floats keep their dtype, integers and BOOL give F64."""
     return dtypes[0] if dtypes[0].is_float else DType.F64
 
 
-def index_dtype(dtypes, params=None):
+def index_dtype(dtypes: Sequence[DType], params: Optional[OpParams] = None) -> DType:
     """ARGMAX, ARGMIN: an I64 index."""
     return DType.I64
 
 
 # ---- data movement, indexing and attention (CPU kernels in fuel_kernel/cpu/_movement, _index,
 # _attention; operand conventions at the top of their *_kernels.h) ----------------------------
-def _fields(params, family):
+def _fields(params: Optional[OpParams], family: str) -> dict[str, Any]:
     if params is None or params.kind != family:
         raise ParamsError(f"this op needs fuel_kernel.params.{family}(...)")
     return params.fields()
 
 
-def _axis(axis, ndim):
+def _axis(axis: int, ndim: int) -> int:
     if not -ndim <= axis < ndim:
         raise ShapeError(f"axis {axis} is out of range for {ndim} dims")
     return axis % ndim
 
 
-def slice_shape(shapes, params):
+def slice_shape(shapes: Sequence[Shape], params: Optional[OpParams]) -> Shape:
     f = _fields(params, "slice")
     (x,) = shapes
     if len(f["start"]) != len(x):
@@ -91,7 +100,7 @@ def slice_shape(shapes, params):
     return tuple(len(range(*slice(a, b, s).indices(n))) for n, a, b, s in zip(x, f["start"], f["stop"], f["step"]))
 
 
-def concat_shape(shapes, params):
+def concat_shape(shapes: Sequence[Shape], params: Optional[OpParams]) -> Shape:
     if not shapes:
         raise OperandCountError("concat takes at least one input")
     axis = _axis(_fields(params, "concat")["axis"], len(shapes[0]))
@@ -103,7 +112,7 @@ def concat_shape(shapes, params):
     return tuple(out)
 
 
-def index_select_shape(shapes, params):
+def index_select_shape(shapes: Sequence[Shape], params: Optional[OpParams]) -> Shape:
     x, idx = shapes
     axis = _axis(_fields(params, "index_select")["axis"], len(x))
     if len(idx) != 1:
@@ -111,7 +120,7 @@ def index_select_shape(shapes, params):
     return x[:axis] + idx + x[axis + 1:]
 
 
-def pad_shape(shapes, params):
+def pad_shape(shapes: Sequence[Shape], params: Optional[OpParams]) -> Shape:
     f = _fields(params, "pad")
     (x,) = shapes
     first = len(x) - len(f["before"])
@@ -120,16 +129,16 @@ def pad_shape(shapes, params):
     return tuple(n + (f["before"][d - first] + f["after"][d - first] if d >= first else 0) for d, n in enumerate(x))
 
 
-def attention_shape(shapes, params=None):
+def attention_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> Shape:
     return shapes[0][:-1] + shapes[2][-1:]
 
 
-def gather_shape(shapes, params=None):
+def gather_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> Shape:
     """GATHER's output has the index tensor's shape."""
     return tuple(shapes[1])
 
 
-def schema(op):
+def schema(op: Union[OpKind, int]) -> OpSchema:
     try:
         return SCHEMAS[OpKind(op)]
     except (KeyError, ValueError, TypeError):
@@ -139,7 +148,7 @@ def schema(op):
 MAX_BYTES = 2 ** 63 - 1
 
 
-def check_params(op, params, family):
+def check_params(op: Union[OpKind, int], params: Any, family: str) -> None:
     """params must be None or an OpParams of `family` (or of the "none" family)."""
     if params is None:
         return
@@ -153,7 +162,8 @@ def check_params(op, params, family):
                           + f", not params.{params.kind}(...)")
 
 
-def check_output_shape(shape, itemsize=1, what="the output shape"):
+def check_output_shape(shape: Iterable[Any], itemsize: int = 1,
+                       what: str = "the output shape") -> Shape:
     """A ShapeError for a shape no array can have: a negative extent, or an element count or byte
     size past int64 (the C layouts)."""
     shape = tuple(int(s) for s in shape)
@@ -168,7 +178,8 @@ def check_output_shape(shape, itemsize=1, what="the output shape"):
     return shape
 
 
-def infer_output_shape(op, input_shapes, params=None):
+def infer_output_shape(op: Union[OpKind, int], input_shapes: Sequence[Sequence[int]],
+                       params: Optional[OpParams] = None) -> Shape:
     """The output shape of op on inputs of these shapes (a ShapeError if they do not fit)."""
     s = schema(op)
     if s.n_inputs is not None and len(input_shapes) != s.n_inputs:
@@ -177,7 +188,8 @@ def infer_output_shape(op, input_shapes, params=None):
     return check_output_shape(s.infer_shape([tuple(x) for x in input_shapes], params))
 
 
-def infer_output_dtype(op, input_dtypes, params=None):
+def infer_output_dtype(op: Union[OpKind, int], input_dtypes: Sequence[Union[DType, int]],
+                       params: Optional[OpParams] = None) -> DType:
     s = schema(op)
     if s.infer_dtype is None:
         raise ParamsError(f"{OpKind(op).short_name} needs an explicit output to know its dtype")
@@ -187,7 +199,7 @@ def infer_output_dtype(op, input_dtypes, params=None):
 # ---- compute ops: reductions, matmul, softmax/norms, conv2d -------------------------
 # The conventions these encode are documented in the kernel headers under fuel_kernel/cpu/.
 
-def _reduced_dims(ndim, params):
+def _reduced_dims(ndim: int, params: Optional[OpParams]) -> tuple[set[int], bool]:
     """The set of reduced dims: params.reduce dims (negative from the end), empty or None = all."""
     fields = params.fields() if params is not None else {}
     dims = fields.get("dims", ())
@@ -204,13 +216,13 @@ def _reduced_dims(ndim, params):
     return out, bool(fields.get("keepdim", False))
 
 
-def reduce_shape(shapes, params=None):
+def reduce_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> Shape:
     shape = shapes[0]
     dims, keepdim = _reduced_dims(len(shape), params)
     return tuple(1 if d in dims else s for d, s in enumerate(shape) if keepdim or d not in dims)
 
 
-def matmul_shape(shapes, params=None):
+def matmul_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> Shape:
     """[A, B] or [A, B, count] -> (*batch, m, n): batch and m, n from params.matmul, else from the
     shapes (A (..., m, k) @ B (..., k, n), batch dims broadcast)."""
     if len(shapes) not in (2, 3):
@@ -229,14 +241,14 @@ def matmul_shape(shapes, params=None):
 
 
 
-def conv2d_shape(shapes, params=None):
+def conv2d_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> Shape:
     """[x (N, C, H, W), w (O, C/groups, KH, KW)] or with a bias (O,) -> (N, O, OH, OW)."""
     if len(shapes) not in (2, 3):
         raise OperandCountError(f"conv2d takes [x, w] or [x, w, bias], got {len(shapes)} inputs")
     x, w = shapes[0], shapes[1]
     if len(x) != 4 or len(w) != 4:
         raise ShapeError(f"conv2d takes NCHW x and (O, C/groups, KH, KW) w, got {x} and {w}")
-    f = params.fields() if params is not None and params.kind == "conv2d" else {
+    f: dict[str, Any] = params.fields() if params is not None and params.kind == "conv2d" else {
         "stride": (1, 1), "padding": (0, 0), "dilation": (1, 1), "groups": 1}
     out = [x[0], w[0]]
     for i in range(2):
@@ -248,12 +260,12 @@ def conv2d_shape(shapes, params=None):
 
 
 # ---- the schemas, one per spec op ----------------------------------------------------------------
-def _rule(name, kind):
+def _rule(name: Optional[str], kind: str) -> Any:
     """The function of a spec rule name: "broadcast", "shape" -> broadcast_shape (None: None)."""
     return None if name is None else globals()[f"{name}_{kind}"]
 
 
-def _schema(op_spec):
+def _schema(op_spec: Any) -> OpSchema:
     fixed = op_spec.inputs if isinstance(op_spec.inputs, int) else None
     return OpSchema(OpKind[op_spec.name], fixed, op_spec.params, _rule(op_spec.shape, "shape"),
                     _rule(op_spec.dtype, "dtype"))

@@ -62,18 +62,22 @@ class BindingKey:
 
     @classmethod
     def static(cls, op: OpKind | int | str) -> BindingKey:
+        """The key of static op `op` (an OpKind, its name or its number)."""
         return cls(KEY_STATIC, int(OpKind.parse(op)))
 
     @classmethod
     def runtime_fused(cls, fused_id: int) -> BindingKey:
+        """The key of runtime fused op `fused_id` (from new_runtime_fused_id())."""
         return cls(KEY_RUNTIME_FUSED, as_integer(fused_id, "a runtime fused op id", UnknownOpError))
 
     @property
     def is_static(self) -> bool:
+        """Whether the key names a static op (an OpKind) rather than a runtime fused one."""
         return self.kind == KEY_STATIC
 
     @property
     def name(self) -> str:
+        """The op's short name ("add"), or "fused#<id>" for a runtime fused op."""
         return OpKind(self.id).short_name if self.is_static else f"fused#{self.id}"
 
     def __repr__(self) -> str:
@@ -98,9 +102,11 @@ class PrecisionGuarantee:
 
     @property
     def exact(self) -> bool:
+        """Whether the claim is exact: no ulp, relative or absolute error allowed."""
         return self.max_ulp == 0 and self.max_rel == 0.0 and self.max_abs == 0.0
 
     def as_dict(self) -> dict[str, Any]:
+        """The claim's fields as a dict (what the route cache stores)."""
         return {"bit_stable": self.bit_stable, "max_ulp": self.max_ulp, "max_rel": self.max_rel,
                 "max_abs": self.max_abs, "notes": self.notes}
 
@@ -143,10 +149,12 @@ class MatmulM:
 
     @classmethod
     def all(cls) -> MatmulM:
+        """Compute every row (m of the params)."""
         return cls(cls.ALL_KIND, 0)
 
     @classmethod
     def rows(cls, n: int) -> MatmulM:
+        """Compute the first `n` rows; the rest of the output is zeroed."""
         return cls(cls.ROWS_KIND, _non_negative(n, "MatmulM.rows", "count", "a non-negative count"))
 
     @classmethod
@@ -172,6 +180,7 @@ class RuntimeFusedLookup:
 
 @dataclass(frozen=True)
 class NotFound(RuntimeFusedLookup):
+    """No kernel is registered for the runtime fused op on the backend."""
     fused_id: int
     backend: int
 
@@ -181,6 +190,7 @@ class NotFound(RuntimeFusedLookup):
 
 @dataclass(frozen=True)
 class Unique(RuntimeFusedLookup):
+    """Exactly one dtype signature has kernels: its dtypes and the first kernel."""
     dtypes: tuple[DType, ...]
     kernel: Any                      # the Kernel handle
 
@@ -190,6 +200,7 @@ class Unique(RuntimeFusedLookup):
 
 @dataclass(frozen=True)
 class Ambiguous(RuntimeFusedLookup):
+    """Several dtype signatures have kernels: (dtypes, first kernel) for each."""
     candidates: tuple[tuple[tuple[DType, ...], Any], ...]   # ((dtypes, Kernel), ...)
 
     def __repr__(self) -> str:

@@ -28,7 +28,10 @@ tests/core/test_spec_abi.py holds it to abi.h), the exception classes (errors.py
 them), backends and kernel caps (abi.h, types.py), and the per-family kernel tables
 (fuel_kernel/cpu/*.h).
 """
+from __future__ import annotations
+
 from collections import namedtuple
+from typing import Any, Optional, Union
 
 # ---- dtypes --------------------------------------------------------------------------------------
 # code: the fk_dtype value; name: FK_<name> in C, DType.<name> in Python; short: the lower-case
@@ -117,9 +120,12 @@ VARIADIC = (1, 7)        # CONCAT: 1 .. FK_MAX_OPERANDS - 1 inputs (one operand 
 _DEFAULT_ARGS = {1: ("x",), 2: ("x", "y")}
 
 
-def _op(number, name, inputs, params, doc, outputs=1, args=None, shape="broadcast",
-        dtype="same_as_first"):
+def _op(number: int, name: str, inputs: Union[int, tuple[int, int]], params: str, doc: str,
+        outputs: int = 1, args: Optional[tuple[str, ...]] = None, shape: str = "broadcast",
+        dtype: Optional[str] = "same_as_first") -> OpSpec:
     if args is None:
+        if not isinstance(inputs, int):
+            raise ValueError(f"spec: {name} takes a varying input count, so it names its args")
         args = _DEFAULT_ARGS[inputs]
     return OpSpec(number, name, inputs, outputs, params, doc, args, shape, dtype)
 
@@ -251,7 +257,7 @@ SPLIT_RULES = {
 _INTEGER_CHECKS_DATA = ("DIV", "REM", "POW")
 
 
-def split_rule(op, signature, source):
+def split_rule(op: str, signature: tuple[str, ...], source: str) -> Optional[str]:
     """The parallel.h rule (FK_SPLIT_<rule>) a kernel row runs under, or None: whole calls only.
     BLAS-backed siblings thread inside the BLAS library."""
     kinds = {d.name: d.kind for d in DTYPES}
@@ -303,12 +309,12 @@ KernelRows = namedtuple("KernelRows", "ops signatures kernel claim cost caps sou
                         defaults=("native",))
 
 
-def dtype_names(*kinds):
+def dtype_names(*kinds: str) -> tuple[str, ...]:
     """The dtype names of the given kinds ("bool", "uint", "int", "float"), in code order."""
     return tuple(d.name for d in DTYPES if d.kind in kinds)
 
 
-def same(names, n):
+def same(names: tuple[str, ...], n: int) -> tuple[tuple[str, ...], ...]:
     """Signatures with one dtype for all n operands: same(("F32", "F64"), 2) -> (("F32", "F32"), ...)."""
     return tuple((name,) * n for name in names)
 
@@ -327,7 +333,7 @@ CLAIMS = {
 
 # family -> tuple of KernelRows, in registration order (the first row at a key is what plain
 # lookup returns).
-CPU_KERNELS = {}
+CPU_KERNELS: dict[str, tuple[KernelRows, ...]] = {}
 
 
 # cast: CAST for every dtype pair, CONTIGUIZE for every dtype (cpu/cast_kernels.h.in)
@@ -397,7 +403,7 @@ REDUCE_OUTPUT = {
 _REDUCE_KIND = {d.name: d.kind for d in DTYPES}
 
 
-def reduce_output(op, name):
+def reduce_output(op: str, name: str) -> str:
     """The output dtype name of reduction op (an OPS name) over an input of dtype name."""
     return REDUCE_OUTPUT.get(op, {}).get(_REDUCE_KIND[name], name)
 
@@ -422,7 +428,7 @@ CLAIMS.update({
 })
 
 
-def reduce_claim(op, name):
+def reduce_claim(op: str, name: str) -> str:
     """The claim of reduction op over an input of dtype name: a float SUM or MEAN result claims
     SUM_<its dtype>, a float PROD PROD_<its dtype>, everything else is exact."""
     output = reduce_output(op, name)
@@ -449,7 +455,8 @@ for _name in FLOAT:
 CLAIMS["MATMUL_WRAP"] = Claim(0, "exact modulo 2^bits (NumPy wrap-around)")
 
 
-def _matmul_rows(names, kernel, claim, cost, source):
+def _matmul_rows(names: tuple[str, ...], kernel: str, claim: Any, cost: str,
+                 source: str) -> tuple[KernelRows, ...]:
     """The MATMUL rows of one implementation: [T, T, T] (kernel) and [T, T, count, T]
     (kernel + "_count_<count dtype>") for each dtype name T."""
     caps = "FK_CAP_STRIDED_INPUT | FK_CAP_STRIDED_OUTPUT"
@@ -572,14 +579,15 @@ CLAIMS.update({
 })
 
 
-def _unary_claims(f32, f64, half="UNARY_HALF_ULP"):
+def _unary_claims(f32: str, f64: str, half: str = "UNARY_HALF_ULP") -> dict[str, str]:
     """A float unary op's claim per float dtype name: f32 for the dtype stored as float, f64 for
     the one stored as double, half for those stored narrower than their compute type."""
     return {d.name: f32 if d.ctype == "float" else f64 if d.ctype == "double" else half
             for d in DTYPES if d.kind == "float"}
 
 
-def _unary_rows(ops, names, claim, cost="fk_cost_simple"):
+def _unary_rows(ops: tuple[str, ...], names: tuple[str, ...], claim: Any,
+                cost: str = "fk_cost_simple") -> KernelRows:
     """The rows of ops on each dtype name T: key [T, T], kernel fk_<op>_<T>, elementwise caps."""
     return KernelRows(ops, same(names, 2), "fk_{op}_{d0}", claim, cost, "FK_ELEMENTWISE_CAPS")
 
@@ -659,7 +667,7 @@ CLAIMS.update({
 NORM_IN_F32 = tuple(d.name for d in DTYPES if d.kind == "float" and d.compute == "float")
 
 
-def _norm_rows(op):
+def _norm_rows(op: str) -> tuple[KernelRows, KernelRows]:
     """An op's "native" rows on every float dtype, then its "native-f64" siblings."""
     operands = next(o.inputs + o.outputs for o in OPS if o.name == op)
     claim = op.replace("_LAST_DIM", "")
@@ -673,7 +681,7 @@ def _norm_rows(op):
 
 CPU_KERNELS["norm"] = tuple(rows for op in NORM_OPS for rows in _norm_rows(op))
 
-def check():
+def check() -> None:
     """Raise ValueError if the tables break their own rules: numbers are 0..n-1 in order (so that
     appending is the only way to add), names are unique, every op's params family exists."""
     for table, number in ((DTYPES, "code"), (OPS, "number"), (PARAMS, "kind"), (STATUSES, "value")):
@@ -694,7 +702,7 @@ def check():
     check_kernel_tables()
 
 
-def check_kernel_tables():
+def check_kernel_tables() -> None:
     """Raise ValueError if a CPU kernel table names an unknown op, dtype or claim, or gives an op
     a signature with the wrong operand count."""
     ops = {op.name: op for op in OPS}
@@ -753,7 +761,7 @@ ParamsArg = namedtuple("ParamsArg", "name kind default field count length same_a
 ParamsConstructor = namedtuple("ParamsConstructor", "name doc args")
 
 
-def _axis_constructor(name, doc):
+def _axis_constructor(name: str, doc: str) -> ParamsConstructor:
     return ParamsConstructor(name, doc, (ParamsArg("axis", "int"),))
 
 
@@ -834,7 +842,7 @@ PARAMS_CONSTRUCTORS = (
 KernelModuleSpec = namedtuple("KernelModuleSpec", "name header manifest doc generated")
 
 
-def _module(name, doc, generated=True):
+def _module(name: str, doc: str, generated: bool = True) -> KernelModuleSpec:
     return KernelModuleSpec(name, f"{name}_kernels.h", f"fk_{name}_manifest", doc, generated)
 
 
@@ -858,7 +866,7 @@ KERNEL_MODULES = (
 PARAMS_ARG_KINDS = ("int", "float", "real", "bool", "ints", "dims", "pair", "choice", "matmul_m", "const")
 
 
-def check_generated_tables():
+def check_generated_tables() -> None:
     """Raise ValueError if the params constructors or kernel modules break their rules: one
     constructor per family in PARAMS order, argument kinds known, fields and `same_as` names
     existing, sequence arguments counted; kernel module names unique."""

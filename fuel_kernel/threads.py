@@ -86,13 +86,13 @@ def _register_with_threadpoolctl() -> None:
         filename_prefixes = ("_dispatch",)
         check_symbols = ("fk_get_num_threads", "fk_set_num_threads")
 
-        def get_num_threads(self):
+        def get_num_threads(self) -> int:
             return get_num_threads()
 
-        def set_num_threads(self, num_threads):
+        def set_num_threads(self, num_threads: int) -> None:
             set_num_threads(max(1, int(num_threads)))
 
-        def get_version(self):
+        def get_version(self) -> str:
             from . import __version__
             return __version__
 

@@ -128,6 +128,7 @@ class _OpKindBase(enum.IntEnum, metaclass=_SuggestingEnumMeta):
 
     @property
     def short_name(self) -> str:
+        """The lower-case name the API accepts in place of the member ("add", "cpu")."""
         return self.name.lower()
 
     @classmethod
@@ -171,6 +172,7 @@ class Backend(enum.IntEnum):
 
     @property
     def short_name(self) -> str:
+        """The lower-case name the API accepts in place of the member ("add", "cpu")."""
         return self.name.lower()
 
 

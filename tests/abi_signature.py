@@ -23,8 +23,14 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGE = ROOT / "fuel_kernel"
-HEADER = PACKAGE / "include" / "fuel_kernel" / "abi.h"
+if __name__ == "__main__":
+    sys.path.insert(1, str(ROOT))     # run as a script from a checkout: the checkout's build
+
+import fuel_kernel  # noqa: E402
+
+# the files of the fuel_kernel under test (a checkout's build or an installed package)
+PACKAGE = Path(fuel_kernel.__file__).resolve().parent
+HEADER = Path(fuel_kernel.get_include()) / "fuel_kernel" / "abi.h"
 PXD = PACKAGE / "abi.pxd"
 FROZEN = Path(__file__).resolve().parent / "data" / "abi_signature.json"
 REGENERATE = "python tests/abi_signature.py --write"

@@ -4,11 +4,23 @@ Every kernel test builds its inputs with make_operand(shape, dtype, layout, rng)
 is exercised on the same set of layouts: contiguous, strided, broadcast (stride 0),
 negative-stride, offset and transposed views.
 """
+from pathlib import Path
+
 import ml_dtypes
 import numpy as np
 
 import fuel_kernel as fk
 from fuel_kernel import spec
+
+# the checkout (or unpacked sdist) holding these tests
+SOURCE_TREE = Path(__file__).resolve().parent.parent
+
+
+def imports_this_tree():
+    """Whether the fuel_kernel under test is this source tree's own build (in place or editable)
+    rather than an installed package: the checks of build outputs in the tree apply only then."""
+    return Path(fk.__file__).resolve().parent == SOURCE_TREE / "fuel_kernel"
+
 
 LAYOUTS = ("contiguous", "strided", "broadcast", "negative", "offset", "transposed")
 

@@ -54,3 +54,48 @@ def test_readme_python_block_runs_on_its_own(tmp_path, code):
             imported = subprocess.run([sys.executable, "-c", f"import {module}"], cwd=tmp_path, env=env,
                                       capture_output=True, text=True, timeout=120)
             assert imported.returncode == 0, imported.stderr[-3000:]
+
+
+def section(title):
+    """The README text under `## title` up to the next heading of the same level."""
+    text = README.read_text()
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end >= 0 else len(text)]
+
+
+def test_binding_count_matches_the_table_and_says_it_depends_on_scipy():
+    match = re.search(r"(\d+) bindings over all (\d+) ops register at import when SciPy is installed,\s+"
+                      r"(\d+) without it \(the (\d+)\s+BLAS MATMUL siblings", README.read_text())
+    assert match, "the CPU kernels section states the binding count with and without SciPy"
+    with_scipy, n_ops, without_scipy, n_blas = map(int, match.groups())
+    # what registers at import, in a fresh interpreter (tests here register more)
+    counted = subprocess.run([sys.executable, "-c", "import fuel_kernel as fk; t = fk.bindings(); "
+                              "print(len(t), sum(k.source == 'blas' for k in t), "
+                              "len({b.op for b in t.coverage()}))"],
+                             env=child_env(), capture_output=True, text=True, timeout=120)
+    assert counted.returncode == 0, counted.stderr
+    total, blas, ops = map(int, counted.stdout.split())
+    assert with_scipy - without_scipy == n_blas
+    assert total == (with_scipy if blas else without_scipy)
+    assert blas in (0, n_blas)
+    assert n_ops == ops
+
+
+def test_set_up_warns_that_the_build_is_long_and_silent():
+    text = section("Set up")
+    assert text.index("prints nothing") < text.index("pip install -e .")
+    assert re.search(r"\d+ to \d+ minutes", text)
+
+
+def test_extension_section_gives_its_build_command():
+    assert "python setup.py build_ext --inplace" in section("Extending fuel_kernel")
+
+
+def test_error_list_names_every_error_class():
+    import fuel_kernel as fk
+    api = section("The API in brief")
+    errors = [name for name in fk.__all__ if isinstance(getattr(fk, name), type)
+              and issubclass(getattr(fk, name), fk.FuelKernelError)]
+    assert "BackendError" in errors and "UnknownOpError" in errors
+    assert [name for name in errors if not re.search(rf"\b{name}\b", api)] == []

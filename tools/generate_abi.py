@@ -216,21 +216,46 @@ def python_arguments(constructor):
     return [a for a in constructor.args if a.kind != "const"]
 
 
+# The annotation of a params argument of each spec kind (fuel_kernel/spec.py, PARAMS_CONSTRUCTORS)
+ARGUMENT_TYPES = {"int": "int", "float": "float", "real": "float", "bool": "bool",
+                  "ints": "Sequence[int]", "dims": "Sequence[int]",
+                  "pair": "Union[int, Sequence[int]]", "choice": "str", "matmul_m": "Optional[MatmulM]"}
+
+
+def optional(annotation):
+    return annotation if annotation.startswith("Optional[") else f"Optional[{annotation}]"
+
+
+def argument_type(a):
+    """`a`'s annotation in its params constructor (a None default: None is accepted too)."""
+    return optional(ARGUMENT_TYPES[a.kind]) if a.default is None else ARGUMENT_TYPES[a.kind]
+
+
 def builders_text(spec):
     constructors = {c.name: c for c in spec.PARAMS_CONSTRUCTORS}
     out = [f"# {NOTICE}.",
            '"""Graph\'s op builders for every spec op with a fixed input count and an inferred output',
            "dtype; Graph (fuel_kernel/graph/builders.py) derives from GeneratedBuilders and writes by hand",
            'the builders whose signature is special (cast, matmul, conv2d, concat)."""',
-           "from ..types import OpKind", "", "",
+           "from __future__ import annotations", "",
+           "from typing import TYPE_CHECKING, Callable, Optional, Sequence, Union", "",
+           "from ..types import Backend, OpKind", "",
+           "if TYPE_CHECKING:",
+           "    from .._dispatch import OpParams",
+           "    from ..records import MatmulM",
+           "    from .values import Value", "", "",
            "class GeneratedBuilders:",
            '    """One method per op of fuel_kernel/spec.py: its inputs, the keywords of its',
            '    fuel_kernel.params constructor (None: not given), params= and backend=."""']
+    out += ["", "    _node: Callable[..., Value]   # Graph's: one op node from inputs, params and keywords"]
     for o in builder_ops(spec):
-        keywords = [a.name for a in python_arguments(constructors[o.params])]
-        signature = ["self", *o.args, "*", *[f"{k}=None" for k in keywords], "params=None", "backend=None"]
+        arguments = python_arguments(constructors[o.params])
+        keywords = [a.name for a in arguments]
+        signature = ["self", *[f"{name}: Value" for name in o.args], "*",
+                     *[f"{a.name}: {optional(ARGUMENT_TYPES[a.kind])} = None" for a in arguments],
+                     "params: Optional[OpParams] = None", "backend: Union[Backend, int, str, None] = None"]
         out.append("")
-        out += hanging(f"    def {o.name.lower()}(", signature, "):")
+        out += hanging(f"    def {o.name.lower()}(", signature, ") -> Value:")
         text = f"Output shape: ops.{o.shape}_shape; dtype: ops.{o.dtype}_dtype."
         if keywords:
             text += f" Keywords {', '.join(keywords)} build fuel_kernel.params.{o.params}(...); or pass params=."
@@ -248,13 +273,17 @@ def params_constructors_text(spec):
            '"""The fuel_kernel.params constructors, one per family of fuel_kernel/spec.py',
            "(PARAMS_CONSTRUCTORS); fuel_kernel.params re-exports them.  _dispatch checks the arguments",
            '(_params_generated.pxi): a bad one is a ParamsError."""',
-           "from ._dispatch import _make_params", ""]
+           "from __future__ import annotations", "",
+           "from typing import Optional, Sequence, Union", "",
+           "from ._dispatch import OpParams, _make_params",
+           "from .records import MatmulM", ""]
     out += hanging("__all__ = [", [repr(c.name) for c in spec.PARAMS_CONSTRUCTORS], "]")
     for c in spec.PARAMS_CONSTRUCTORS:
         arguments = python_arguments(c)
-        signature = [a.name if a.default == spec.REQUIRED else f"{a.name}={a.default!r}" for a in arguments]
+        signature = [f"{a.name}: {argument_type(a)}" + ("" if a.default == spec.REQUIRED else f" = {a.default!r}")
+                     for a in arguments]
         out += ["", ""]
-        out += hanging(f"def {c.name}(", signature, "):")
+        out += hanging(f"def {c.name}(", signature, ") -> OpParams:")
         doc = textwrap.wrap(f'"""{c.doc}"""', WIDTH, initial_indent="    ", subsequent_indent="    ")
         out += doc
         out += hanging("    return _make_params(", [repr(c.name), *[f"{a.name}={a.name}" for a in arguments]], ")")

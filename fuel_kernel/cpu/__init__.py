@@ -13,7 +13,8 @@ from fuel_kernel import spec
 KERNEL_MODULES = tuple(f"fuel_kernel.cpu._{module.name}" for module in spec.KERNEL_MODULES)
 
 
-def register_cpu_kernels():
+def register_cpu_kernels() -> None:
+    """Publish every CPU kernel module's manifest in one transaction (importing fuel_kernel does)."""
     from fuel_kernel import _dispatch
     from fuel_kernel.types import Backend
 
@@ -26,7 +27,7 @@ def register_cpu_kernels():
         tx.fill_unset_cost(Backend.CPU)
 
 
-def blas_sibling_loaded():
+def blas_sibling_loaded() -> bool:
     """Whether the BLAS-backed MATMUL sibling registered kernels (SciPy's BLAS is loaded)."""
     import sys
     module = sys.modules.get("fuel_kernel.cpu._matmul_blas")

@@ -4,7 +4,9 @@ The builders of ops with a fixed input count come from GeneratedBuilders (_gener
 written at build time from fuel_kernel/spec.py); the ones whose signature is special (cast, matmul,
 conv2d, concat) are written here.
 """
-from typing import List
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -19,16 +21,25 @@ from .fused import fused_op
 from .planner import _Planner
 from .values import Buffer, Node, Value, _check_size, _contiguous_strides, _int_sequence
 
+if TYPE_CHECKING:
+    from .plan import Plan
+
+# what the builders accept where the C API takes an enum: a member, its name or its number
+OpLike = Union[OpKind, str, int]
+DTypeLike = Union[DType, str, np.dtype, type]
+BackendLike = Union[Backend, int, str]
+ShapeLike = Union[int, Sequence[int]]
+
 
 # ---- argument checks: every refusal is a FuelKernelError ---------------------------------------
-def _check_params(params, op):
+def _check_params(params: Any, op: Union[OpKind, BindingKey]) -> Optional[_dispatch.OpParams]:
     if params is not None and not isinstance(params, _dispatch.OpParams):
         raise ParamsError(f"params for {op.short_name if isinstance(op, OpKind) else op} must come from "
                           f"fuel_kernel.params, not {type(params).__name__}")
     return params
 
 
-def _backend_id(backend):
+def _backend_id(backend: BackendLike) -> int:
     """A backend id from a Backend, an int in [0, 255] or a backend name."""
     if isinstance(backend, str):
         return int(_dispatch.backend_from_name(backend))     # BackendError for an unknown name
@@ -39,7 +50,7 @@ def _backend_id(backend):
     return int(backend)
 
 
-def _native(array):
+def _native(array: np.ndarray) -> np.ndarray:
     """`array` with native byte order (a copy when it is byte-swapped)."""
     if not array.dtype.isnative:
         array = array.astype(array.dtype.newbyteorder("="))
@@ -52,19 +63,26 @@ class Graph(GeneratedBuilders):
     are built; compile() turns the graph into a Plan.  One builder method per op (neg, add, sum,
     ...: see GeneratedBuilders) adds a node."""
 
-    def __init__(self, target_backend=Backend.CPU):
+    def __init__(self, target_backend: BackendLike = Backend.CPU) -> None:
         self.target_backend = _backend_id(target_backend)
         self.buffers: List[Buffer] = []
         self.inputs: List[Buffer] = []
         self.nodes: List[Node] = []
 
+    def __repr__(self) -> str:
+        inputs = ", ".join(f"{b.name} {b.dtype.short_name}{list(b.shape)}" for b in self.inputs)
+        ops = ", ".join(node.label for node in self.nodes[:8]) + (", ..." if len(self.nodes) > 8 else "")
+        return (f"<Graph on {_dispatch.backend_name(self.target_backend)}: inputs ({inputs}), "
+                f"{len(self.nodes)} nodes ({ops})>")
+
     # ---- leaves
-    def input(self, shape, dtype, name=None):
+    def input(self, shape: ShapeLike, dtype: DTypeLike, name: Optional[str] = None) -> Value:
+        """A plan input of `shape` and `dtype`; `name` labels it (default "input<n>")."""
         buffer = self._buffer("input", shape, DType.parse(dtype), name=name or f"input{len(self.inputs)}")
         self.inputs.append(buffer)
         return Value(self, buffer, buffer.shape, _contiguous_strides(buffer.shape), 0, buffer.dtype)
 
-    def constant(self, array, dtype=None):
+    def constant(self, array: Any, dtype: Optional[DTypeLike] = None) -> Value:
         """A constant operand: the graph keeps its own C-contiguous, aligned, native-byte-order
         copy, so later changes to `array` do not reach the plan; a 0-d array stays 0-d."""
         target = DType.parse(dtype).numpy if dtype is not None else None
@@ -82,13 +100,14 @@ class Graph(GeneratedBuilders):
         buffer = self._buffer("const", array.shape, code, array=array)
         return Value(self, buffer, array.shape, _contiguous_strides(array.shape), 0, code)
 
-    def _buffer(self, kind, shape, dtype, array=None, name=""):
-        shape = _check_size(_int_sequence(shape, "shape"), DType(dtype).itemsize)
-        buffer = Buffer(len(self.buffers), kind, shape, dtype, array, name)
+    def _buffer(self, kind: str, shape: ShapeLike, dtype: DType, array: Optional[np.ndarray] = None,
+                name: str = "") -> Buffer:
+        extents = _check_size(_int_sequence(shape, "shape"), DType(dtype).itemsize)
+        buffer = Buffer(len(self.buffers), kind, extents, dtype, array, name)
         self.buffers.append(buffer)
         return buffer
 
-    def _own(self, value):
+    def _own(self, value: Any) -> Value:
         if not isinstance(value, Value):
             raise OperandTypeError(f"graph operands are Values built by this graph, not {type(value).__name__}")
         if value.graph is not self:
@@ -96,21 +115,23 @@ class Graph(GeneratedBuilders):
         return value
 
     # ---- ops
-    def op(self, op, *inputs, params=None, out_dtype=None, backend=None):
+    def op(self, op: OpLike, *inputs: Value, params: Optional[_dispatch.OpParams] = None,
+           out_dtype: Optional[DTypeLike] = None, backend: Optional[BackendLike] = None) -> Value:
         """Add a node running `op` (an OpKind or a name) on `inputs`; returns its output Value."""
         op = OpKind.parse(op)
-        inputs = [self._own(v) for v in inputs]
+        operands = [self._own(v) for v in inputs]
         _check_params(params, op)
         schema = ops.schema(op)
-        if schema.n_inputs is not None and len(inputs) != schema.n_inputs:
-            raise OperandCountError(f"{op.short_name} takes {schema.n_inputs} inputs, got {len(inputs)}")
-        shape = ops.infer_output_shape(op, [v.shape for v in inputs], params)
+        if schema.n_inputs is not None and len(operands) != schema.n_inputs:
+            raise OperandCountError(f"{op.short_name} takes {schema.n_inputs} inputs, got {len(operands)}")
+        shape = ops.infer_output_shape(op, [v.shape for v in operands], params)
         if out_dtype is None:
-            out_dtype = ops.infer_output_dtype(op, [v.dtype for v in inputs], params)
-        dtypes = tuple(v.dtype for v in inputs) + (DType.parse(out_dtype),)
-        return self._add_node(op, inputs, params, dtypes, shape, backend)
+            out_dtype = ops.infer_output_dtype(op, [v.dtype for v in operands], params)
+        dtypes = tuple(v.dtype for v in operands) + (DType.parse(out_dtype),)
+        return self._add_node(op, operands, params, dtypes, shape, backend)
 
-    def _add_node(self, key, inputs, params, dtypes, shape, backend):
+    def _add_node(self, key: Union[OpKind, BindingKey], inputs: List[Value], params: Optional[_dispatch.OpParams],
+                  dtypes: tuple[DType, ...], shape: tuple[int, ...], backend: Optional[BackendLike]) -> Value:
         backend = self.target_backend if backend is None else _backend_id(backend)
         table = _dispatch.bindings()
         if not table.supports(key, dtypes, backend):
@@ -121,26 +142,27 @@ class Graph(GeneratedBuilders):
         self.nodes.append(node)
         return node.output
 
-    def cast(self, x, dtype, backend=None):
+    def cast(self, x: Value, dtype: DTypeLike, backend: Optional[BackendLike] = None) -> Value:
         """x converted to `dtype` (ints wrap, floats to ints truncate and saturate, NaN -> 0)."""
         return self.op(OpKind.CAST, x, out_dtype=DType.parse(dtype), backend=backend)
 
-    def fused(self, fused_id, *inputs, backend=None):
+    def fused(self, fused_id: int, *inputs: Value, backend: Optional[BackendLike] = None) -> Value:
         """A node calling runtime fused op `fused_id` directly."""
         fused = fused_op(fused_id)
         if fused is None:
             raise NoKernelError(f"no runtime fused op with id {fused_id}")
-        inputs = [self._own(v) for v in inputs]
-        if len(inputs) != fused.n_inputs:
+        operands = [self._own(v) for v in inputs]
+        if len(operands) != fused.n_inputs:
             raise OperandCountError(f"fused op {fused.name} takes {fused.n_inputs} inputs")
-        shape = ops.broadcast_shape([v.shape for v in inputs])
-        dtypes = tuple(v.dtype for v in inputs)
+        shape = ops.broadcast_shape([v.shape for v in operands])
+        dtypes = tuple(v.dtype for v in operands)
         candidates = [d for d, _ in fused.kernels if d[:-1] == dtypes]
         if not candidates:
             raise NoKernelError(f"fused op {fused.name} has no kernel for inputs {[d.short_name for d in dtypes]}")
-        return self._add_node(BindingKey.runtime_fused(fused.id), inputs, None, candidates[0], shape, backend)
+        return self._add_node(BindingKey.runtime_fused(fused.id), operands, None, candidates[0], shape, backend)
 
-    def _node(self, op, inputs, params=None, *, backend=None, **fields):
+    def _node(self, op: OpKind, inputs: Sequence[Value], params: Optional[_dispatch.OpParams] = None, *,
+              backend: Optional[BackendLike] = None, **fields: Any) -> Value:
         """The node every op builder makes: `op` on `inputs` with `params`, or with the params that
         `fields` (keywords of the op's fuel_kernel.params constructor; None: not given) build."""
         given = {name: value for name, value in fields.items() if value is not None}
@@ -157,24 +179,29 @@ class Graph(GeneratedBuilders):
 
     # ---- ops whose builder signature is special (every other op's builder is generated from
     # fuel_kernel/spec.py into GeneratedBuilders): optional or variadic inputs
-    def matmul(self, a, b, count=None, *, m=None, n=None, k=None, batch=None, m_compute=None, params=None,
-               backend=None):
+    def matmul(self, a: Value, b: Value, count: Optional[Value] = None, *, m: Optional[int] = None,
+               n: Optional[int] = None, k: Optional[int] = None, batch: Optional[Sequence[int]] = None,
+               m_compute: Any = None, params: Optional[_dispatch.OpParams] = None,
+               backend: Optional[BackendLike] = None) -> Value:
         """a (..., m, k) @ b (..., k, n), batch dims broadcast; count: rows to compute at run time."""
         return self._node(OpKind.MATMUL, (a, b) if count is None else (a, b, count), params, backend=backend,
                           m=m, n=n, k=k, batch=batch, m_compute=m_compute)
 
-    def conv2d(self, x, w, bias=None, *, stride=None, padding=None, dilation=None, groups=None, params=None,
-               backend=None):
+    def conv2d(self, x: Value, w: Value, bias: Optional[Value] = None, *, stride: Optional[ShapeLike] = None,
+               padding: Optional[ShapeLike] = None, dilation: Optional[ShapeLike] = None,
+               groups: Optional[int] = None, params: Optional[_dispatch.OpParams] = None,
+               backend: Optional[BackendLike] = None) -> Value:
         """2-d convolution: x (N, C, H, W), w (O, C/groups, KH, KW), optional bias (O,) -> NCHW."""
         return self._node(OpKind.CONV2D, (x, w) if bias is None else (x, w, bias), params, backend=backend,
                           stride=stride, padding=padding, dilation=dilation, groups=groups)
 
-    def concat(self, *xs, axis=None, params=None, backend=None):
+    def concat(self, *xs: Value, axis: Optional[int] = None, params: Optional[_dispatch.OpParams] = None,
+               backend: Optional[BackendLike] = None) -> Value:
         """The inputs joined along axis (2 to 7 inputs)."""
         return self._node(OpKind.CONCAT, xs, params, backend=backend, axis=axis)
 
     # ---- views (metadata only)
-    def transpose(self, x, axes=None):
+    def transpose(self, x: Value, axes: Optional[Sequence[int]] = None) -> Value:
         """A permuted view.  `axes` is a permutation of range(ndim); a negative axis counts from
         the end ([-ndim, ndim)).  Out-of-range or repeated axes are a ShapeError, never wrapped."""
         x = self._own(x)
@@ -194,23 +221,24 @@ class Graph(GeneratedBuilders):
         return Value(self, x.buffer, [x.shape[a] for a in axes], [x.strides[a] for a in axes], x.offset,
                      x.dtype, x.producer)
 
-    def broadcast_to(self, x, shape):
+    def broadcast_to(self, x: Value, shape: ShapeLike) -> Value:
+        """A view of x broadcast to `shape` (stride 0 on the axes it repeats), as NumPy's."""
         x = self._own(x)
-        shape = _check_size(_int_sequence(shape, "broadcast shape"), x.dtype.itemsize, "broadcast shape")
-        lead = len(shape) - x.ndim
+        target = _check_size(_int_sequence(shape, "broadcast shape"), x.dtype.itemsize, "broadcast shape")
+        lead = len(target) - x.ndim
         if lead < 0:
-            raise ShapeError(f"cannot broadcast {x.shape} to fewer dims {shape}")
+            raise ShapeError(f"cannot broadcast {x.shape} to fewer dims {target}")
         strides = [0] * lead
-        for extent, (own, stride) in zip(shape[lead:], zip(x.shape, x.strides)):
+        for extent, (own, stride) in zip(target[lead:], zip(x.shape, x.strides)):
             if own == extent:
                 strides.append(stride)
             elif own == 1:
                 strides.append(0)
             else:
-                raise ShapeError(f"cannot broadcast {x.shape} to {shape}")
-        return Value(self, x.buffer, shape, strides, x.offset, x.dtype, x.producer)
+                raise ShapeError(f"cannot broadcast {x.shape} to {target}")
+        return Value(self, x.buffer, target, strides, x.offset, x.dtype, x.producer)
 
-    def slice_view(self, x, index):
+    def slice_view(self, x: Value, index: Any) -> Value:
         """x[index] for ints and slices (NumPy basic indexing without ... or None).  An integer out
         of range is a KernelIndexError (an IndexError); a bad index type or a zero step is a
         ShapeError."""
@@ -243,7 +271,7 @@ class Graph(GeneratedBuilders):
                 raise ShapeError(f"graph slicing takes ints and slices, not {type(item).__name__}")
         return Value(self, x.buffer, shape, strides, offset, x.dtype, x.producer)
 
-    def reshape(self, x, shape):
+    def reshape(self, x: Value, shape: ShapeLike) -> Value:
         """A view when x is contiguous; otherwise a CONTIGUIZE node, then a view of its result.
         One extent may be -1 (inferred); any other negative extent is a ShapeError."""
         x = self._own(x)
@@ -252,37 +280,38 @@ class Graph(GeneratedBuilders):
         if any(s < -1 for s in given) or given.count(-1) > 1:
             raise ShapeError(f"cannot reshape {x.shape} to {given}: only one extent may be -1 and "
                              f"no other may be negative")
-        shape = list(given)
-        if -1 in shape:
+        extents = list(given)
+        if -1 in extents:
             known = 1
-            for s in shape:
+            for s in extents:
                 if s != -1:
                     known *= s
             if known == 0 or size % known:
                 raise ShapeError(f"cannot reshape {x.shape} ({size} elements) to {given}")
-            shape[shape.index(-1)] = size // known
-        shape = _check_size(tuple(shape), x.dtype.itemsize, "reshape shape")
+            extents[extents.index(-1)] = size // known
+        checked = _check_size(tuple(extents), x.dtype.itemsize, "reshape shape")
         total = 1
-        for s in shape:
+        for s in checked:
             total *= s
         if total != size:
             raise ShapeError(f"cannot reshape {x.shape} ({size} elements) to {given}")
         if not x.is_contiguous:
             x = self.op(OpKind.CONTIGUIZE, x)
-        return Value(self, x.buffer, shape, _contiguous_strides(shape), x.offset, x.dtype, x.producer)
+        return Value(self, x.buffer, checked, _contiguous_strides(checked), x.offset, x.dtype, x.producer)
 
     # ---- compile
-    def compile(self, outputs, *, fuse=True, measure=False, max_ulp=None):
+    def compile(self, outputs: Union[Value, Iterable[Value]], *, fuse: bool = True, measure: bool = False,
+                max_ulp: Optional[int] = None) -> Plan:
         """A Plan computing `outputs` (a Value or a list of Values) from the graph's inputs."""
         single = isinstance(outputs, Value)
-        if single:
-            outputs = [self._own(outputs)]
+        if isinstance(outputs, Value):
+            values = [self._own(outputs)]
         else:
             try:
-                outputs = list(outputs)
+                values = list(outputs)
             except TypeError:
                 raise OperandTypeError(f"compile() takes a Value or a list of Values, not "
                                        f"{type(outputs).__name__}") from None
-            outputs = [self._own(v) for v in outputs]
-        return _Planner(self, outputs, fuse=fuse, measure=measure, max_ulp=max_ulp).build(single)
+            values = [self._own(v) for v in values]
+        return _Planner(self, values, fuse=fuse, measure=measure, max_ulp=max_ulp).build(single)
 

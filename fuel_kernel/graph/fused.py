@@ -1,7 +1,9 @@
 """Runtime fused ops: register a fused kernel against its Graph decomposition, look one up by id."""
+from __future__ import annotations
+
 import threading
 from dataclasses import dataclass, field
-from typing import Dict, List
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -9,12 +11,16 @@ from .. import _dispatch
 from ..errors import RegistrationError, UnknownOpError
 from ..records import BindingKey, PrecisionGuarantee
 from ..types import Backend, DType, KernelCaps
-from .values import Value, _as_tuple
+from .values import Node, Value, _as_tuple
+
+if TYPE_CHECKING:
+    from .builders import Graph
 
 
 # ---- runtime fused ops -------------------------------------------------------------------------------
 @dataclass
 class FusedOp:
+    """A registered runtime fused op: its id, the decomposition pattern it replaces, its kernels."""
     id: int
     name: str
     n_inputs: int
@@ -33,19 +39,19 @@ _fused_by_id: Dict[int, FusedOp] = {}
 VERIFY_SHAPE = (5, 37)
 
 
-def _params_key(params):
+def _params_key(params: Optional[_dispatch.OpParams]) -> Optional[tuple[Any, ...]]:
     return None if params is None else (params.kind, tuple(sorted((k, repr(v)) for k, v in params.fields().items())))
 
 
-def _pattern_of(graph, output):
+def _pattern_of(graph: Graph, output: Value) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     """The structural signature of the nodes producing `output` from the graph's inputs, and the
     output dtype of each of its nodes."""
-    index_of = {}
-    pattern = []
-    interior = []
+    index_of: dict[int, int] = {}
+    pattern: list[tuple[Any, ...]] = []
+    interior: list[Any] = []
     input_ids = {b.id: i for i, b in enumerate(graph.inputs)}
 
-    def ref(value):
+    def ref(value: Value) -> tuple[str, int]:
         if not value.is_whole_buffer:
             raise RegistrationError("a fused decomposition may not use views")
         if value.buffer.kind == "input":
@@ -54,7 +60,8 @@ def _pattern_of(graph, output):
             raise RegistrationError("a fused decomposition may not use constants")
         return ("node", visit(value.producer))
 
-    def visit(node):
+    def visit(node: Optional[Node]) -> int:
+        assert node is not None             # a "node" buffer has its producer
         if node.id in index_of:
             return index_of[node.id]
         refs = tuple(ref(v) for v in node.inputs)
@@ -67,23 +74,26 @@ def _pattern_of(graph, output):
     return tuple(pattern), tuple(interior)
 
 
-def register_runtime_fused(name, decomposition, kernel, dtypes, backend=Backend.CPU, *,
-                           precision=None, caps=KernelCaps.STRIDED_INPUT | KernelCaps.STRIDED_OUTPUT,
-                           source="fused", params=None):
+def register_runtime_fused(name: str, decomposition: Callable[..., Value], kernel: Any,
+                           dtypes: Sequence[Any], backend: Union[Backend, int, str] = Backend.CPU, *,
+                           precision: Optional[PrecisionGuarantee] = None,
+                           caps: Union[KernelCaps, int] = KernelCaps.STRIDED_INPUT | KernelCaps.STRIDED_OUTPUT,
+                           source: str = "fused", params: Optional[_dispatch.OpParams] = None) -> int:
     """Register `kernel` (a 'fuel_kernel.kernel' capsule) as a fused op whose math is
     `decomposition(g, *inputs) -> Value`, built with Graph builder calls.  `dtypes` are the fused
     key's operand dtypes (inputs, then the output).  The kernel is first checked against the
     decomposition on generated inputs, within `precision` (default: exact); only then is it
     registered under BindingKey.runtime_fused(id).  Structurally identical decompositions share
     one id.  Returns the FusedOpId (an int)."""
-    dtypes = _as_tuple(dtypes, "dtypes", RegistrationError, of="dtypes (inputs, then the output)")
-    dtypes = tuple(DType.parse(d) for d in dtypes)
+    given = _as_tuple(dtypes, "dtypes", RegistrationError, of="dtypes (inputs, then the output)")
+    dtypes = tuple(DType.parse(d) for d in given)
     if len(dtypes) < 2:
         raise RegistrationError(f"a fused key needs at least one input dtype and the output's, got {len(dtypes)}")
     precision = precision or PrecisionGuarantee(True, 0, notes="fused: exact vs decomposition")
     if not isinstance(precision, PrecisionGuarantee):
         raise RegistrationError(f"precision must be a PrecisionGuarantee, not {type(precision).__name__}")
-    from .builders import Graph           # the builder module imports this one
+    from .builders import Graph, _backend_id    # the builder module imports this one
+    backend = _backend_id(backend)              # a name ("cpu") as well as a Backend or an id
     scratch = Graph(backend)
     inputs = [scratch.input(VERIFY_SHAPE, d) for d in dtypes[:-1]]
     out = decomposition(scratch, *inputs)
@@ -130,23 +140,24 @@ def register_runtime_fused(name, decomposition, kernel, dtypes, backend=Backend.
     return fused.id
 
 
-def fused_op(fused_id):
+def fused_op(fused_id: int) -> Optional[FusedOp]:
+    """The runtime fused op registered under `fused_id`, or None."""
     if isinstance(fused_id, bool) or not isinstance(fused_id, (int, np.integer)):
         raise UnknownOpError(f"a runtime fused op id is an int, not {type(fused_id).__name__} {fused_id!r}")
     return _fused_by_id.get(int(fused_id))
 
 
-def _within_claim(actual, expected, dtype, precision):
+def _within_claim(actual: Any, expected: Any, dtype: DType, precision: PrecisionGuarantee) -> bool:
     a = np.asarray(actual).astype(np.float64)
     e = np.asarray(expected).astype(np.float64)
     if not dtype.is_float:
-        return np.array_equal(a, e)
+        return bool(np.array_equal(a, e))
     if not np.array_equal(np.isnan(a), np.isnan(e)):
         return False
     finite = ~np.isnan(e)
     a, e = a[finite], e[finite]
     if precision.exact:
-        return np.array_equal(a, e)
+        return bool(np.array_equal(a, e))
     bound = np.full(e.shape, precision.max_abs)
     bound = np.maximum(bound, precision.max_rel * np.abs(e))
     if precision.max_ulp:

@@ -67,6 +67,7 @@ class Buffer:
 
     @property
     def nbytes(self) -> int:
+        """The buffer's size in bytes."""
         return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
 
     def __repr__(self) -> str:
@@ -89,18 +90,22 @@ class Value:
 
     @property
     def ndim(self) -> int:
+        """The number of dims."""
         return len(self.shape)
 
     @property
     def is_contiguous(self) -> bool:
+        """Whether the view's strides are C-contiguous for its shape."""
         return self.strides == _contiguous_strides(self.shape)
 
     @property
     def is_whole_buffer(self) -> bool:
+        """Whether the view is its whole buffer, contiguous from offset 0."""
         return self.offset == 0 and self.shape == self.buffer.shape and self.is_contiguous
 
     @property
     def has_broadcast(self) -> bool:
+        """Whether an axis of extent > 1 has stride 0."""
         return any(s == 0 and n > 1 for s, n in zip(self.strides, self.shape))
 
     def __repr__(self) -> str:
@@ -111,6 +116,7 @@ class Value:
     # views
     @property
     def T(self) -> Value:
+        """The view with its axes reversed (Graph.transpose)."""
         return self.graph.transpose(self)
 
     def __getitem__(self, index: Any) -> Value:
@@ -158,6 +164,7 @@ class Node:
 
     @property
     def label(self) -> str:
+        """The op's short name, or the runtime fused op's name ("fused#<id>")."""
         return self.key.short_name if isinstance(self.key, OpKind) else self.key.name
 
     def __repr__(self) -> str:

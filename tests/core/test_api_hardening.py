@@ -15,13 +15,15 @@ from fuel_kernel import _dispatch
 F32, F64 = fk.DType.F32, fk.DType.F64
 CPU = fk.Backend.CPU
 KEY3 = [F32, F32, F32]
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the repository
+# the folder holding the fuel_kernel under test (a built checkout or site-packages): child
+# interpreters import that one
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(fk.__file__)))
 
 
 def run_isolated(code):
     """Run code in a fresh interpreter, so a crash fails the test instead of the whole run."""
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, env=env,
+    env = dict(os.environ, PYTHONPATH=PACKAGE_PARENT)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=PACKAGE_PARENT, env=env,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -174,8 +176,8 @@ REVISION_SCRIPT = """
 def test_python_registered_revisions_are_stable_across_runs():
     seen = []
     for seed in ("1", "2", "random"):
-        env_seed = dict(os.environ, PYTHONHASHSEED=seed, PYTHONPATH=ROOT)
-        result = subprocess.run([sys.executable, "-c", textwrap.dedent(REVISION_SCRIPT)], cwd=ROOT,
+        env_seed = dict(os.environ, PYTHONHASHSEED=seed, PYTHONPATH=PACKAGE_PARENT)
+        result = subprocess.run([sys.executable, "-c", textwrap.dedent(REVISION_SCRIPT)], cwd=PACKAGE_PARENT,
                                 env=env_seed, capture_output=True, text=True, timeout=120)
         assert result.returncode == 0, result.stderr[-2000:]
         seen.append(result.stdout.strip())

@@ -1,4 +1,11 @@
-"""Misspelled names and misplaced outputs get errors that say what was probably meant."""
+"""Misspelled names, misplaced outputs and an unbuilt source tree get errors that say what was
+probably meant or what to do."""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -45,3 +52,33 @@ def test_public_names_are_listed_in_all():
     public = {n for n in dir(fk) if not n.startswith("_") and n not in ("cpu", "errors", "graph", "ops", "records",
                                                                          "route", "spec", "types", "coverage", "os")}
     assert public - set(fk.__all__) == set(), public - set(fk.__all__)
+
+
+def test_an_unbuilt_source_tree_says_how_to_build_or_leave_it(tmp_path):
+    source = tmp_path / "fuel_kernel"
+    source.mkdir()
+    shutil.copy(Path(fk.__file__), source / "__init__.py")     # a tree without compiled modules
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run([sys.executable, "-c", "import fuel_kernel"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: fuel_kernel is imported from ") and str(source) in last, result.stderr
+    assert "build_ext --inplace" in last and "cd elsewhere" in last
+
+
+def test_an_output_among_dispatch_inputs_hints_outputs():
+    a = np.ones(3, np.float32)
+    out = np.zeros(3, np.float32)
+    with pytest.raises(fk.NoKernelError, match=r"pass it as outputs= \(dispatch\) or out="):
+        fk.dispatch("add", [a, a, out])
+    assert not out.any()
+
+
+def test_backend_names_are_accepted_where_a_backend_is():
+    from fuel_kernel.graph import Graph
+    assert Graph(target_backend="cpu").target_backend == fk.Backend.CPU
+    a = np.arange(3, dtype=np.float32)
+    assert (fk.dispatch("add", [a, a], backend="cpu") == 2 * a).all()
+    with pytest.raises(fk.BackendError):
+        Graph(target_backend="cpux")

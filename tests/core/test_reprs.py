@@ -67,3 +67,25 @@ def test_graph_values_nodes_buffers_and_plans_say_what_they_hold():
     assert repr(x.buffer) == "<Buffer 0 'x': input f32[4, 8]>"
     plan = g.compile(y)
     assert repr(plan) == f"<Plan (x) -> (f32[4, 3]): {plan.n_steps} steps, arena {plan.peak_bytes} bytes>"
+
+
+def test_graph_says_its_backend_inputs_and_nodes():
+    g = Graph(target_backend="cpu")
+    assert repr(g) == "<Graph on cpu: inputs (), 0 nodes ()>"
+    x = g.input((4, 8), "f32", name="x")
+    g.relu(g.add(x, x))
+    assert repr(g) == "<Graph on cpu: inputs (x f32[4, 8]), 2 nodes (add, relu)>"
+    for _ in range(8):
+        x = g.neg(x)
+    assert repr(g).endswith("10 nodes (add, relu, neg, neg, neg, neg, neg, neg, ...)>")
+
+
+def test_transaction_says_whether_it_is_open_and_how_much_it_holds():
+    kernel = fk.bindings().lookup(fk.OpKind.ADD, [fk.DType.F32] * 3, CPU)
+    backend = fk.claim_backend("repr_check")
+    tx = fk.Transaction()
+    assert repr(tx) == "<Transaction open: 0 registrations>"
+    tx.register("add", ["f32"] * 3, backend, kernel.capsule())
+    assert repr(tx) == "<Transaction open: 1 registrations>"
+    tx.abort()
+    assert repr(tx) == "<Transaction closed: committed or aborted>"

@@ -331,3 +331,13 @@ def test_register_runtime_fused_refuses_bad_dtypes(dtypes):
 def test_register_runtime_fused_refuses_a_precision_that_is_not_a_guarantee():
     with pytest.raises(fk.RegistrationError):
         fg.register_runtime_fused("bad-precision", _double_neg, _neg_capsule(), [F32, F32], precision="exact")
+
+
+def test_register_runtime_fused_takes_a_backend_name():
+    copy_kernel = fk.bindings().lookup(fk.OpKind.CONTIGUIZE, [F32, F32], fk.Backend.CPU).capsule()
+    fused_id = fg.register_runtime_fused("double-neg-by-name", _double_neg, copy_kernel, [F32, F32],
+                                         backend="cpu", caps=fk.KernelCaps.NONE)
+    assert (F32, F32) in [dtypes for dtypes, backend in fg.fused_op(fused_id).kernels
+                          if backend == fk.Backend.CPU]
+    with pytest.raises(fk.BackendError):
+        fg.register_runtime_fused("double-neg-by-name", _double_neg, copy_kernel, [F32, F32], backend="cpux")
