@@ -140,6 +140,10 @@ class Plan:
     def run(self, inputs: Sequence[Any]) -> Any:
         """Run on `inputs` (arrays in the order the graph's inputs were declared); returns the list
         of outputs (fresh arrays), or the single output when compile() was given one Value."""
+        if isinstance(inputs, np.ndarray):
+            raise OperandTypeError(f"Plan.run takes a list of arrays, one per graph input, not an array: "
+                                   f"plan.run([x]), not plan.run(x) (this plan has {len(self.input_buffers)} "
+                                   f"input{'s' if len(self.input_buffers) != 1 else ''})")
         try:
             inputs = list(inputs)
         except TypeError:
@@ -198,6 +202,7 @@ class Plan:
 
     @property
     def n_steps(self) -> int:
+        """How many steps run: kernel calls and fused groups (a group counts once)."""
         return len(self._steps)
 
     @property

@@ -3,7 +3,7 @@ and the grouping of elementwise steps that run tile by tile."""
 import heapq
 import importlib
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 from .. import _dispatch, route, spec
 from .._executor import manifest_kernels
@@ -28,11 +28,11 @@ class _Step:
     alone: str = ""                  # why it is not in an elementwise group (compile(fuse=True))
 
     @property
-    def reads(self):
+    def reads(self) -> List[Value]:
         return self.inputs
 
     @property
-    def writes(self):
+    def writes(self) -> List[Value]:
         return [self.output]
 
 
@@ -51,7 +51,7 @@ TILE_MAX_ELEMENTS = 16384        # and below 2 * FK_SPLIT_GRAIN, so a member nev
 _builtin_kernels: Optional[frozenset] = None
 
 
-def builtin_kernels():
+def builtin_kernels() -> frozenset:
     """(kernel address, op) of every row the CPU kernel modules register (fuel_kernel/cpu)."""
     global _builtin_kernels
     if _builtin_kernels is None:
@@ -64,7 +64,7 @@ def builtin_kernels():
     return _builtin_kernels
 
 
-def groupable(step):
+def groupable(step: _Step) -> Optional[str]:
     """Why `step` cannot join an elementwise group, or None when it can."""
     kernel = step.kernel
     op = kernel.op
@@ -97,20 +97,20 @@ class _Group:
     saved_bytes: int = 0                             # intermediates' bytes kept out of the arena
 
     @property
-    def node_id(self):
+    def node_id(self) -> int:
         return self.members[-1].node_id
 
     @property
-    def name(self):
+    def name(self) -> str:
         return "group(" + ", ".join(m.name for m in self.members) + ")"
 
-    def tile_shape(self):
+    def tile_shape(self) -> tuple:
         if self.tile_axis < 0:
             return self.shape
         return (1,) * self.tile_axis + (self.tile_len,) + self.shape[self.tile_axis + 1:]
 
 
-def _tiling(shape, bytes_per_element):
+def _tiling(shape: Sequence[int], bytes_per_element: int) -> Tuple[int, int, int]:
     """(tile_axis, tile_len, elements per tile): the outermost axis k whose inner axes fit the
     budget is cut into tile_len-long pieces; (-1, 0, all) when the whole shape fits one tile."""
     total = 1
@@ -130,7 +130,7 @@ def _tiling(shape, bytes_per_element):
     raise AssertionError("a shape larger than the budget has an axis that does not fit")
 
 
-def group_steps(steps, output_values):
+def group_steps(steps: List[_Step], output_values: List[Value]) -> List[Any]:
     """Steps (in order) -> steps and _Groups, in an order that keeps every dependency; each step
     left alone gets the reason in its `alone`.
 
@@ -149,13 +149,13 @@ def group_steps(steps, output_values):
     after: Dict[int, set] = {}
     reasons: Dict[int, str] = {}
 
-    def find(g):
+    def find(g: int) -> int:
         while parent[g] != g:
             parent[g] = parent[parent[g]]
             g = parent[g]
         return g
 
-    def direct_needs(i, joined):
+    def direct_needs(i: int, joined: Set[int]) -> Set[int]:
         """The groups step i depends on through its inputs from outside the `joined` groups."""
         found = set()
         for v in steps[i].inputs:
@@ -169,7 +169,7 @@ def group_steps(steps, output_values):
                 found.update(after[p])
         return found
 
-    def closure(groups):
+    def closure(groups: Iterable[int]) -> Set[int]:
         seen, stack = set(), [find(g) for g in groups]
         while stack:
             g = stack.pop()
@@ -267,7 +267,7 @@ def group_steps(steps, output_values):
     return ordered
 
 
-def _lay_out(group, member_indices, steps, output_buffers):
+def _lay_out(group: "_Group", member_indices: Set[int], steps: List[Any], output_buffers: Set[int]) -> None:
     """Which member outputs stay in tiles, the tile size and each tile value's place."""
     made = {m.output.buffer.id: k for k, m in enumerate(group.members)}
     used_outside = set(output_buffers)
@@ -304,16 +304,17 @@ def _lay_out(group, member_indices, steps, output_buffers):
 
 
 class _Planner:
-    def __init__(self, graph, outputs, fuse, measure, max_ulp):
+    def __init__(self, graph: Any, outputs: List[Value], fuse: bool, measure: bool,
+                 max_ulp: Optional[float]) -> None:
         self.graph = graph
         self.outputs = outputs
         self.fuse = fuse
         self.measure = measure
         self.max_ulp = max_ulp
         self.table = _dispatch.bindings()
-        self.explain_lines = []
+        self.explain_lines: List[str] = []
 
-    def live_nodes(self):
+    def live_nodes(self) -> List[Node]:
         needed, stack = set(), [v.producer for v in self.outputs if v.producer is not None]
         while stack:
             node = stack.pop()
@@ -323,7 +324,8 @@ class _Planner:
             stack.extend(v.producer for v in node.inputs if v.producer is not None)
         return [n for n in self.graph.nodes if n.id in needed]
 
-    def choose(self, key, inputs, output_shape, params, dtypes, backend, label):
+    def choose(self, key: Any, inputs: Sequence[Value], output_shape: Sequence[int], params: Any,
+               dtypes: Sequence[Any], backend: Any, label: str) -> Any:
         alternatives = self.table.alternatives(key, dtypes, backend)
         operands = [v.shape for v in inputs] + [tuple(output_shape)]
         broadcast = any(v.has_broadcast or v.shape != tuple(output_shape) for v in inputs)
@@ -331,7 +333,7 @@ class _Planner:
                           max_ulp=self.max_ulp, measure=self.measure, describe=label)
 
     # -- fusion
-    def fuse_nodes(self, nodes):
+    def fuse_nodes(self, nodes: List[Node]) -> List[Node]:
         consumers: Dict[int, int] = {}
         for node in nodes:
             for v in node.inputs:
@@ -375,12 +377,13 @@ class _Planner:
                     break
         return [replaced.get(n.id, n) for n in nodes if n.id not in absorbed]
 
-    def _match(self, fused, root, consumers, graph_outputs, absorbed):
+    def _match(self, fused: Any, root: Node, consumers: Dict[int, int], graph_outputs: Set[int],
+               absorbed: Set[int]) -> Optional[Tuple[List[Value], List[Node], tuple]]:
         bound: Dict[int, Value] = {}
         covered = []
         nodes_at: Dict[int, Node] = {}
 
-        def match(pattern_index, node):
+        def match(pattern_index: int, node: Node) -> bool:
             op, params_key, refs = fused.pattern[pattern_index]
             if node.key != op or _params_key(node.params) != params_key or len(refs) != len(node.inputs):
                 return False
@@ -409,13 +412,13 @@ class _Planner:
         return [bound[i] for i in range(fused.n_inputs)], covered, interior
 
     # -- build
-    def build(self, single):
+    def build(self, single: bool) -> Plan:
         steps, output_values = self.steps()
         if self.fuse:
             steps = group_steps(steps, output_values)
         return Plan(self.graph, steps, output_values, self.table, self.explain_lines, single, self.fuse)
 
-    def steps(self):
+    def steps(self) -> Tuple[List[_Step], List[Value]]:
         """One step per kernel call, in order, and the values the caller gets."""
         nodes = self.live_nodes()
         if self.fuse:
@@ -446,7 +449,8 @@ class _Planner:
                                                        reason="graph output", force=True))
         return steps, output_values
 
-    def _materialize(self, value, backend, steps, cache, reason, force=False):
+    def _materialize(self, value: Value, backend: Any, steps: List[_Step], cache: Dict[Any, Value], reason: str,
+                     force: bool = False) -> Value:
         key = (value.buffer.id, value.shape, value.strides, value.offset)
         if key in cache and not force:
             return cache[key]

@@ -136,6 +136,15 @@ def test_plan_input_that_is_not_an_array():
         plan.run([view])
 
 
+def test_plan_run_given_an_array_instead_of_a_list_says_so():
+    g = fg.Graph()
+    plan = g.compile(g.neg(g.input((3,), F32)))
+    x = np.arange(3, dtype=np.float32)
+    with pytest.raises(fk.OperandTypeError, match=r"plan\.run\(\[x\]\), not plan\.run\(x\)"):
+        plan.run(x)
+    np.testing.assert_array_equal(plan.run([x]), -x)
+
+
 # ---- typed errors from the builders ----------------------------------------------------------------
 @pytest.mark.parametrize("shape", [("a",), (1.5,), ("ab"), (2, None), object()])
 def test_input_with_a_bad_shape_is_a_shape_error(shape):
