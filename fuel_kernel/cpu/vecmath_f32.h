@@ -424,14 +424,15 @@ FK_VM_INLINE float fk_fast_powif(float x, int32_t n) {
  * pow core would take a log and an exp.  x = m 2^e with 1 <= |m| < 2; m^n by binary powering with
  * the running power in two floats (each product error-free by fma: no low part can underflow, as
  * |m^n| < 256), rounded once, then scaled by 2^(e n) as two exact power-of-two factors (a subnormal
- * result rounds once more: <= 0.75 ulp).  Zero, inf and NaN take the plain product. */
+ * result rounds once more: <= 0.75 ulp).  Zero and inf come out right from the same steps (m = +-1,
+ * 2^(e n) clamped to 0 or inf, signed by m^n); NaN passes through. */
 #define FK_POWI_SMALL_MAX 8
 FK_VM_INLINE float fk_powi_small(float x, int n) {
     int sub = fabsf(x) < 1.17549435e-38f;
     uint32_t bits = fk_f32_bits(sub ? x * 8388608.0f : x);
     int32_t e = (int32_t)((bits >> 23) & 0xffu) - (sub ? 150 : 127);
     float bh = fk_bits_f32((bits & 0x807fffffu) | 0x3f800000u), bl = 0.0f;   /* m^(2^k) */
-    float rh = 1.0f, rl = 0.0f, plain = 1.0f;                                /* the product so far */
+    float rh = 1.0f, rl = 0.0f;                                              /* the product so far */
 #pragma GCC unroll 4
     for (int bit = 0; bit < 4; bit++) {                         /* counted, so it unrolls away */
         if ((n >> bit) & 1) {
@@ -445,14 +446,12 @@ FK_VM_INLINE float fk_powi_small(float x, int n) {
             bh = sh;
         }
     }
-#pragma GCC unroll 8
-    for (int k = 0; k < n; k++) plain *= x;
     int32_t en = e * n;
     en = en > -252 ? en : -252;                                  /* past either end: 0 or inf */
     en = en < 254 ? en : 254;
     int32_t n1 = en >> 1, n2 = en - n1;
     float y = (rh + rl) * fk_pow2i_f32(n1) * fk_pow2i_f32(n2);
-    return x != 0.0f && fabsf(x) < INFINITY ? y : plain;
+    return fk_keep_nan(x, y);
 }
 
 /* POWI's F32 body: n = 1, 2, -1 are the correctly rounded x, x*x, 1/x; 3 <= n <= FK_POWI_SMALL_MAX
