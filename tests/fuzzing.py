@@ -412,7 +412,8 @@ def valid_params(draw, family, shapes):
         return P.conv2d(one_or_pair(1, 2), one_or_pair(0, 2), one_or_pair(1, 2), draw(st.integers(1, 3)))
     if family == "conv2d_backward":                # sizes from a 4-d operand when there is one
         shape = shapes[0] if shapes and len(shapes[0]) == 4 else (1, 1, 5, 5)
-        return P.conv2d_backward(input_size=tuple(shape[2:]), kernel_size=(draw(st.integers(1, 3)), draw(st.integers(1, 3))),
+        kernel_size = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+        return P.conv2d_backward(input_size=tuple(shape[2:]), kernel_size=kernel_size,
                                  stride=draw(st.integers(1, 2)), padding=draw(st.integers(0, 2)),
                                  dilation=draw(st.integers(1, 2)), groups=draw(st.integers(1, 3)))
     if family == "matmul":

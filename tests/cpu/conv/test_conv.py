@@ -156,7 +156,8 @@ def output_like(shape, dtype, layout, fill=7):
     return np.full(shape, fill, dtype=dtype.numpy)
 
 
-@pytest.mark.parametrize("op,dtype", BACKWARD_CASES, ids=[f"{op.short_name}-{d.short_name}" for op, d in BACKWARD_CASES])
+@pytest.mark.parametrize("op,dtype", BACKWARD_CASES,
+                         ids=[f"{op.short_name}-{d.short_name}" for op, d in BACKWARD_CASES])
 def test_conv2d_backward_binding(op, dtype, rng):
     kernels = fk.bindings().alternatives(op, [dtype] * 3, fk.Backend.CPU)
     assert [k.source for k in kernels] == ["native"]
@@ -195,15 +196,16 @@ def test_finite_differences_of_the_forward_reference_validate_the_gradient_refer
     dy = rng.standard_normal(forward(x, w).shape)
     loss = lambda x_, w_: float((forward(x_, w_) * dy).sum())
     h = 0.5
-    for wrt, dx_expected in ((x, conv2d_backward_input_reference(dy, w, x_shape[2:], stride, padding, dilation, groups)[0]),
-                             (w, conv2d_backward_weight_reference(x, dy, w_shape[2:], stride, padding, dilation, groups)[0])):
+    conv = (stride, padding, dilation, groups)
+    for wrt, gradient in ((x, conv2d_backward_input_reference(dy, w, x_shape[2:], *conv)[0]),
+                          (w, conv2d_backward_weight_reference(x, dy, w_shape[2:], *conv)[0])):
         numeric = np.zeros(wrt.shape)
         for index in np.ndindex(wrt.shape):
             step = np.zeros(wrt.shape)
             step[index] = h
             plus, minus = (loss(x + step, w), loss(x - step, w)) if wrt is x else (loss(x, w + step), loss(x, w - step))
             numeric[index] = (plus - minus) / (2 * h)
-        np.testing.assert_allclose(numeric, dx_expected, rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(numeric, gradient, rtol=1e-9, atol=1e-9)
 
 
 def test_gradients_through_the_kernels_match_finite_differences_of_the_forward_kernel(rng):
@@ -271,7 +273,8 @@ def test_dispatch_allocates_the_gradients_from_params(rng):
         params = backward_params(H, 9, 3, 3, stride=2, padding=1)
         dx = fk.dispatch(BACKWARD_INPUT, [dy, w], params=params)
         assert dx.shape == (1, 2, H, 9)
-        np.testing.assert_allclose(dx, conv2d_backward_input_reference(dy, w, (H, 9), 2, 1, 1, 1)[0], rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(dx, conv2d_backward_input_reference(dy, w, (H, 9), 2, 1, 1, 1)[0], rtol=1e-4,
+                                   atol=1e-5)
         x = rng.standard_normal((1, 2, H, 9)).astype(np.float32)
         dw = fk.dispatch(BACKWARD_WEIGHT, [x, dy], params=params)
         assert dw.shape == (4, 2, 3, 3)
@@ -296,8 +299,10 @@ def test_graph_builders_infer_the_gradient_shapes(rng):
 
 
 @pytest.mark.parametrize("make", [lambda: backward_params(-1, 4, 3, 3), lambda: backward_params(4, 4, 0, 3),
-                                  lambda: backward_params(4, 4, 3, 3, stride=0), lambda: backward_params(4, 4, 3, 3, groups=0),
-                                  lambda: backward_params(4, 4, 3, 3, padding=-1), lambda: backward_params((4,), 4, 3, 3)])
+                                  lambda: backward_params(4, 4, 3, 3, stride=0),
+                                  lambda: backward_params(4, 4, 3, 3, groups=0),
+                                  lambda: backward_params(4, 4, 3, 3, padding=-1),
+                                  lambda: backward_params((4,), 4, 3, 3)])
 def test_bad_conv2d_backward_params_are_params_errors(make):
     with pytest.raises(fk.ParamsError):
         make()
