@@ -1,4 +1,5 @@
-"""Compute kernels against NumPy and PyTorch, single-threaded: MATMUL, SUM, SOFTMAX, CONV2D.
+"""Compute kernels against NumPy and PyTorch, single-threaded: MATMUL, SUM, SOFTMAX, CONV2D and its
+gradients CONV2D_BACKWARD_INPUT and CONV2D_BACKWARD_WEIGHT.
 
 Every peer runs on one thread: torch.set_num_threads(1), and NumPy's/SciPy's BLAS through the
 OPENBLAS_NUM_THREADS=1 pin that `python -m bench` sets before they load (or threadpoolctl when
@@ -122,3 +123,54 @@ def cases():
     yield Case(name=f"fk: CONV2D 8x32x56x56 * 64x3x3 pad 1 [{note}]", contenders=contenders,
                baseline=baseline, skipped=skipped,
                target="fk <= 1.5x torch" if torch is not None else "torch absent: no peer")
+
+    # ---- CONV2D_BACKWARD_INPUT and _WEIGHT, 8x64x56x56, 64 3x3 filters, stride 1, padding 1 -------
+    yield from conv2d_backward_cases(rng, note, torch, torch_missing)
+
+
+def numpy_conv2d_backward_input(dy, w, padding):
+    """dx by im2col + matmul in NumPy: columns w^T @ dy per image (batched BLAS), then col2im."""
+    N, O, OH, OW = dy.shape
+    _, C, KH, KW = w.shape
+    cols = np.matmul(w.reshape(O, C * KH * KW).T, dy.reshape(N, O, OH * OW)).reshape(N, C, KH, KW, OH, OW)
+    dxp = np.zeros((N, C, OH + KH - 1, OW + KW - 1), dy.dtype)
+    for kh in range(KH):
+        for kw in range(KW):
+            dxp[:, :, kh:kh + OH, kw:kw + OW] += cols[:, :, kh, kw]
+    return dxp[:, :, padding:dxp.shape[2] - padding, padding:dxp.shape[3] - padding]
+
+
+def numpy_conv2d_backward_weight(x, dy, kernel, padding):
+    """dw by im2col + matmul in NumPy: x's columns (N, C*KH*KW, OH*OW) contracted with dy over the
+    batch and the positions (one BLAS GEMM)."""
+    N, O, OH, OW = dy.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    cols = np.stack([xp[:, :, kh:kh + OH, kw:kw + OW] for kh in range(kernel) for kw in range(kernel)], axis=2)
+    cols = cols.reshape(N, -1, OH * OW)
+    return np.tensordot(dy.reshape(N, O, OH * OW), cols, axes=([0, 2], [0, 2])).reshape(O, x.shape[1], kernel, kernel)
+
+
+def conv2d_backward_cases(rng, note, torch, torch_missing):
+    F32 = fk.DType.F32
+    x = rng.standard_normal((8, 64, 56, 56)).astype(np.float32)
+    w = rng.standard_normal((64, 64, 3, 3)).astype(np.float32)
+    dy = rng.standard_normal((8, 64, 56, 56)).astype(np.float32)
+    dx, dw = np.empty_like(x), np.empty_like(w)
+    p = fk.params.conv2d_backward(input_size=(56, 56), kernel_size=3, padding=1)
+    table = fk.bindings()
+    backward_input = table.lookup(fk.OpKind.CONV2D_BACKWARD_INPUT, [F32] * 3, fk.Backend.CPU)
+    backward_weight = table.lookup(fk.OpKind.CONV2D_BACKWARD_WEIGHT, [F32] * 3, fk.Backend.CPU)
+    for name, kernel, inputs, out, numpy_fn, torch_fn in (
+            ("CONV2D_BACKWARD_INPUT", backward_input, (dy, w), dx, lambda: numpy_conv2d_backward_input(dy, w, 1),
+             lambda t: t.nn.grad.conv2d_input(x.shape, t.from_numpy(w), t.from_numpy(dy), padding=1)),
+            ("CONV2D_BACKWARD_WEIGHT", backward_weight, (x, dy), dw, lambda: numpy_conv2d_backward_weight(x, dy, 3, 1),
+             lambda t: t.nn.grad.conv2d_weight(t.from_numpy(x), w.shape, t.from_numpy(dy), padding=1))):
+        contenders = {"fk (out=)": lambda k=kernel, i=inputs, o=out: k(*i, out=o, params=p),
+                      "numpy im2col+matmul": numpy_fn}
+        skipped = {}
+        if torch is not None:
+            contenders["torch"] = lambda f=torch_fn: f(torch)
+        else:
+            skipped["torch"] = torch_missing
+        yield Case(name=f"fk: {name} 8x64x56x56 * 64x3x3 pad 1 [{note}]", contenders=contenders,
+                   baseline="numpy im2col+matmul", skipped=skipped, target="fk <= 1.0x numpy im2col+matmul")

@@ -151,6 +151,14 @@ cdef extern from "fuel_kernel/abi.h" nogil:
     ctypedef struct fk_cross_entropy_params:
         int64_t ignore_index
         double label_smoothing
+    ctypedef struct fk_conv2d_backward_params:
+        int32_t stride[2]
+        int32_t padding[2]
+        int32_t dilation[2]
+        int32_t groups
+        int32_t reserved
+        int64_t input_size[2]
+        int64_t kernel_size[2]
 
     ctypedef union fk_params_union:
         fk_reduce_params reduce
@@ -172,6 +180,7 @@ cdef extern from "fuel_kernel/abi.h" nogil:
         fk_flash_attn_params flash_attn
         fk_paged_attn_params paged_attn
         fk_cross_entropy_params cross_entropy
+        fk_conv2d_backward_params conv2d_backward
 
     ctypedef struct fk_params:
         int32_t kind

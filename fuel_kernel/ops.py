@@ -251,7 +251,7 @@ def infer_output_dtype(op: Union[OpKind, int], input_dtypes: Sequence[Union[DTyp
     return infer_output_dtypes(op, input_dtypes, params)[0]
 
 
-# ---- compute ops: reductions, matmul, softmax/norms, conv2d -------------------------
+# ---- compute ops: reductions, matmul, softmax/norms, conv2d and its gradients ---------------
 # The conventions these encode are documented in the kernel headers under fuel_kernel/cpu/.
 
 def _reduced_dims(ndim: int, params: Optional[OpParams]) -> tuple[set[int], bool]:
@@ -357,6 +357,50 @@ def cross_entropy_shape(shapes: Sequence[Shape], params: Optional[OpParams] = No
 def cross_entropy_dtype(dtypes: Sequence[DType], params: Optional[OpParams] = None) -> tuple[DType, ...]:
     """The loss in the logits' dtype; the log-sum-exp F32 (F64 for F64 logits: spec.LOSS_LSE)."""
     return dtypes[0], DType[spec.LOSS_LSE.get(dtypes[0].name, "F32")]
+def _conv2d_backward_fields(name: str, shapes: Sequence[Shape], params: Optional[OpParams]) -> dict[str, Any]:
+    """params.conv2d_backward's fields, after checking the two 4-d operands a gradient op takes."""
+    if len(shapes) != 2:
+        raise OperandCountError(f"{name} takes 2 inputs, got {len(shapes)}")
+    if params is None or params.kind != "conv2d_backward":
+        raise ParamsError(f"{name} takes params.conv2d_backward(input_size, kernel_size, ...), not "
+                          f"{'none' if params is None else params.kind}")
+    if len(shapes[0]) != 4 or len(shapes[1]) != 4:
+        raise ShapeError(f"{name} takes two 4-d inputs, got {shapes[0]} and {shapes[1]}")
+    return params.fields()
+
+
+def _conv2d_output_size(f: dict[str, Any]) -> tuple[int, int]:
+    """CONV2D's (OH, OW) for the input_size and kernel_size of params.conv2d_backward."""
+    out = []
+    for i in range(2):
+        num = f["input_size"][i] + 2 * f["padding"][i] - f["dilation"][i] * (f["kernel_size"][i] - 1) - 1
+        if num < 0:
+            raise ShapeError(f"conv2d kernel {f['kernel_size']} does not fit the padded input {f['input_size']}")
+        out.append(num // f["stride"][i] + 1)
+    return out[0], out[1]
+
+
+def conv2d_backward_input_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> Shape:
+    """[dy (N, O, OH, OW), w (O, C/groups, KH, KW)] -> dx (N, C, H, W), (H, W) = params input_size."""
+    f = _conv2d_backward_fields("conv2d_backward_input", shapes, params)
+    dy, w = shapes
+    if dy[1] != w[0] or w[0] % f["groups"] or tuple(w[2:]) != tuple(f["kernel_size"]) or \
+            tuple(dy[2:]) != _conv2d_output_size(f):
+        raise ShapeError(f"conv2d_backward_input: dy {dy} and w {w} are not the gradient and weight of a "
+                         f"conv2d of a {f['input_size']} input with {params}")
+    return (dy[0], w[1] * f["groups"]) + tuple(f["input_size"])
+
+
+def conv2d_backward_weight_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> Shape:
+    """[x (N, C, H, W), dy (N, O, OH, OW)] -> dw (O, C/groups, KH, KW), (KH, KW) = params kernel_size."""
+    f = _conv2d_backward_fields("conv2d_backward_weight", shapes, params)
+    x, dy = shapes
+    groups = f["groups"]
+    if x[0] != dy[0] or x[1] % groups or dy[1] % groups or tuple(x[2:]) != tuple(f["input_size"]) or \
+            tuple(dy[2:]) != _conv2d_output_size(f):
+        raise ShapeError(f"conv2d_backward_weight: x {x} and dy {dy} are not the input and gradient of a "
+                         f"conv2d with {params}")
+    return (dy[1], x[1] // groups) + tuple(f["kernel_size"])
 
 
 # ---- the schemas, one per spec op ----------------------------------------------------------------

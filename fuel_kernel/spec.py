@@ -106,6 +106,11 @@ PARAMS = (
                                                 ("int64_t", "window_left"))),
     ParamsSpec(23, "cross_entropy", "cross_entropy", (("int64_t", "ignore_index"),
                                                       ("double", "label_smoothing"))),
+    # conv2d backward: CONV2D_BACKWARD_INPUT, CONV2D_BACKWARD_WEIGHT
+    ParamsSpec(24, "conv2d_backward", "conv2d_backward",
+               (("int32_t[2]", "stride"), ("int32_t[2]", "padding"), ("int32_t[2]", "dilation"),
+                ("int32_t", "groups"), ("int32_t", "reserved"), ("int64_t[2]", "input_size"),
+                ("int64_t[2]", "kernel_size"))),
 )
 
 # ---- ops -----------------------------------------------------------------------------------------
@@ -254,6 +259,13 @@ OPS = (
     _op(74, "FUSED_SOFTMAX_CROSS_ENTROPY_BACKWARD", 4, "cross_entropy",
         "the logits' gradient of FUSED_SOFTMAX_CROSS_ENTROPY from logits, targets, lse, dloss",
         args=("logits", "targets", "lse", "dloss"), shape="same_as_first"),
+    # conv2d backward (cpu/conv_kernels.h.in)
+    _op(75, "CONV2D_BACKWARD_INPUT", 2, "conv2d_backward",
+        "gradient of CONV2D with respect to x: (dy, w) -> dx of params.input_size",
+        args=("dy", "w"), shape="conv2d_backward_input"),
+    _op(76, "CONV2D_BACKWARD_WEIGHT", 2, "conv2d_backward",
+        "gradient of CONV2D with respect to w: (x, dy) -> dw of params.kernel_size",
+        args=("x", "dy"), shape="conv2d_backward_weight"),
 )
 
 # ---- threads --------------------------------------------------------------------------------------
@@ -271,6 +283,8 @@ SPLIT_RULES = {
     **{name: "MOVEMENT" for name in ("CUMSUM", "FLIP", "ROLL", "PAD")},
     **{op.name: "REDUCE" for op in OPS if op.shape == "reduce"},
     "MATMUL": "MATMUL", "CONV2D": "CONV2D", "FLASH_ATTN": "ATTN",
+    # conv2d backward
+    "CONV2D_BACKWARD_INPUT": "CONV2D_BACKWARD_INPUT", "CONV2D_BACKWARD_WEIGHT": "CONV2D_BACKWARD_WEIGHT",
 }
 # integer kernels of these refuse a zero divisor or a negative exponent before writing anything
 _INTEGER_CHECKS_DATA = ("DIV", "REM", "POW")
@@ -511,6 +525,21 @@ CPU_KERNELS["conv"] = tuple(
                {name: "CONV2D_" + name for name in FLOAT}, f"fk_conv_{algorithm}_cost",
                "FK_CAP_STRIDED_INPUT | FK_CAP_STRIDED_OUTPUT", algorithm)
     for operands, suffix in ((3, ""), (4, "_bias")) for algorithm in ("im2col", "direct"))
+
+# conv2d backward: CONV2D_BACKWARD_INPUT (GEMM w^T dy into columns, then col2im) and
+# CONV2D_BACKWARD_WEIGHT (GEMM of x's im2col columns and dy, the batch in the depth) for every
+# float dtype (cpu/conv_kernels.h.in)
+for _name in FLOAT:
+    CLAIMS["CONV2D_BACKWARD_INPUT_" + _name] = Claim(
+        0, "|err| <= max_rel * sum |dy*w| over the taps reaching the element, O/groups*KH*KW <= 4096",
+        _DOT_MAX_REL[_name])
+    CLAIMS["CONV2D_BACKWARD_WEIGHT_" + _name] = Claim(
+        0, "|err| <= max_rel * sum |x*dy| (padding zeros included) for N*OH*OW <= 4096",
+        _DOT_MAX_REL[_name])
+CPU_KERNELS["conv"] += tuple(
+    KernelRows((op,), same(FLOAT, 3), "fk_{op}_{d0}", {name: f"{op}_{name}" for name in FLOAT},
+               f"fk_{op.lower()}_cost", "FK_CAP_STRIDED_INPUT | FK_CAP_STRIDED_OUTPUT")
+    for op in ("CONV2D_BACKWARD_INPUT", "CONV2D_BACKWARD_WEIGHT"))
 
 # binary: ADD, SUB, MUL, DIV, MAXIMUM, MINIMUM, POW, REM on every numeric dtype, and the logical
 # ADD, MUL, MAXIMUM, MINIMUM on BOOL; key [T, T, T] (cpu/binary_kernels.h.in)
@@ -911,6 +940,16 @@ PARAMS_CONSTRUCTORS = (
                       "target with the uniform distribution.",
                       (ParamsArg("ignore_index", "int", -100), ParamsArg("label_smoothing", "real", 0.0,
                                                                           check=">= 0"))),
+    # conv2d backward
+    ParamsConstructor("conv2d_backward", "CONV2D's stride, padding, dilation and groups, with the "
+                      "forward input's (H, W) and the kernel's (KH, KW): the shapes the gradients "
+                      "take (the backward ops check both against their operands).",
+                      (ParamsArg("input_size", "pair", check=">= 0"),
+                       ParamsArg("kernel_size", "pair", check=">= 1"),
+                       ParamsArg("stride", "pair", 1, check=">= 1"),
+                       ParamsArg("padding", "pair", 0, check=">= 0"),
+                       ParamsArg("dilation", "pair", 1, check=">= 1"),
+                       ParamsArg("groups", "int", 1, check=">= 1"))),
 )
 
 # ---- CPU kernel modules --------------------------------------------------------------------------
@@ -940,9 +979,9 @@ KERNEL_MODULES = (
     _module("matmul_blas", "The BLAS MATMUL sibling: registers only when SciPy is importable",
             generated=False),
     _module("norm", "CPU SOFTMAX/LOG_SOFTMAX over the last dim, RMS_NORM and LAYER_NORM"),
-    _module("conv", "CPU CONV2D kernels, im2col+GEMM and direct siblings"),
     _module("norm_backward", "CPU RMS_NORM_BACKWARD and LAYER_NORM_BACKWARD kernels"),
     _module("loss", "CPU FUSED_SOFTMAX_CROSS_ENTROPY and its backward"),
+    _module("conv", "CPU CONV2D kernels, im2col+GEMM and direct siblings, and its gradients"),
 )
 
 PARAMS_ARG_KINDS = ("int", "float", "real", "bool", "ints", "dims", "pair", "choice", "matmul_m", "const")

@@ -40,6 +40,8 @@ LAST_DIM_OPS = {fk.OpKind.SOFTMAX_LAST_DIM, fk.OpKind.LOG_SOFTMAX_LAST_DIM, fk.O
 PARAMS_BY_OP = {fk.OpKind.AFFINE: "affine", fk.OpKind.CLAMP: "clamp", fk.OpKind.POWI: "powi",
                 fk.OpKind.MATMUL: "matmul", fk.OpKind.CONV2D: "conv2d",
                 fk.OpKind.RMS_NORM: "norm_last_dim", fk.OpKind.LAYER_NORM: "norm_last_dim",
+                fk.OpKind.CONV2D_BACKWARD_INPUT: "conv2d_backward",
+                fk.OpKind.CONV2D_BACKWARD_WEIGHT: "conv2d_backward",
                 **{op: "reduce" for op in REDUCE_OPS}}
 
 
@@ -412,6 +414,12 @@ def valid_params(draw, family, shapes):
             a = draw(st.integers(lo, hi))
             return a if draw(st.booleans()) else (a, draw(st.integers(lo, hi)))
         return P.conv2d(one_or_pair(1, 2), one_or_pair(0, 2), one_or_pair(1, 2), draw(st.integers(1, 3)))
+    if family == "conv2d_backward":                # sizes from a 4-d operand when there is one
+        shape = shapes[0] if shapes and len(shapes[0]) == 4 else (1, 1, 5, 5)
+        kernel_size = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+        return P.conv2d_backward(input_size=tuple(shape[2:]), kernel_size=kernel_size,
+                                 stride=draw(st.integers(1, 2)), padding=draw(st.integers(0, 2)),
+                                 dilation=draw(st.integers(1, 2)), groups=draw(st.integers(1, 3)))
     if family == "matmul":
         return None
     if family == "cross_entropy":
@@ -546,6 +554,26 @@ def _cross_entropy_backward(draw, op, n_in):
     return shapes, valid_params(draw, "cross_entropy", shapes), {1: c}
 
 
+def _conv2d_backward(draw, op, n_in):
+    """A CONV2D's x (N, C, H, W), w (O, C/groups, KH, KW) and dy (N, O, OH, OW), and its
+    params.conv2d_backward (input_size off by one in a tenth of the cases); CONV2D_BACKWARD_INPUT
+    takes [dy, w], CONV2D_BACKWARD_WEIGHT [x, dy].  A kernel too large gives dy of a 1x1 output."""
+    groups = draw(st.integers(1, 3))
+    cg, og = draw(st.sampled_from((1, 2, 3, 0))), draw(st.sampled_from((1, 2, 3)))
+    n, h, w_ = draw(st.sampled_from((1, 1, 2, 0))), draw(st.integers(1, 9)), draw(st.integers(1, 9))
+    kh, kw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    stride, padding, dilation = (draw(st.integers(1, 2)), draw(st.integers(1, 2))), \
+        (draw(st.integers(0, 2)), draw(st.integers(0, 2))), (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    size = oracles.conv2d_output_size((h, w_), (kh, kw), stride, padding, dilation) or (1, 1)
+    off = draw(st.sampled_from((0,) * 9 + (1,)))
+    params = fk.params.conv2d_backward(input_size=(h + off, w_), kernel_size=(kh, kw), stride=stride,
+                                       padding=padding, dilation=dilation, groups=groups)
+    x, dy = (n, groups * cg, h, w_), (n, groups * og) + size
+    if op == fk.OpKind.CONV2D_BACKWARD_INPUT:
+        return [dy, (groups * og, cg, kh, kw)], params, {}
+    return [x, dy], params, {}
+
+
 OPERANDS = {
     fk.OpKind.SLICE: _one_input(), fk.OpKind.FLIP: _one_input(), fk.OpKind.ROLL: _one_input(),
     fk.OpKind.CUMSUM: _one_input(), fk.OpKind.TRIU: _one_input(2), fk.OpKind.TRIL: _one_input(2),
@@ -554,6 +582,7 @@ OPERANDS = {
     fk.OpKind.GATHER: _gather, fk.OpKind.SCATTER_ADD: _scatter_add, fk.OpKind.INDEX_ADD: _index_add,
     fk.OpKind.ROPE: _rope, fk.OpKind.FLASH_ATTN: _flash_attn, fk.OpKind.PAGED_ATTN: _paged_attn,
     fk.OpKind.CONV2D: _conv2d, fk.OpKind.FUSED_SOFTMAX_CROSS_ENTROPY_BACKWARD: _cross_entropy_backward,
+    fk.OpKind.CONV2D_BACKWARD_INPUT: _conv2d_backward, fk.OpKind.CONV2D_BACKWARD_WEIGHT: _conv2d_backward,
 }
 
 

@@ -5,7 +5,7 @@ dtype and shape, and returns the expected output, raises ExpectError(cls) when t
 with a FuelKernelError, or raises Skip when it cannot judge the case (params of another family,
 where kernels may refuse or ignore them, or a convention left to the kernels, said where it is
 raised).  An expected array is compared elementwise by `compare`; ops that sum terms (CUMSUM, the
-index adds, CONV2D, ROPE, attention) return an `Accumulated` instead, compared by
+index adds, CONV2D and its gradients, ROPE, attention) return an `Accumulated` instead, compared by
 `compare_accumulated` against a bound scaled by each element's own magnitude.
 
 Semantics follow the README's kernels table, fuel_kernel/ops.py and the family headers: F16/BF16 compute in F32 and
@@ -961,6 +961,104 @@ def _conv2d(inputs, params, out_dtype, out_shape):
         raise Skip("infinite weight meets the zero padding")
     values, magnitude = conv2d_reference(x, w, bias, f["stride"], f["padding"], f["dilation"], groups)
     return Accumulated(to(values, out_dtype), magnitude, cg * w.shape[2] * w.shape[3] + 1)
+
+
+# ---- CONV2D_BACKWARD_INPUT, CONV2D_BACKWARD_WEIGHT -----------------------------------------------
+def conv2d_output_size(input_size, kernel_size, stride, padding, dilation):
+    """CONV2D's (OH, OW), or None where the dilated kernel does not fit the padded input."""
+    room = [input_size[i] + 2 * pair(padding)[i] - pair(dilation)[i] * (kernel_size[i] - 1) - 1 for i in range(2)]
+    if min(room) < 0:
+        return None
+    return tuple(r // s + 1 for r, s in zip(room, pair(stride)))
+
+
+def conv2d_backward_input_reference(dy, w, input_size, stride, padding, dilation, groups):
+    """(dx, scale) in float64: every tap (kh, kw) adds dy * w (summed over the group's output
+    channels) into a zero-padded dx at the input positions it reads, the padding cropped at the
+    end; scale sums |dy * w| over the same terms."""
+    dy, w = f64(dy), f64(w)
+    (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(padding), pair(dilation)
+    N, O, OH, OW = dy.shape
+    _, Cg, KH, KW = w.shape
+    H, W = input_size
+    Og = O // groups
+    dxp = np.zeros((N, Cg * groups, H + 2 * ph, W + 2 * pw))
+    scale = np.zeros_like(dxp)
+    with np.errstate(all="ignore"):
+        for kh in range(KH):
+            for kw in range(KW):
+                rows = slice(kh * dh, kh * dh + (OH - 1) * sh + 1, sh)
+                cols = slice(kw * dw, kw * dw + (OW - 1) * sw + 1, sw)
+                for g in range(groups):
+                    dys, ws = dy[:, g * Og:(g + 1) * Og], w[g * Og:(g + 1) * Og, :, kh, kw]
+                    dxp[:, g * Cg:(g + 1) * Cg, rows, cols] += np.einsum("nohw,oc->nchw", dys, ws)
+                    scale[:, g * Cg:(g + 1) * Cg, rows, cols] += np.einsum("nohw,oc->nchw", np.abs(dys), np.abs(ws))
+    return dxp[:, :, ph:ph + H, pw:pw + W], scale[:, :, ph:ph + H, pw:pw + W]
+
+
+def conv2d_backward_weight_reference(x, dy, kernel_size, stride, padding, dilation, groups):
+    """(dw, scale) in float64: dw[o, c, kh, kw] sums dy * x over images and output positions, x
+    zero-padded (the padding's zeros take part, as in CONV2D); scale sums |dy * x|."""
+    x, dy = f64(x), f64(dy)
+    (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(padding), pair(dilation)
+    N, C, H, W = x.shape
+    _, O, OH, OW = dy.shape
+    KH, KW = kernel_size
+    Cg, Og = C // groups, O // groups
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    out = np.zeros((O, Cg, KH, KW))
+    scale = np.zeros_like(out)
+    with np.errstate(all="ignore"):
+        for kh in range(KH):
+            for kw in range(KW):
+                win = xp[:, :, kh * dh: kh * dh + (OH - 1) * sh + 1: sh, kw * dw: kw * dw + (OW - 1) * sw + 1: sw]
+                for g in range(groups):
+                    xs, dys = win[:, g * Cg:(g + 1) * Cg], dy[:, g * Og:(g + 1) * Og]
+                    out[g * Og:(g + 1) * Og, :, kh, kw] = np.einsum("nohw,nchw->oc", dys, xs)
+                    scale[g * Og:(g + 1) * Og, :, kh, kw] = np.einsum("nohw,nchw->oc", np.abs(dys), np.abs(xs))
+    return out, scale
+
+
+def _conv2d_backward_fields(inputs, params, out_shape):
+    """params.conv2d_backward's fields, after the checks both gradient kernels make first."""
+    if params_family(params) != "conv2d_backward":
+        raise ExpectError(fk.ParamsError)
+    if inputs[0].ndim != 4 or inputs[1].ndim != 4 or len(out_shape) != 4:
+        raise ExpectError(fk.ShapeError)
+    return params.fields()
+
+
+@register([fk.OpKind.CONV2D_BACKWARD_INPUT], kind="accumulate")
+def _conv2d_backward_input(inputs, params, out_dtype, out_shape):
+    """dy (N, O, OH, OW), w (O, C/groups, KH, KW) -> dx (N, C, H, W), (H, W) = input_size."""
+    f = _conv2d_backward_fields(inputs, params, out_shape)
+    dy, w = inputs
+    groups = f["groups"]
+    if dy.shape[1] % groups or w.shape[0] != dy.shape[1] or tuple(w.shape[2:]) != f["kernel_size"]:
+        raise ExpectError(fk.ShapeError)
+    expect_shape(out_shape, (dy.shape[0], w.shape[1] * groups) + f["input_size"])
+    if dy.shape[2:] != conv2d_output_size(f["input_size"], f["kernel_size"], f["stride"], f["padding"], f["dilation"]):
+        raise ExpectError(fk.ShapeError)
+    values, magnitude = conv2d_backward_input_reference(dy, w, f["input_size"], f["stride"], f["padding"],
+                                                        f["dilation"], groups)
+    return Accumulated(to(values, out_dtype), magnitude, dy.shape[1] // groups * w.shape[2] * w.shape[3])
+
+
+@register([fk.OpKind.CONV2D_BACKWARD_WEIGHT], kind="accumulate")
+def _conv2d_backward_weight(inputs, params, out_dtype, out_shape):
+    """x (N, C, H, W), dy (N, O, OH, OW) -> dw (O, C/groups, KH, KW), (KH, KW) = kernel_size."""
+    f = _conv2d_backward_fields(inputs, params, out_shape)
+    x, dy = inputs
+    groups = f["groups"]
+    if dy.shape[1] % groups or x.shape[0] != dy.shape[0] or x.shape[1] % groups or \
+            tuple(x.shape[2:]) != f["input_size"]:
+        raise ExpectError(fk.ShapeError)
+    expect_shape(out_shape, (dy.shape[1], x.shape[1] // groups) + f["kernel_size"])
+    if dy.shape[2:] != conv2d_output_size(f["input_size"], f["kernel_size"], f["stride"], f["padding"], f["dilation"]):
+        raise ExpectError(fk.ShapeError)
+    values, magnitude = conv2d_backward_weight_reference(x, dy, f["kernel_size"], f["stride"], f["padding"],
+                                                         f["dilation"], groups)
+    return Accumulated(to(values, out_dtype), magnitude, max(dy.shape[0] * dy.shape[2] * dy.shape[3], 1))
 
 
 # ---- attention: ROPE, FLASH_ATTN, PAGED_ATTN ------------------------------------------------------

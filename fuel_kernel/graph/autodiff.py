@@ -145,7 +145,7 @@ def _reduction(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
     grad = grads[0]
     if node.key == OpKind.MEAN:
         count = int(np.prod([x.shape[d] for d in dims], dtype=np.int64))
-        grad = g.affine(grad, mul=1.0 / max(count, 1))
+        grad = g.affine(grad, mul=1.0 / max(count, 1), add=0.0)
     grad = g.reshape(grad, [1 if d in dims else n for d, n in enumerate(x.shape)])
     return [g.broadcast_to(grad, x.shape)]
 
@@ -218,8 +218,7 @@ def _index_backward(add_op: OpKind) -> Rule:
         x, index = node.inputs
         zeros = g.constant(np.zeros(x.shape, x.dtype.numpy))
         axis = node.params.fields()["axis"] if node.params is not None else 0
-        family = "index_select" if add_op == OpKind.INDEX_ADD else "scatter"
-        return [g.op(add_op, zeros, index, grads[0], params=getattr(fk_params, family)(axis)), None]
+        return [g.op(add_op, zeros, index, grads[0], params=fk_params.scatter(axis)), None]
     return rule
 
 
@@ -230,16 +229,16 @@ RULES: Dict[OpKind, Rule] = {
     OpKind.SUB: E(lambda g, d, y, n: [d, g.neg(d)]),
     OpKind.MUL: E(lambda g, d, y, n: [g.mul(d, n.inputs[1]), g.mul(d, n.inputs[0])]),
     OpKind.DIV: E(lambda g, d, y, n: [g.div(d, n.inputs[1]), g.neg(g.div(g.mul(d, y), n.inputs[1]))]),
-    OpKind.SQR: E(lambda g, d, y, n: [g.mul(d, g.affine(n.inputs[0], mul=2.0))]),
-    OpKind.SQRT: E(lambda g, d, y, n: [g.affine(g.div(d, y), mul=0.5)]),
-    OpKind.RSQRT: E(lambda g, d, y, n: [g.mul(d, g.affine(g.mul(g.sqr(y), y), mul=-0.5))]),
+    OpKind.SQR: E(lambda g, d, y, n: [g.mul(d, g.affine(n.inputs[0], mul=2.0, add=0.0))]),
+    OpKind.SQRT: E(lambda g, d, y, n: [g.affine(g.div(d, y), mul=0.5, add=0.0)]),
+    OpKind.RSQRT: E(lambda g, d, y, n: [g.mul(d, g.affine(g.mul(g.sqr(y), y), mul=-0.5, add=0.0))]),
     OpKind.RECIP: E(lambda g, d, y, n: [g.neg(g.mul(d, g.sqr(y)))]),
     OpKind.EXP: E(lambda g, d, y, n: [g.mul(d, y)]),
     OpKind.LOG: E(lambda g, d, y, n: [g.div(d, n.inputs[0])]),
     OpKind.SIN: E(lambda g, d, y, n: [g.mul(d, g.cos(n.inputs[0]))]),
     OpKind.COS: E(lambda g, d, y, n: [g.neg(g.mul(d, g.sin(n.inputs[0])))]),
     OpKind.ABS: E(lambda g, d, y, n: [g.mul(d, g.sign(n.inputs[0]))]),
-    OpKind.AFFINE: E(lambda g, d, y, n: [g.affine(d, mul=n.params.fields()["mul"] if n.params else 1.0)]),
+    OpKind.AFFINE: E(lambda g, d, y, n: [g.affine(d, mul=n.params.fields()["mul"] if n.params else 1.0, add=0.0)]),
     OpKind.TANH: _backward_op("TANH_BACKWARD", with_params=False),
     OpKind.SIGMOID: _backward_op("SIGMOID_BACKWARD", with_params=False),
     OpKind.RELU: _backward_op("RELU_BACKWARD", with_params=False),

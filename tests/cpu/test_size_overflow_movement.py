@@ -233,6 +233,45 @@ def test_conv2d_depth_past_int64_is_a_shape_error_in_every_sibling():
         assert out.tolist() == [7.0, 7.0]
 
 
+def conv2d_backward_raw(input_size, kernel_size, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
+    """fk_params bytes of params.conv2d_backward with any int64 sizes (fk_conv2d_backward_params)."""
+    fields = np.array([*stride, *padding, *dilation, groups, 0], np.int32).tobytes()
+    kind = next(family.kind for family in fk.spec.PARAMS if family.name == "conv2d_backward")
+    return raw_params(kind, fields + np.array([*input_size, *kernel_size], np.int64).tobytes())
+
+
+# (op, [input layouts], output layout, params): dx's channels w in-channels * groups = 2**62 * 4;
+# the GEMM depth C/groups*KH*KW = 2**61 * 16; dw's depth N*OH*OW = 2**62 * 16; the padded height
+# input_size + 2 * padding past 2**63 - 1
+BACKWARD_OVERFLOWS = {
+    "channels": (Op.CONV2D_BACKWARD_INPUT, [((1, 4, 1, 1), (0,) * 4), ((4, 2 ** 62, 1, 1), (0,) * 4)],
+                 ((1, 1, 1, 1), (1,) * 4), ((1, 1), (1, 1), 4)),
+    "depth": (Op.CONV2D_BACKWARD_INPUT, [((1, 1, 1, 1), (0,) * 4), ((1, 2 ** 61, 4, 4), (0,) * 4)],
+              ((1, 2 ** 61, 4, 4), (0,) * 4), ((4, 4), (4, 4), 1)),
+    "positions": (Op.CONV2D_BACKWARD_WEIGHT, [((2 ** 62, 1, 4, 4), (0,) * 4), ((2 ** 62, 1, 4, 4), (0,) * 4)],
+                  ((1, 1, 1, 1), (1,) * 4), ((4, 4), (1, 1), 1)),
+    "padded_height": (Op.CONV2D_BACKWARD_INPUT, [((1, 1, 1, 1), (0,) * 4), ((1, 1, 1, 1), (0,) * 4)],
+                      ((1, 1, BIG, 1), (0,) * 4), ((BIG, 1), (1, 1), 1)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BACKWARD_OVERFLOWS))
+def test_conv2d_backward_sizes_past_int64_are_shape_errors(case):
+    op, in_layouts, out_layout, (input_size, kernel_size, groups) = BACKWARD_OVERFLOWS[case]
+    one, out = np.ones(1, np.float32), np.full(1, 7, np.float32)
+    padding = (1, 0) if case == "padded_height" else (0, 0)
+    raw = conv2d_backward_raw(input_size, kernel_size, padding=padding, groups=groups)
+    assert c_call(op, [D.F32] * 3, [one, one, out], raw, in_layouts + [out_layout]) == SHAPE_STATUS
+    assert out.tolist() == [7.0]
+
+
+@pytest.mark.parametrize("op", [Op.CONV2D_BACKWARD_INPUT, Op.CONV2D_BACKWARD_WEIGHT])
+def test_conv2d_backward_with_null_params_is_a_params_error(op):
+    a, b, out = np.ones((1, 1, 1, 1)), np.ones((1, 1, 1, 1)), np.full((1, 1, 1, 1), 7.0)
+    assert c_call(op, [D.F64] * 3, [a, b, out], None) == PARAMS_STATUS
+    assert out.tolist() == [[[[7.0]]]]
+
+
 # ---- CLAMP with min > max ---------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", [D.F64, D.F32, D.F16, D.BF16, D.I32, D.U8, D.I64])
 def test_clamp_with_min_above_max_gives_max_everywhere(dtype):

@@ -114,6 +114,12 @@ typedef struct {
     int32_t block_size; int32_t reserved;
     int64_t window_left;
 } fk_paged_attn_params;
+/* CONV2D_BACKWARD_INPUT, CONV2D_BACKWARD_WEIGHT: CONV2D's fields, the forward input's (H, W) and
+ * the kernel's (KH, KW) */
+typedef struct {
+    int32_t stride[2]; int32_t padding[2]; int32_t dilation[2]; int32_t groups; int32_t reserved;
+    int64_t input_size[2]; int64_t kernel_size[2];
+} fk_conv2d_backward_params;
 
 typedef struct {
     int64_t ignore_index;            /* a target equal to it: loss and gradient 0 */
@@ -140,6 +146,7 @@ typedef union {
     fk_flash_attn_params flash_attn;
     fk_paged_attn_params paged_attn;
     fk_cross_entropy_params cross_entropy;
+    fk_conv2d_backward_params conv2d_backward;
 } fk_params_union;
 
 typedef struct {

@@ -1,10 +1,14 @@
-"""CONV2D (im2col and direct siblings) against a float64 NumPy reference: every binding, stride,
-padding, dilation, groups, bias, strided operands, 0-size and 1x1 shapes, precision claims, the
-cost functions' choice by shape, and error paths that leave the output untouched."""
+"""CONV2D (im2col and direct siblings) and its gradients CONV2D_BACKWARD_INPUT and
+CONV2D_BACKWARD_WEIGHT against float64 NumPy references: every binding, stride, padding, dilation,
+groups, bias, strided operands, 0-size and 1x1 shapes, precision claims, the cost functions' choice
+by shape, and error paths that leave the output untouched.  The gradient references are checked
+against central finite differences of the forward reference."""
 import numpy as np
 import pytest
 
 import fuel_kernel as fk
+from fuel_kernel.graph import Graph
+from oracles import conv2d_backward_input_reference, conv2d_backward_weight_reference, conv2d_output_size
 from oracles import conv2d_reference as reference
 from support import FLOAT_DTYPES, LAYOUTS, make_operand
 
@@ -119,3 +123,252 @@ def test_errors_leave_the_output_untouched(problem, rng):
         with pytest.raises(error):
             kernel(*inputs, out=out, params=params)
         np.testing.assert_array_equal(out, before)
+
+
+# ---- CONV2D_BACKWARD_INPUT and CONV2D_BACKWARD_WEIGHT ------------------------------------------------
+BACKWARD_INPUT, BACKWARD_WEIGHT = fk.OpKind.CONV2D_BACKWARD_INPUT, fk.OpKind.CONV2D_BACKWARD_WEIGHT
+BACKWARD_CASES = [(op, dt) for op in (BACKWARD_INPUT, BACKWARD_WEIGHT) for dt in FLOAT_DTYPES]
+# (N, C, H, W, O, KH, KW, stride, padding, dilation, groups): stride remainders (rows or columns
+# of x no tap reads), groups, depthwise, dilation, 1x1 taps that skip inputs, a kernel as large as
+# the input, no image, no input or output channel, an output wider than one GEMM block of dx's
+# columns, and more positions than one GEMM depth block of dw's
+BACKWARD_SHAPES = [(2, 3, 7, 9, 4, 3, 3, 1, 1, 1, 1), (1, 4, 8, 9, 6, 3, 2, 2, (1, 0), 1, 2),
+                   (1, 6, 11, 13, 6, 3, 3, (2, 3), 2, 2, 3), (2, 2, 5, 5, 3, 1, 1, 2, 0, 1, 1),
+                   (1, 1, 5, 5, 1, 5, 5, 1, 0, 1, 1), (0, 3, 5, 5, 2, 3, 3, 1, 1, 1, 1),
+                   (1, 2, 1, 1, 3, 1, 1, 1, 0, 1, 1), (2, 6, 6, 7, 6, 3, 3, 1, 1, 1, 6),
+                   (1, 3, 33, 40, 5, 3, 3, 1, 1, 1, 1), (1, 2, 4, 4, 3, 3, 3, 3, 2, 2, 1),
+                   (1, 0, 4, 4, 2, 3, 3, 1, 1, 1, 1), (2, 4, 6, 6, 0, 3, 3, 1, 1, 1, 2),
+                   (1, 3, 2, 600, 2, 1, 3, 1, (0, 1), 1, 1)]
+
+
+def backward_params(H, W, KH, KW, stride=1, padding=0, dilation=1, groups=1):
+    return fk.params.conv2d_backward(input_size=(H, W), kernel_size=(KH, KW), stride=stride, padding=padding,
+                                     dilation=dilation, groups=groups)
+
+
+def output_like(shape, dtype, layout, fill=7):
+    """A preallocated output filled with `fill`: channels-last for "transposed", reversed for
+    "negative", dense otherwise."""
+    if layout == "transposed":
+        return np.full(shape[:1] + shape[2:] + shape[1:2], fill, dtype=dtype.numpy).transpose(0, 3, 1, 2)
+    if layout == "negative":
+        return np.full(shape, fill, dtype=dtype.numpy)[::-1, :, ::-1]
+    return np.full(shape, fill, dtype=dtype.numpy)
+
+
+@pytest.mark.parametrize("op,dtype", BACKWARD_CASES,
+                         ids=[f"{op.short_name}-{d.short_name}" for op, d in BACKWARD_CASES])
+def test_conv2d_backward_binding(op, dtype, rng):
+    kernels = fk.bindings().alternatives(op, [dtype] * 3, fk.Backend.CPU)
+    assert [k.source for k in kernels] == ["native"]
+    kernel, claim = kernels[0], kernels[0].precision
+    for i, (N, C, H, W, O, KH, KW, stride, padding, dilation, groups) in enumerate(BACKWARD_SHAPES):
+        OH, OW = conv2d_output_size((H, W), (KH, KW), stride, padding, dilation)
+        params = backward_params(H, W, KH, KW, stride, padding, dilation, groups)
+        for layout in (LAYOUTS if i < 3 else ("contiguous", LAYOUTS[i % len(LAYOUTS)])):
+            dy = make_operand((N, O, OH, OW), dtype, layout, rng, special=False)
+            if op is BACKWARD_INPUT:
+                w = make_operand((O, C // groups, KH, KW), dtype, layout, rng, special=False)
+                inputs = (dy, w)
+                expected, scale = conv2d_backward_input_reference(dy, w, (H, W), stride, padding, dilation, groups)
+            else:
+                x = make_operand((N, C, H, W), dtype, layout, rng, special=False)
+                inputs = (x, dy)
+                expected, scale = conv2d_backward_weight_reference(x, dy, (KH, KW), stride, padding, dilation, groups)
+            out = output_like(expected.shape, dtype, layout)
+            assert kernel(*inputs, out=out, params=params) is out
+            err = np.abs(out.astype(np.float64) - expected)
+            assert (err <= claim.max_rel * scale + claim.max_abs).all(), (i, layout, err.max())
+
+
+# (x shape, w shape, stride, padding, dilation, groups)
+FINITE_DIFFERENCE_CASES = [((2, 2, 5, 6), (3, 2, 3, 3), 1, 1, 1, 1), ((1, 4, 8, 7), (6, 2, 3, 2), 2, (1, 0), (1, 2), 2),
+                           ((2, 3, 7, 6), (3, 1, 2, 3), (3, 2), 2, 2, 3), ((1, 2, 5, 5), (2, 2, 1, 1), 2, 0, 1, 1)]
+
+
+@pytest.mark.parametrize("case", FINITE_DIFFERENCE_CASES, ids=lambda c: f"x{c[0]}-w{c[1]}")
+def test_finite_differences_of_the_forward_reference_validate_the_gradient_references(case, rng):
+    """dL/dx and dL/dw of L = sum(conv2d(x, w) * dy), by central differences of the forward F64
+    reference (exact up to rounding: L is linear in each), match the gradient references."""
+    x_shape, w_shape, stride, padding, dilation, groups = case
+    x, w = rng.standard_normal(x_shape), rng.standard_normal(w_shape)
+    forward = lambda x_, w_: reference(x_, w_, None, stride, padding, dilation, groups)[0]
+    dy = rng.standard_normal(forward(x, w).shape)
+    loss = lambda x_, w_: float((forward(x_, w_) * dy).sum())
+    h = 0.5
+    conv = (stride, padding, dilation, groups)
+    for wrt, gradient in ((x, conv2d_backward_input_reference(dy, w, x_shape[2:], *conv)[0]),
+                          (w, conv2d_backward_weight_reference(x, dy, w_shape[2:], *conv)[0])):
+        numeric = np.zeros(wrt.shape)
+        for index in np.ndindex(wrt.shape):
+            step = np.zeros(wrt.shape)
+            step[index] = h
+            plus, minus = (loss(x + step, w), loss(x - step, w)) if wrt is x else (loss(x, w + step), loss(x, w - step))
+            numeric[index] = (plus - minus) / (2 * h)
+        np.testing.assert_allclose(numeric, gradient, rtol=1e-9, atol=1e-9)
+
+
+def test_gradients_through_the_kernels_match_finite_differences_of_the_forward_kernel(rng):
+    """The same check on the F64 kernels themselves: CONV2D differenced against both gradients."""
+    x, w = rng.standard_normal((1, 4, 7, 6)), rng.standard_normal((4, 2, 3, 2))
+    conv_params = fk.params.conv2d(stride=(2, 1), padding=(1, 0), dilation=(1, 2), groups=2)
+    forward = lambda x_, w_: fk.dispatch(fk.OpKind.CONV2D, [x_, w_], params=conv_params)
+    dy = rng.standard_normal(forward(x, w).shape)
+    params = backward_params(7, 6, 3, 2, stride=(2, 1), padding=(1, 0), dilation=(1, 2), groups=2)
+    dx = fk.dispatch(BACKWARD_INPUT, [dy, w], params=params)
+    dw = fk.dispatch(BACKWARD_WEIGHT, [x, dy], params=params)
+    for wrt, gradient in ((x, dx), (w, dw)):
+        numeric = np.zeros(wrt.shape)
+        for index in np.ndindex(wrt.shape):
+            step = np.zeros(wrt.shape)
+            step[index] = 0.5
+            plus = forward(x + step, w) if wrt is x else forward(x, w + step)
+            minus = forward(x - step, w) if wrt is x else forward(x, w - step)
+            numeric[index] = ((plus - minus) * dy).sum()
+        np.testing.assert_allclose(numeric, gradient, rtol=1e-9, atol=1e-9)
+
+
+def test_dx_is_plus_zero_where_no_tap_reaches(rng):
+    """A 1x1 kernel at stride 2 reads the even rows and columns of a 5x6 input: the rest of dx is +0
+    (the output was NaN before), and dw sums over the positions read."""
+    dy = rng.standard_normal((2, 3, 3, 3)).astype(np.float32)
+    w = rng.standard_normal((3, 2, 1, 1)).astype(np.float32)
+    params = backward_params(5, 6, 1, 1, stride=2)
+    kernel = fk.bindings().lookup(BACKWARD_INPUT, [fk.DType.F32] * 3, fk.Backend.CPU)
+    dx = kernel(dy, w, out=np.full((2, 2, 5, 6), np.nan, np.float32), params=params)
+    skipped = np.ones(dx.shape, bool)
+    skipped[:, :, ::2, ::2] = False
+    assert (dx[skipped] == 0).all() and not np.signbit(dx[skipped]).any()
+    np.testing.assert_allclose(dx[:, :, ::2, ::2], np.einsum("nohw,oc->nchw", dy, w[:, :, 0, 0]), rtol=1e-5, atol=1e-6)
+
+
+def test_nan_in_dy_reaches_exactly_the_inputs_of_its_window(rng):
+    dy = rng.standard_normal((1, 2, 4, 4)).astype(np.float32)
+    dy[0, 1, 1, 2] = np.nan
+    w = rng.standard_normal((2, 3, 3, 3)).astype(np.float32)
+    dx = fk.dispatch(BACKWARD_INPUT, [dy, w], params=backward_params(6, 6, 3, 3))
+    window = np.zeros(dx.shape, bool)
+    window[0, :, 1:4, 2:5] = True
+    assert (np.isnan(dx) == window).all()
+
+
+def test_inf_dy_meeting_the_padding_gives_nan_in_dw_as_conv2d_counts_the_padding(rng):
+    """dy at output (0, 0) is inf; with padding 1 its taps kh = 0 and kw = 0 read padding zeros
+    (inf * 0 = NaN, the zeros take part as in CONV2D); its other taps read finite x (+-inf)."""
+    x = rng.uniform(1, 2, (1, 1, 4, 4)).astype(np.float32)
+    dy = rng.standard_normal((1, 2, 4, 4)).astype(np.float32)
+    dy[0, 0, 0, 0] = np.inf
+    dw = fk.dispatch(BACKWARD_WEIGHT, [x, dy], params=backward_params(4, 4, 3, 3, padding=1))
+    expected, _ = conv2d_backward_weight_reference(x, dy, (3, 3), 1, 1, 1, 1)
+    assert np.isnan(dw[0, 0, 0, :]).all() and np.isnan(dw[0, 0, :, 0]).all()
+    assert (dw[0, 0, 1:, 1:] == np.inf).all() and np.isfinite(dw[1]).all()
+    np.testing.assert_array_equal(np.isnan(dw), np.isnan(expected))
+
+
+def test_dispatch_allocates_the_gradients_from_params(rng):
+    """Inputs of height 7 and 8 both give 4 output rows at stride 2: input_size says which."""
+    dy = rng.standard_normal((1, 4, 4, 5)).astype(np.float32)
+    w = rng.standard_normal((4, 2, 3, 3)).astype(np.float32)
+    for H in (7, 8):
+        params = backward_params(H, 9, 3, 3, stride=2, padding=1)
+        dx = fk.dispatch(BACKWARD_INPUT, [dy, w], params=params)
+        assert dx.shape == (1, 2, H, 9)
+        np.testing.assert_allclose(dx, conv2d_backward_input_reference(dy, w, (H, 9), 2, 1, 1, 1)[0], rtol=1e-4,
+                                   atol=1e-5)
+        x = rng.standard_normal((1, 2, H, 9)).astype(np.float32)
+        dw = fk.dispatch(BACKWARD_WEIGHT, [x, dy], params=params)
+        assert dw.shape == (4, 2, 3, 3)
+        np.testing.assert_allclose(dw, conv2d_backward_weight_reference(x, dy, (3, 3), 2, 1, 1, 1)[0], rtol=1e-4,
+                                   atol=1e-5)
+
+
+def test_graph_builders_infer_the_gradient_shapes(rng):
+    g = Graph()
+    x, w = g.input((2, 4, 9, 8), fk.DType.F32), g.input((6, 2, 3, 3), fk.DType.F32)
+    y = g.conv2d(x, w, stride=2, padding=1, groups=2)
+    dy = g.input(y.shape, fk.DType.F32)
+    keywords = dict(input_size=(9, 8), kernel_size=(3, 3), stride=2, padding=1, groups=2)
+    dx, dw = g.conv2d_backward_input(dy, w, **keywords), g.conv2d_backward_weight(x, dy, **keywords)
+    assert (dx.shape, dw.shape) == ((2, 4, 9, 8), (6, 2, 3, 3))
+    arrays = [rng.standard_normal(shape).astype(np.float32) for shape in ((2, 4, 9, 8), (6, 2, 3, 3), y.shape)]
+    got_dx, got_dw = g.compile([dx, dw]).run(arrays)
+    np.testing.assert_allclose(got_dx, conv2d_backward_input_reference(arrays[2], arrays[1], (9, 8), 2, 1, 1, 2)[0],
+                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got_dw, conv2d_backward_weight_reference(arrays[0], arrays[2], (3, 3), 2, 1, 1, 2)[0],
+                               rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("make", [lambda: backward_params(-1, 4, 3, 3), lambda: backward_params(4, 4, 0, 3),
+                                  lambda: backward_params(4, 4, 3, 3, stride=0),
+                                  lambda: backward_params(4, 4, 3, 3, groups=0),
+                                  lambda: backward_params(4, 4, 3, 3, padding=-1),
+                                  lambda: backward_params((4,), 4, 3, 3)])
+def test_bad_conv2d_backward_params_are_params_errors(make):
+    with pytest.raises(fk.ParamsError):
+        make()
+
+
+def test_conv2d_backward_params_round_trip():
+    p = fk.params.conv2d_backward(input_size=(2 ** 40, 5), kernel_size=3, stride=(2, 1), padding=1, groups=4)
+    assert p.fields() == {"input_size": (2 ** 40, 5), "kernel_size": (3, 3), "stride": (2, 1), "padding": (1, 1),
+                          "dilation": (1, 1), "groups": 4}
+
+
+BACKWARD_PROBLEMS = ["dtype", "out_shape", "input_size", "kernel_size", "groups", "no_params", "conv2d_params",
+                     "rank", "batch", "readonly", "alias", "self_overlap", "count"]
+
+
+@pytest.mark.parametrize("op", [BACKWARD_INPUT, BACKWARD_WEIGHT], ids=lambda op: op.short_name)
+@pytest.mark.parametrize("problem", BACKWARD_PROBLEMS)
+def test_backward_errors_leave_the_output_untouched(op, problem, rng):
+    x = rng.standard_normal((2, 4, 6, 6)).astype(np.float32)
+    w = rng.standard_normal((2, 4, 3, 3)).astype(np.float32)
+    dy = rng.standard_normal((2, 2, 4, 4)).astype(np.float32)
+    inputs = [dy, w] if op is BACKWARD_INPUT else [x, dy]
+    out = np.full((2, 4, 6, 6) if op is BACKWARD_INPUT else (2, 4, 3, 3), 7.0, np.float32)
+    params = backward_params(6, 6, 3, 3)
+    error = fk.ShapeError
+    if problem == "dtype":
+        out = out.astype(np.float64)
+        error = fk.DTypeError
+    elif problem == "out_shape":
+        out = np.full((2, 4, 7, 6) if op is BACKWARD_INPUT else (2, 4, 3, 2), 7.0, np.float32)
+    elif problem == "input_size":                   # 7x6 gives 5 output rows, dy has 4
+        params = backward_params(7, 6, 3, 3)
+        out = np.full((2, 4, 7, 6), 7.0, np.float32) if op is BACKWARD_INPUT else out
+    elif problem == "kernel_size":                  # w is 3x3 (input gradient), dw is 3x3
+        params = backward_params(6, 6, 3, 2, padding=(0, 0))
+        dy_wide = rng.standard_normal((2, 2, 4, 5)).astype(np.float32)
+        inputs = [dy_wide, w] if op is BACKWARD_INPUT else [x, dy_wide]
+    elif problem == "groups":
+        params = backward_params(6, 6, 3, 3, groups=3)
+    elif problem == "no_params":
+        params = None
+        error = fk.ParamsError
+    elif problem == "conv2d_params":
+        params = fk.params.conv2d()
+        error = fk.ParamsError
+    elif problem == "rank":
+        inputs[0] = inputs[0][0]
+    elif problem == "batch":
+        inputs[0] = inputs[0][:1]
+    elif problem == "readonly":
+        out.setflags(write=False)
+        error = fk.ReadOnlyError
+    elif problem == "alias":
+        big = np.zeros(400, np.float32)
+        inputs[1] = big[:inputs[1].size].reshape(inputs[1].shape)
+        out = big[8:8 + out.size].reshape(out.shape)
+        error = fk.AliasError
+    elif problem == "self_overlap":
+        out = np.lib.stride_tricks.as_strided(np.full(out.size, 7.0, np.float32), out.shape, (0,) + out.strides[1:])
+        error = fk.AliasError
+    elif problem == "count":
+        inputs = inputs[:1]
+        error = fk.OperandCountError
+    kernel = fk.bindings().lookup(op, [fk.DType.F32] * 2 + [fk.DType.F32], fk.Backend.CPU)
+    before = out.copy()
+    with pytest.raises(error):
+        kernel(*inputs, out=out, params=params)
+    np.testing.assert_array_equal(out, before)
+
