@@ -148,6 +148,11 @@ cdef extern from "fuel_kernel/abi.h" nogil:
         int32_t reserved
         int64_t window_left
 
+    ctypedef struct fk_reduce_to_params:
+        int32_t ndim
+        int32_t reserved
+        int64_t shape[8]
+
     ctypedef union fk_params_union:
         fk_reduce_params reduce
         fk_matmul_params matmul
@@ -167,6 +172,7 @@ cdef extern from "fuel_kernel/abi.h" nogil:
         fk_rope_params rope
         fk_flash_attn_params flash_attn
         fk_paged_attn_params paged_attn
+        fk_reduce_to_params reduce_to
 
     ctypedef struct fk_params:
         int32_t kind

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define FK_ABI_VERSION 2
+#define FK_ABI_VERSION 3
 #define FK_MAX_DIMS 8
 #define FK_MAX_OPERANDS 8
 #define FK_SOURCE_LEN 16
@@ -114,6 +114,8 @@ typedef struct {
     int32_t block_size; int32_t reserved;
     int64_t window_left;
 } fk_paged_attn_params;
+/* REDUCE_SUM_TO, REDUCE_MAX_TO, REDUCE_MAX_TO_BACKWARD: the target shape (ndim dims) */
+typedef struct { int32_t ndim; int32_t reserved; int64_t shape[FK_MAX_DIMS]; } fk_reduce_to_params;
 
 typedef union {
     fk_reduce_params reduce;
@@ -134,6 +136,7 @@ typedef union {
     fk_rope_params rope;
     fk_flash_attn_params flash_attn;
     fk_paged_attn_params paged_attn;
+    fk_reduce_to_params reduce_to;
 } fk_params_union;
 
 typedef struct {
