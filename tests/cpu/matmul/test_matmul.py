@@ -326,7 +326,7 @@ def test_fused_linear_errors_leave_the_output_untouched(problem, rng):
         np.testing.assert_array_equal(y, before)
 
 
-@pytest.mark.parametrize("extent", [2 ** 52, 2 ** 62 - 1])
+@pytest.mark.parametrize("extent", [2 ** 31, 2 ** 52])
 def test_fused_linear_blas_extents_past_the_blas_integer_range_are_refused(extent):
     """A stride-0 x of an impossible width K: a ShapeError before BLAS is called, y untouched."""
     x = np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), (2, extent), (0, 0))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import fuel_kernel as fk
-from support import ALL_DTYPES, LAYOUTS, make_operand
+from support import ALL_DTYPES, LAYOUTS, make_operand, random_values
 
 OPS = (fk.OpKind.SUM, fk.OpKind.PROD, fk.OpKind.MEAN, fk.OpKind.MAX, fk.OpKind.MIN,
        fk.OpKind.ARGMAX, fk.OpKind.ARGMIN)
@@ -387,7 +387,8 @@ def test_reduce_max_to_backward_binding(dtype, rng):
             if values.size >= 8:
                 values.flat[rng.choice(values.size, 2, replace=False)] = [np.nan, np.inf]
             x = make_operand(shape, dtype, layout, rng, values=values)
-            dy = make_operand(target, dtype, layout if target else "contiguous", rng, special=False)
+            dy = make_operand(target, dtype, layout, rng, special=False) if target else \
+                np.asarray(random_values((), dtype, rng, special=False), dtype=dtype.numpy)
             dx_full = np.full(tuple(2 * s + 1 for s in shape), 7, dtype.numpy)
             dx = dx_full[tuple(slice(1, 1 + 2 * s, 2) for s in shape)] if layout == "strided" else \
                 np.full(shape, 7, dtype.numpy)
@@ -469,13 +470,30 @@ def test_reduce_to_params_refuse_too_many_dims_and_negative_extents():
 @pytest.mark.parametrize("op", [fk.OpKind.REDUCE_SUM_TO, fk.OpKind.REDUCE_MAX_TO])
 @pytest.mark.parametrize("target", [(1, 1), (1,), ()])
 def test_reduce_to_impossible_sizes_are_refused(op, target):
-    """A stride-0 view whose element count overflows int64: a ShapeError, the output untouched."""
-    x = np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), (2 ** 62, 2 ** 62), (0, 0))
+    """A C caller's stride-0 x of 2**62 x 2**62 elements (NumPy refuses such a view): the reduced
+    count overflows int64, FK_ERR_SHAPE, the output untouched."""
+    import ctypes
+    from capi import KERNEL_FN, Layout, Storage
     kernel, _ = to_kernel(op, fk.DType.F32)
-    out = np.full(target, 7.0, np.float32)
-    with pytest.raises(fk.ShapeError):
-        kernel(x, out=out, params=fk.params.reduce_to(target))
-    assert (out == 7.0).all()
+    fn = KERNEL_FN(ctypes.pythonapi.PyCapsule_GetPointer(kernel.capsule(), b"fuel_kernel.kernel"))
+    x, out = np.zeros(1, np.float32), np.full(1, 7.0, np.float32)
+    storages = (Storage * 2)(Storage(x.ctypes.data, 4, 0, int(fk.DType.F32), 0, 0),
+                             Storage(out.ctypes.data, 4, 0, int(fk.DType.F32), 0, 0))
+    layouts = (Layout * 2)()
+    layouts[0].ndim = 2
+    layouts[0].shape[0] = layouts[0].shape[1] = 2 ** 62
+    layouts[1].ndim = len(target)
+    for d, n in enumerate(target):
+        layouts[1].shape[d] = n
+    kind = next(p.kind for p in fk.spec.PARAMS if p.name == "reduce_to")
+    raw = np.zeros(128, np.uint8)
+    raw[:4] = np.frombuffer(np.int32(kind).tobytes(), np.uint8)
+    raw[8:12] = np.frombuffer(np.int32(len(target)).tobytes(), np.uint8)
+    raw[16:16 + 8 * len(target)] = np.frombuffer(np.array(target, np.int64).tobytes(), np.uint8)
+    params = ctypes.create_string_buffer(raw.tobytes(), 1024)
+    outputs = ctypes.cast(ctypes.byref(storages, ctypes.sizeof(Storage)), ctypes.POINTER(Storage))
+    status = fn(ctypes.cast(storages, ctypes.POINTER(Storage)), 1, outputs, 1, layouts, params)
+    assert status == 2 and out[0] == 7.0          # FK_ERR_SHAPE
 
 
 def test_reduce_to_dispatch_and_schema(rng):
