@@ -1164,7 +1164,8 @@ def pad_backward_reference(dy, params, value_fn=f64):
     counts = np.zeros(shape, dtype=np.int64)
     if dy.ndim and sub.size:
         index = np.ix_(*[m[k] for m, k in zip(maps, keep)])
-        np.add.at(out, index, sub)
+        with np.errstate(all="ignore"):               # inf + -inf is NaN, as in the kernels
+            np.add.at(out, index, sub)
         np.add.at(counts, index, 1)
     elif not dy.ndim:
         out, counts = sub, np.ones((), np.int64)
