@@ -1,5 +1,7 @@
 """Compute kernels against NumPy and PyTorch, single-threaded: MATMUL, SUM, SOFTMAX, CONV2D and its
 gradients CONV2D_BACKWARD_INPUT and CONV2D_BACKWARD_WEIGHT.
+"""Compute kernels against NumPy and PyTorch, single-threaded: MATMUL, SUM, SOFTMAX, CONV2D, and the
+training ops FUSED_LINEAR and REDUCE_SUM_TO.
 
 Every peer runs on one thread: torch.set_num_threads(1), and NumPy's/SciPy's BLAS through the
 OPENBLAS_NUM_THREADS=1 pin that `python -m bench` sets before they load (or threadpoolctl when
@@ -174,3 +176,33 @@ def conv2d_backward_cases(rng, note, torch, torch_missing):
             skipped["torch"] = torch_missing
         yield Case(name=f"fk: {name} 8x64x56x56 * 64x3x3 pad 1 [{note}]", contenders=contenders,
                    baseline="numpy im2col+matmul", skipped=skipped, target="fk <= 1.0x numpy im2col+matmul")
+    # ---- training: FUSED_LINEAR f32 (x @ w + b) and REDUCE_SUM_TO [4096, 1024] -> [1024] ---------
+    for m, k, n in ((32, 512, 2048), (128, 768, 3072)):
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        w = rng.standard_normal((k, n)).astype(np.float32)
+        bias = rng.standard_normal(n).astype(np.float32)
+        y = np.empty((m, n), np.float32)
+        alts = {kernel.source: kernel for kernel in table.alternatives(fk.OpKind.FUSED_LINEAR, [F32] * 4,
+                                                                     fk.Backend.CPU)}
+        picked = route_picked(fk.OpKind.FUSED_LINEAR, [F32] * 4, (x, w, bias, y))
+        contenders = {"numpy x @ w + b": lambda x=x, w=w, bias=bias: x @ w + bias,
+                      "numpy matmul(out=) += b": lambda x=x, w=w, bias=bias, y=y: np.add(np.matmul(x, w, out=y), bias, out=y),
+                      f"fk route-picked ({picked.source})": lambda x=x, w=w, bias=bias, y=y, k=picked: k(x, w, bias, out=y),
+                      "fk native": lambda x=x, w=w, bias=bias, y=y, k=alts["native"]: k(x, w, bias, out=y)}
+        skipped = {}
+        if "blas" in alts:
+            contenders["fk blas"] = lambda x=x, w=w, bias=bias, y=y, k=alts["blas"]: k(x, w, bias, out=y)
+        else:
+            skipped["fk blas"] = "SciPy not importable: no BLAS sibling registered"
+        yield Case(name=f"fk: FUSED_LINEAR f32 {m}x{k}x{n} [{note}]", contenders=contenders,
+                   baseline="numpy x @ w + b", skipped=skipped, target="route-picked <= 1.0x numpy")
+
+    g = rng.standard_normal((4096, 1024)).astype(np.float32)
+    gs = np.empty(1024, np.float32)
+    ksum_to = table.lookup(fk.OpKind.REDUCE_SUM_TO, [F32, F32], fk.Backend.CPU)
+    to_1024 = fk.params.reduce_to((1024,))
+    yield Case(name=f"fk: REDUCE_SUM_TO f32 [4096, 1024] -> [1024] [{note}]",
+               contenders={"fk reduce_sum_to(out=)": lambda: ksum_to(g, out=gs, params=to_1024),
+                           "numpy sum(axis=0)": lambda: g.sum(axis=0),
+                           "numpy sum(axis=0, out=)": lambda: g.sum(axis=0, out=gs)},
+               baseline="numpy sum(axis=0)", target="fk <= 1.0x numpy")

@@ -159,6 +159,10 @@ cdef extern from "fuel_kernel/abi.h" nogil:
         int32_t reserved
         int64_t input_size[2]
         int64_t kernel_size[2]
+    ctypedef struct fk_reduce_to_params:
+        int32_t ndim
+        int32_t reserved
+        int64_t shape[8]
 
     ctypedef union fk_params_union:
         fk_reduce_params reduce
@@ -181,6 +185,7 @@ cdef extern from "fuel_kernel/abi.h" nogil:
         fk_paged_attn_params paged_attn
         fk_cross_entropy_params cross_entropy
         fk_conv2d_backward_params conv2d_backward
+        fk_reduce_to_params reduce_to
 
     ctypedef struct fk_params:
         int32_t kind

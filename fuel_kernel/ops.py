@@ -401,6 +401,42 @@ def conv2d_backward_weight_shape(shapes: Sequence[Shape], params: Optional[OpPar
         raise ShapeError(f"conv2d_backward_weight: x {x} and dy {dy} are not the input and gradient of a "
                          f"conv2d with {params}")
     return (dy[1], x[1] // groups) + tuple(f["kernel_size"])
+# ---- training: reductions to a shape, PAD's backward, the fused linear layer ---------------------
+def reduce_to_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> Shape:
+    """x -> the params.reduce_to shape, which must broadcast to x's shape: right-aligned, each of
+    its extents equals x's or is 1 (reduced, kept as 1); x's extra leading dims are reduced away."""
+    target = tuple(_fields(params, "reduce_to")["shape"])
+    x = shapes[0]
+    lead = len(x) - len(target)
+    if lead < 0 or any(t not in (1, n) for t, n in zip(target, x[lead:])):
+        raise ShapeError(f"the shape {target} does not broadcast to the input's {x}")
+    return target
+
+
+def pad_backward_shape(shapes: Sequence[Shape], params: Optional[OpParams]) -> Shape:
+    """dy -> dy's shape less before + after on each padded (last) dim: the shape PAD was given."""
+    f = _fields(params, "pad")
+    (dy,) = shapes
+    first = len(dy) - len(f["before"])
+    if first < 0:
+        raise ShapeError(f"pad lists {len(f['before'])} dims for a gradient of {len(dy)}")
+    out = tuple(n - (f["before"][d - first] + f["after"][d - first] if d >= first else 0)
+                for d, n in enumerate(dy))
+    if any(n < 0 for n in out):
+        raise ShapeError(f"the pad widths exceed the gradient's extents {dy}")
+    return out
+
+
+def linear_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> Shape:
+    """[x (M, K), w (K, N), b (N,)] -> (M, N)."""
+    if len(shapes) != 3:
+        raise OperandCountError(f"fused_linear takes [x, w, b], got {len(shapes)} inputs")
+    x, w, b = shapes
+    if len(x) != 2 or len(w) != 2 or len(b) != 1:
+        raise ShapeError(f"fused_linear takes x (M, K), w (K, N), b (N,), got {x}, {w}, {b}")
+    if x[1] != w[0] or b[0] != w[1]:
+        raise ShapeError(f"fused_linear extents disagree: x {x}, w {w}, b {b}")
+    return (x[0], w[1])
 
 
 # ---- the schemas, one per spec op ----------------------------------------------------------------

@@ -111,6 +111,9 @@ PARAMS = (
                (("int32_t[2]", "stride"), ("int32_t[2]", "padding"), ("int32_t[2]", "dilation"),
                 ("int32_t", "groups"), ("int32_t", "reserved"), ("int64_t[2]", "input_size"),
                 ("int64_t[2]", "kernel_size"))),
+    # ---- training: the target shape of a reduction to a broadcast-compatible shape
+    ParamsSpec(25, "reduce_to", "reduce_to", (("int32_t", "ndim"), ("int32_t", "reserved"),
+                                              ("int64_t[FK_MAX_DIMS]", "shape"))),
 )
 
 # ---- ops -----------------------------------------------------------------------------------------
@@ -266,6 +269,20 @@ OPS = (
     _op(76, "CONV2D_BACKWARD_WEIGHT", 2, "conv2d_backward",
         "gradient of CONV2D with respect to w: (x, dy) -> dw of params.kernel_size",
         args=("x", "dy"), shape="conv2d_backward_weight"),
+    # ---- training: reductions to a shape, their backward, PAD's backward, a fused linear layer
+    _op(77, "REDUCE_SUM_TO", 1, "reduce_to",
+        "sum x down to a shape that broadcasts to x's (the backward of broadcasting)",
+        shape="reduce_to", dtype="accumulate"),
+    _op(78, "REDUCE_MAX_TO", 1, "reduce_to",
+        "maximum of x down to a shape that broadcasts to x's (NaN propagates)", shape="reduce_to"),
+    _op(79, "REDUCE_MAX_TO_BACKWARD", 2, "reduce_to",
+        "dy at the maxima of each group of x, split evenly among tied maxima, else 0",
+        args=("x", "dy"), shape="same_as_first"),
+    _op(80, "PAD_BACKWARD", 1, "pad",
+        "the gradient of PAD: dy's interior, plus the padded cells added onto the cells they copied",
+        args=("dy",), shape="pad_backward"),
+    _op(81, "FUSED_LINEAR", 3, "none", "x @ w + b for x [M, K], w [K, N], b [N]",
+        args=("x", "w", "b"), shape="linear"),
 )
 
 # ---- threads --------------------------------------------------------------------------------------
@@ -285,6 +302,8 @@ SPLIT_RULES = {
     "MATMUL": "MATMUL", "CONV2D": "CONV2D", "FLASH_ATTN": "ATTN",
     # conv2d backward
     "CONV2D_BACKWARD_INPUT": "CONV2D_BACKWARD_INPUT", "CONV2D_BACKWARD_WEIGHT": "CONV2D_BACKWARD_WEIGHT",
+    # ---- training
+    "PAD_BACKWARD": "MOVEMENT",
 }
 # integer kernels of these refuse a zero divisor or a negative exponent before writing anything
 _INTEGER_CHECKS_DATA = ("DIV", "REM", "POW")
@@ -369,6 +388,17 @@ CLAIMS = {
 CPU_KERNELS: dict[str, tuple[KernelRows, ...]] = {}
 
 
+# ---- training: PAD_BACKWARD's claims.  Constant mode copies dy's interior bit for bit; reflect and
+# replicate add each cell's contributions (at most 2^16 of them) in F64 in a fixed order and round
+# once, so |err| <= max_rel * (the sum of |contributions|) + max_abs.
+_PAD_BACKWARD_NOTES = "constant: exact copy; reflect/replicate: F64 sum of <= 2^16 terms, rounded once"
+CLAIMS.update({
+    "PAD_BACKWARD_F16": Claim(0, _PAD_BACKWARD_NOTES, 4.9e-4, 3.0e-8),
+    "PAD_BACKWARD_BF16": Claim(0, _PAD_BACKWARD_NOTES, 3.9e-3, 1e-40),
+    "PAD_BACKWARD_F32": Claim(0, _PAD_BACKWARD_NOTES, 6.0e-8, 1e-45),
+    "PAD_BACKWARD_F64": Claim(0, _PAD_BACKWARD_NOTES, 1.0e-11, 0.0),
+})
+
 # cast: CAST for every dtype pair, CONTIGUIZE for every dtype (cpu/cast_kernels.h.in)
 CLAIMS["EXACT_CAST"] = Claim(0, "exact: conversion rules in the module docs")
 CLAIMS["BIT_COPY"] = Claim(0, "exact: bit copy")
@@ -406,6 +436,9 @@ CPU_KERNELS["movement"] = (
                {d.name: "CUMSUM_HALF" if d.ctype != d.compute else "CUMSUM_SEQUENTIAL"
                 for d in DTYPES if d.name in NUMERIC},
                "fk_mv_add_cost", _MOVE_INPLACE_CAPS),
+    # ---- training: PAD_BACKWARD on every float dtype
+    KernelRows(("PAD_BACKWARD",), same(FLOAT, 2), "fk_{op}_{d0}", {n: "PAD_BACKWARD_" + n for n in FLOAT},
+               "fk_mv_add_cost", _MOVE_CAPS),
 )
 
 # index: INDEX_SELECT, GATHER, SCATTER_ADD and INDEX_ADD for every data dtype crossed with each
@@ -476,6 +509,22 @@ CPU_KERNELS["reduce"] = tuple(
                "FK_CAP_STRIDED_INPUT")
     for op in REDUCE_OPS)
 
+# ---- training: REDUCE_SUM_TO and REDUCE_MAX_TO (SUM's and MAX's reduce code, output dtype and
+# claims) on the float dtypes and I32, I64; REDUCE_MAX_TO_BACKWARD [x, dy, dx] on the float dtypes,
+# dy / (count of maxima) in the compute type, rounded once
+REDUCE_TO_DTYPES = FLOAT + ("I32", "I64")
+CLAIMS["REDUCE_MAX_TO_BACKWARD"] = Claim(
+    1, "dy / (count of maxima) in the compute type, rounded once; exact for a unique maximum")
+CPU_KERNELS["reduce"] += (
+    KernelRows(("REDUCE_SUM_TO",), tuple((name, reduce_output("SUM", name)) for name in REDUCE_TO_DTYPES),
+               "fk_{op}_{d0}", {name: reduce_claim("SUM", name) for name in REDUCE_TO_DTYPES},
+               "fk_reduce_cost", "FK_CAP_STRIDED_INPUT"),
+    KernelRows(("REDUCE_MAX_TO",), same(REDUCE_TO_DTYPES, 2), "fk_{op}_{d0}", "EXACT_REDUCE",
+               "fk_reduce_cost", "FK_CAP_STRIDED_INPUT"),
+    KernelRows(("REDUCE_MAX_TO_BACKWARD",), same(FLOAT, 3), "fk_{op}_{d0}", "REDUCE_MAX_TO_BACKWARD",
+               "fk_reduce_max_to_backward_cost", "FK_CAP_STRIDED_INPUT | FK_CAP_STRIDED_OUTPUT"),
+)
+
 # matmul: MATMUL for every float and integer dtype, [T, T, T] and with a deferred row count
 # [T, T, count, T] (cpu/matmul_kernels.h.in, on the GEMM engine of cpu/gemm_core.h.in)
 MATMUL_COUNT_DTYPES = ("I32", "I64")     # the dtypes MATMUL's deferred row-count operand may have
@@ -503,6 +552,17 @@ CPU_KERNELS["matmul"] = _matmul_rows(
     {**{name: "MATMUL_" + name for name in FLOAT}, **{name: "MATMUL_WRAP" for name in INTEGER}},
     "fk_matmul_native_cost", "native")
 
+# ---- training: FUSED_LINEAR [x, w, b, y] on every float dtype, the bias added in the GEMM's
+# output tile (native) or as ?gemm's beta = 1 output (blas, below)
+for _name in FLOAT:
+    CLAIMS["FUSED_LINEAR_" + _name] = Claim(0, "|err| <= max_rel * (sum_k |x*w| + |b|) for k <= 4096",
+                                            _DOT_MAX_REL[_name])
+_LINEAR_CAPS = "FK_CAP_STRIDED_INPUT | FK_CAP_STRIDED_OUTPUT"
+CPU_KERNELS["matmul"] += (
+    KernelRows(("FUSED_LINEAR",), same(FLOAT, 4), "fk_fused_linear_{d0}",
+               {name: "FUSED_LINEAR_" + name for name in FLOAT}, "fk_fused_linear_native_cost", _LINEAR_CAPS),
+)
+
 # matmul_blas: MATMUL through SciPy's BLAS ?gemm for the float dtypes stored in a C type BLAS
 # computes in (cpu/matmul_blas_kernels.h.in); cpu/_matmul_blas.pyx binds the routines from
 # scipy.linalg.cython_blas and registers no row when SciPy is absent
@@ -514,6 +574,16 @@ for _name in MATMUL_BLAS_DTYPES:
 CPU_KERNELS["matmul_blas"] = _matmul_rows(
     MATMUL_BLAS_DTYPES, "fk_matmul_blas_{d0}", {name: "MATMUL_BLAS_" + name for name in MATMUL_BLAS_DTYPES},
     "fk_matmul_blas_cost", "blas")
+
+# ---- training: FUSED_LINEAR through ?gemm with beta = 1 on an output holding the broadcast bias
+for _name in MATMUL_BLAS_DTYPES:
+    CLAIMS["FUSED_LINEAR_BLAS_" + _name] = Claim(
+        0, "|err| <= max_rel * (sum_k |x*w| + |b|) for k <= 4096 (BLAS ?gemm)", _DOT_MAX_REL[_name])
+CPU_KERNELS["matmul_blas"] += (
+    KernelRows(("FUSED_LINEAR",), same(MATMUL_BLAS_DTYPES, 4), "fk_fused_linear_blas_{d0}",
+               {name: "FUSED_LINEAR_BLAS_" + name for name in MATMUL_BLAS_DTYPES}, "fk_fused_linear_blas_cost",
+               _LINEAR_CAPS, "blas"),
+)
 
 # conv: CONV2D for every float dtype, without and with bias, im2col and direct siblings at each
 # key, im2col first (cpu/conv_kernels.h.in)
@@ -950,6 +1020,10 @@ PARAMS_CONSTRUCTORS = (
                        ParamsArg("padding", "pair", 0, check=">= 0"),
                        ParamsArg("dilation", "pair", 1, check=">= 1"),
                        ParamsArg("groups", "int", 1, check=">= 1"))),
+    # ---- training
+    ParamsConstructor("reduce_to", "The shape to reduce to: it must broadcast to the input's shape "
+                      "(leading dims dropped, dims of extent 1 summed with keepdim).",
+                      (ParamsArg("shape", "ints", count="ndim", length="FK_MAX_DIMS", check=">= 0"),)),
 )
 
 # ---- CPU kernel modules --------------------------------------------------------------------------

@@ -395,6 +395,8 @@ def valid_params(draw, family, shapes):
         return P.pad([width(n) for n in tail], [width(n) for n in tail], mode, draw(st.floats(-2, 2)))
     if family == "masked_fill":
         return P.masked_fill(draw(st.floats(-5, 5)))
+    if family == "reduce_to":
+        return P.reduce_to(broadcast_from(draw, shapes[0] if shapes else ()))
     if family == "rope":
         return draw(st.sampled_from([None, P.none(), P.rope(False), P.rope(True)]))
     window = st.sampled_from((-1, -1, 0, 1, 3, 40))
@@ -572,6 +574,28 @@ def _conv2d_backward(draw, op, n_in):
     if op == fk.OpKind.CONV2D_BACKWARD_INPUT:
         return [dy, (groups * og, cg, kh, kw)], params, {}
     return [x, dy], params, {}
+def _reduce_max_to_backward(draw, op, n_in):
+    """x, and dy of the target shape params.reduce_to names."""
+    x = draw_shape(draw, 0, 5)
+    params = valid_params(draw, "reduce_to", [x])
+    return [x, tuple(params.fields()["shape"])], params, {}
+
+
+def _pad_backward(draw, op, n_in):
+    """dy: the shape PAD gives an input of at most 4 dims, with PAD's params."""
+    x = draw_shape(draw, 0, 4, 256)
+    params = valid_params(draw, "pad", [x])
+    try:
+        dy = ops.infer_output_shape(fk.OpKind.PAD, [x], params)
+    except fk.FuelKernelError:
+        dy = x
+    return [tuple(dy)], params, {}
+
+
+def _fused_linear(draw, op, n_in):
+    """x (M, K), w (K, N), b (N,)."""
+    m, k, n = (draw(st.sampled_from((0, 1, 2, 3, 5, 7, 17, 33))) for _ in range(3))
+    return [(m, k), (k, n), (n,)], valid_params(draw, "none", []), {}
 
 
 OPERANDS = {
@@ -583,6 +607,11 @@ OPERANDS = {
     fk.OpKind.ROPE: _rope, fk.OpKind.FLASH_ATTN: _flash_attn, fk.OpKind.PAGED_ATTN: _paged_attn,
     fk.OpKind.CONV2D: _conv2d, fk.OpKind.FUSED_SOFTMAX_CROSS_ENTROPY_BACKWARD: _cross_entropy_backward,
     fk.OpKind.CONV2D_BACKWARD_INPUT: _conv2d_backward, fk.OpKind.CONV2D_BACKWARD_WEIGHT: _conv2d_backward,
+    fk.OpKind.CONV2D: _conv2d,
+    # training
+    fk.OpKind.REDUCE_SUM_TO: _one_input(max_ndim=5), fk.OpKind.REDUCE_MAX_TO: _one_input(max_ndim=5),
+    fk.OpKind.REDUCE_MAX_TO_BACKWARD: _reduce_max_to_backward, fk.OpKind.PAD_BACKWARD: _pad_backward,
+    fk.OpKind.FUSED_LINEAR: _fused_linear,
 }
 
 

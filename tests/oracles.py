@@ -1255,6 +1255,155 @@ def _paged_attn(inputs, params, out_dtype, out_shape):
     return Accumulated(to(values, out_dtype), magnitude, table.shape[1] * block_size + d + 2)
 
 
+# ---- training: reductions to a shape, their backward, PAD's backward, the fused linear layer -------
+def reduce_to_groups(x, params):
+    """(the reduced axes of x, the target shape) for params.reduce_to: the target matched to x's
+    dims right-aligned, x's extra leading dims and the target's 1s over longer dims reduced."""
+    need_params(params, "reduce_to")
+    target = tuple(params.fields()["shape"])
+    lead = x.ndim - len(target)
+    if lead < 0 or any(t not in (1, n) for t, n in zip(target, x.shape[lead:])):
+        raise ExpectError(fk.ParamsError)
+    axes = tuple(range(lead)) + tuple(lead + d for d, t in enumerate(target) if t == 1 and x.shape[lead + d] != 1)
+    return axes, target
+
+
+def reduce_to_reference(x, params, name):
+    """REDUCE_SUM_TO / REDUCE_MAX_TO in F64 (ints in I64, wrapping), shaped as the target."""
+    axes, target = reduce_to_groups(x, params)
+    n = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+    if name == "max" and n == 0 and int(np.prod(target, dtype=np.int64)) > 0:
+        raise ExpectError(fk.ShapeError)
+    src = f64(x) if x.dtype.kind == "f" or x.dtype == ml_dtypes.bfloat16 else x.astype(np.int64)
+    if x.size == 0:
+        return np.zeros(target, src.dtype), axes, target
+    with np.errstate(all="ignore"):
+        r = (np.sum if name == "sum" else np.max)(src, axis=axes, keepdims=True)
+    return r.reshape(target), axes, target
+
+
+@register([fk.OpKind.REDUCE_SUM_TO], strict=False)
+def _reduce_sum_to(inputs, params, out_dtype, out_shape):
+    """Sum over the dims the target drops or holds as 1 (F64 pairwise accumulation, rounded once)."""
+    (x,) = inputs
+    values, axes, target = reduce_to_reference(x, params, "sum")
+    expect_shape(out_shape, target)
+    if not D(out_dtype).is_float:
+        return to(values, out_dtype)
+    with np.errstate(all="ignore"):
+        magnitude = np.sum(np.abs(f64(x)), axis=axes, keepdims=True).reshape(target)
+    terms = max(1, int(np.prod([x.shape[a] for a in axes], dtype=np.int64)))
+    return Accumulated(to(values, out_dtype), magnitude, terms)
+
+
+@register([fk.OpKind.REDUCE_MAX_TO], strict=False)
+def _reduce_max_to(inputs, params, out_dtype, out_shape):
+    """The maximum of each group, NaN propagating; over zero elements a ShapeError."""
+    (x,) = inputs
+    values, _, target = reduce_to_reference(x, params, "max")
+    expect_shape(out_shape, target)
+    return to(values, out_dtype)
+
+
+def reduce_max_to_backward_reference(x, dy, params):
+    """dx in F64: dy / (count of maxima) where x is its group's maximum (a NaN group: its NaNs)."""
+    axes, target = reduce_to_groups(x, params)
+    if tuple(dy.shape) != target:
+        raise ExpectError(fk.ShapeError)
+    xf = f64(x)
+    if xf.size == 0:
+        return np.zeros(x.shape)
+    with np.errstate(all="ignore"):
+        m = np.max(xf, axis=axes, keepdims=True)
+        hit = (xf == m) | (np.isnan(xf) & np.isnan(m))
+        count = np.sum(hit, axis=axes, keepdims=True)
+        g = np.broadcast_to(f64(dy).reshape(m.shape), x.shape)
+        return np.where(hit, g / np.maximum(count, 1), 0.0)
+
+
+@register([fk.OpKind.REDUCE_MAX_TO_BACKWARD], strict=False)
+def _reduce_max_to_backward(inputs, params, out_dtype, out_shape):
+    x, dy = inputs
+    values = reduce_max_to_backward_reference(x, dy, params)
+    expect_shape(out_shape, x.shape)
+    return to(values, out_dtype)
+
+
+def pad_sources(n, before, after, mode):
+    """For each index of a padded dim of extent n + before + after: the index of the cell it copied
+    (constant mode: -1 for the padded cells, which copy nothing)."""
+    src = []
+    for i in range(n + before + after):
+        rel = i - before
+        if 0 <= rel < n:
+            src.append(rel)
+        elif mode == "constant":
+            src.append(-1)
+        elif mode == "reflect":
+            src.append(-rel if rel < 0 else (n - 1) - (rel - (n - 1)))
+        else:
+            src.append(0 if rel < 0 else n - 1)
+    return np.array(src, dtype=np.int64)
+
+
+def pad_backward_reference(dy, params, value_fn=f64):
+    """dx (F64 for floats) and, per cell, how many dy cells were added into it."""
+    f = params.fields()
+    k = len(f["before"])
+    if k > dy.ndim:
+        raise ExpectError(fk.ParamsError)
+    widths = [(0, 0)] * (dy.ndim - k) + list(zip(f["before"], f["after"]))
+    shape = tuple(n - b - a for n, (b, a) in zip(dy.shape, widths))
+    if any(n < 0 for n in shape):
+        raise ExpectError(fk.ShapeError)
+    for n, (before, after) in zip(shape, widths):
+        if (before or after) and (f["mode"] == "reflect" and max(before, after) >= n
+                                  or f["mode"] == "replicate" and n == 0):
+            raise ExpectError(fk.ParamsError)
+    maps = [pad_sources(n, b, a, f["mode"]) for n, (b, a) in zip(shape, widths)]
+    keep = [m >= 0 for m in maps]
+    sub = value_fn(dy)[np.ix_(*keep)] if dy.ndim else value_fn(dy)
+    out = np.zeros(shape, dtype=sub.dtype)
+    counts = np.zeros(shape, dtype=np.int64)
+    if dy.ndim and sub.size:
+        index = np.ix_(*[m[k] for m, k in zip(maps, keep)])
+        with np.errstate(all="ignore"):               # inf + -inf is NaN, as in the kernels
+            np.add.at(out, index, sub)
+        np.add.at(counts, index, 1)
+    elif not dy.ndim:
+        out, counts = sub, np.ones((), np.int64)
+    return out, counts
+
+
+@register([fk.OpKind.PAD_BACKWARD], strict=False)
+def _pad_backward(inputs, params, out_dtype, out_shape):
+    """Constant: dy's interior; reflect/replicate: each dx cell sums the dy cells that copied it."""
+    need_params(params, "pad")
+    (dy,) = inputs
+    values, counts = pad_backward_reference(dy, params)
+    expect_shape(out_shape, values.shape)
+    magnitude, _ = pad_backward_reference(dy, params, lambda v: np.abs(f64(v)))
+    return Accumulated(to(values, out_dtype), magnitude, int(counts.max(initial=1)), compute=D.F64)
+
+
+def linear_reference(x, w, b):
+    """x @ w + b in F64 and its magnitude |x| @ |w| + |b|."""
+    with np.errstate(all="ignore"):
+        return f64(x) @ f64(w) + f64(b), np.abs(f64(x)) @ np.abs(f64(w)) + np.abs(f64(b))
+
+
+@register([fk.OpKind.FUSED_LINEAR], strict=False)
+def _fused_linear(inputs, params, out_dtype, out_shape):
+    x, w, b = inputs
+    need_params(params, "none")
+    if x.ndim != 2 or w.ndim != 2 or b.ndim != 1 or x.shape[1] != w.shape[0] or b.shape[0] != w.shape[1]:
+        raise ExpectError(fk.ShapeError)
+    expect_shape(out_shape, (x.shape[0], w.shape[1]))
+    values, magnitude = linear_reference(x, w, b)
+    skip_infinite_values(values)
+    return Accumulated(to(values, out_dtype), magnitude, x.shape[1] + 1)
+
+
 # ---- comparison ----------------------------------------------------------------------------------
 NAN_CONVENTION_OPS = {fk.OpKind.RELU, fk.OpKind.SIGN, fk.OpKind.STEP, fk.OpKind.CLAMP}
 

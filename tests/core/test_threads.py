@@ -173,7 +173,8 @@ def large_shapes(op, rule, n_in):
         return {"CUMSUM": ([(260, 300)], (260, 300), P.cumsum(1, False, True)),
                 "FLIP": ([(260, 300)], (260, 300), P.flip([0])),
                 "ROLL": ([(260, 300)], (260, 300), P.roll([7], [-1])),
-                "PAD": ([(260, 300)], (260, 305), P.pad([2], [3], "reflect", 0.0))}[name]
+                "PAD": ([(260, 300)], (260, 305), P.pad([2], [3], "reflect", 0.0)),
+                "PAD_BACKWARD": ([(260, 305)], (260, 300), P.pad([2], [3], "reflect", 0.0))}[name]
     if rule == "MATMUL":
         return [(3, 96, 128), (128, 200)], (3, 96, 200), None
     if rule == "CONV2D":

@@ -110,7 +110,16 @@ def last_dim_cases(op):
     return cases
 
 
-BUILDERS = {fk.OpKind.CONV2D: conv2d_cases, fk.OpKind.MATMUL: matmul_cases}
+def fused_linear_cases(dtypes, rng, special):
+    dt = dtypes[0]
+    for m, k, n in ((1, 1, 1), (3, 7, 5), (17, 33, 9), (4, 70, 6), (20, 300, 40)):
+        x, w, b = values((m, k), dt, rng, special), values((k, n), dt, rng, special), values((n,), dt, rng, special)
+        scale = np.abs(finite_part(x)) @ np.abs(finite_part(w)) + np.abs(finite_part(b))
+        yield (x, w, b), None, (m, n), scale
+
+
+BUILDERS = {fk.OpKind.CONV2D: conv2d_cases, fk.OpKind.MATMUL: matmul_cases,
+            fk.OpKind.FUSED_LINEAR: fused_linear_cases}
 BUILDERS.update({op: last_dim_cases(op) for op in (fk.OpKind.SOFTMAX_LAST_DIM, fk.OpKind.LOG_SOFTMAX_LAST_DIM,
                                                    fk.OpKind.RMS_NORM, fk.OpKind.LAYER_NORM)})
 

@@ -125,6 +125,8 @@ typedef struct {
     int64_t ignore_index;            /* a target equal to it: loss and gradient 0 */
     double label_smoothing;          /* in [0, 1] */
 } fk_cross_entropy_params;
+/* REDUCE_SUM_TO, REDUCE_MAX_TO, REDUCE_MAX_TO_BACKWARD: the target shape (ndim dims) */
+typedef struct { int32_t ndim; int32_t reserved; int64_t shape[FK_MAX_DIMS]; } fk_reduce_to_params;
 
 typedef union {
     fk_reduce_params reduce;
@@ -147,6 +149,7 @@ typedef union {
     fk_paged_attn_params paged_attn;
     fk_cross_entropy_params cross_entropy;
     fk_conv2d_backward_params conv2d_backward;
+    fk_reduce_to_params reduce_to;
 } fk_params_union;
 
 typedef struct {

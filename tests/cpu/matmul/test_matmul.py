@@ -226,3 +226,115 @@ def test_without_scipy_only_the_native_kernels_register():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+
+
+# ---- FUSED_LINEAR [x (M, K), w (K, N), b (N), y (M, N)] --------------------------------------------
+LINEAR_DTYPES = tuple(fk.DType[name] for name in fk.spec.FLOAT)
+LINEAR_SHAPES = [(1, 1, 1), (1, 9, 17), (7, 13, 5), (0, 5, 3), (4, 0, 3), (3, 5, 0), (3, 1100, 4),
+                 (41, 37, 67), (9, 300, 33), (130, 260, 1030)]
+COVERED = {(fk.OpKind.FUSED_LINEAR, (dt,) * 4) for dt in LINEAR_DTYPES}
+
+
+def linear_kernels(dt):
+    kernels = fk.bindings().alternatives(fk.OpKind.FUSED_LINEAR, [dt] * 4, fk.Backend.CPU)
+    assert kernels and kernels[0].source == "native"
+    return kernels
+
+
+def check_linear(got, x, w, b, claim):
+    """|err| <= max_rel * (|x| @ |w| + |b|) against x @ w + b in F64."""
+    xf, wf, bf = (v.astype(np.float64) for v in (x, w, b))
+    exp = xf @ wf + bf
+    bound = claim.max_rel * (np.abs(xf) @ np.abs(wf) + np.abs(bf))
+    err = np.abs(got.astype(np.float64) - exp)
+    assert (err <= bound + 1e-300).all(), (err.max(), (err - bound).max())
+
+
+@pytest.mark.parametrize("dt", LINEAR_DTYPES)
+def test_fused_linear_binding(dt, rng):
+    """Every sibling, every layout of x, w, b and y, at its claim; the blas sibling only on F32/F64."""
+    kernels = linear_kernels(dt)
+    assert sorted(k.source for k in kernels) == (["blas", "native"] if dt in (fk.DType.F32, fk.DType.F64)
+                                                 else ["native"])
+    for kernel in kernels:
+        assert kernel.caps & fk.KernelCaps.STRIDED_INPUT and kernel.has_cost
+        for m, k, n in LINEAR_SHAPES:
+            for i, layout in enumerate(LAYOUTS):
+                x = make_operand((m, k), dt, layout, rng, values=values((m, k), dt, rng))
+                w = make_operand((k, n), dt, LAYOUTS[(i + 2) % len(LAYOUTS)], rng, values=values((k, n), dt, rng))
+                b = make_operand((n,), dt, LAYOUTS[(i + 3) % len(LAYOUTS)], rng, values=values((n,), dt, rng))
+                if layout == "transposed":                          # y written through its strides
+                    y = np.full((n, m), 7, dtype=dt.numpy).T
+                elif layout == "negative":
+                    y = np.full((m, n), 7, dtype=dt.numpy)[::-1]
+                else:
+                    y = np.full((m, n), 7, dtype=dt.numpy)
+                kernel(x, w, b, out=y)
+                check_linear(y, x, w, b, kernel.precision)
+
+
+def test_fused_linear_special_values_and_dispatch(rng):
+    x = np.array([[1.0, np.nan], [np.inf, 1.0], [0.0, 0.0]], np.float32)
+    w = np.array([[1.0, 2.0, 0.0], [3.0, 4.0, 1.0]], np.float32)
+    b = np.array([0.5, -np.inf, 2.0], np.float32)
+    for kernel in linear_kernels(fk.DType.F32):
+        y = np.empty((3, 3), np.float32)
+        kernel(x, w, b, out=y)
+        with np.errstate(invalid="ignore"):
+            np.testing.assert_array_equal(y, x @ w + b)
+    y = fk.dispatch(fk.OpKind.FUSED_LINEAR, [x[2:], w, b])
+    assert y.shape == (1, 3) and y.dtype == np.float32 and (y == b).all()
+
+
+@pytest.mark.parametrize("problem", ["dtype", "count", "inner", "bias", "out_shape", "rank", "params",
+                                     "readonly", "alias", "self_overlap"])
+def test_fused_linear_errors_leave_the_output_untouched(problem, rng):
+    x = rng.standard_normal((4, 3)).astype(np.float32)
+    w = rng.standard_normal((3, 5)).astype(np.float32)
+    b = rng.standard_normal(5).astype(np.float32)
+    error = {"dtype": fk.DTypeError, "count": fk.OperandCountError, "inner": fk.ShapeError,
+             "bias": fk.ShapeError, "out_shape": fk.ShapeError, "rank": fk.ShapeError,
+             "params": fk.ParamsError, "readonly": fk.ReadOnlyError, "alias": fk.AliasError,
+             "self_overlap": fk.AliasError}[problem]
+    for kernel in linear_kernels(fk.DType.F32):
+        y = np.full((4, 5), 7.0, np.float32)
+        inputs, params = [x, w, b], None
+        if problem == "dtype":
+            y = y.astype(np.float64)
+        elif problem == "count":
+            inputs = [x, w]
+        elif problem == "inner":
+            inputs = [x, w[:2], b]
+        elif problem == "bias":
+            inputs = [x, w, b[:4]]
+        elif problem == "out_shape":
+            y = np.full((4, 4), 7.0, np.float32)
+        elif problem == "rank":
+            inputs = [x[None], w, b]
+        elif problem == "params":
+            params = fk.params.reduce((0,))
+        elif problem == "readonly":
+            y.setflags(write=False)
+        elif problem == "alias":
+            y = np.zeros((4, 5), np.float32)
+            inputs = [y[:, :3], w, b]
+        elif problem == "self_overlap":
+            y = np.lib.stride_tricks.as_strided(np.full(5, 7.0, np.float32), (4, 5), (0, 4))
+        before = y.copy()
+        with pytest.raises(error):
+            kernel(*inputs, out=y, params=params)
+        np.testing.assert_array_equal(y, before)
+
+
+@pytest.mark.parametrize("extent", [2 ** 31, 2 ** 52])
+def test_fused_linear_blas_extents_past_the_blas_integer_range_are_refused(extent):
+    """A stride-0 x of an impossible width K: a ShapeError before BLAS is called, y untouched."""
+    x = np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), (2, extent), (0, 0))
+    w = np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), (extent, 3), (0, 0))
+    blas = [k for k in linear_kernels(fk.DType.F32) if k.source == "blas"]
+    if not blas:
+        pytest.skip("SciPy is not importable: no BLAS sibling")
+    y = np.full((2, 3), 7.0, np.float32)
+    with pytest.raises(fk.ShapeError):
+        blas[0](x, w, np.zeros(3, np.float32), out=y)
+    assert (y == 7.0).all()

@@ -9,6 +9,7 @@ from support import ALL_DTYPES, LAYOUTS, assert_same, make_operand, np_dtype
 D = fk.DType
 OP = fk.OpKind
 CPU = fk.Backend.CPU
+PAD_BACKWARD_DTYPES = tuple(D[name] for name in fk.spec.FLOAT)
 CUMSUM_DTYPES = (D.U8, D.I8, D.I16, D.I32, D.I64, D.U32, D.F16, D.BF16, D.F32, D.F64)  # not bool
 
 
@@ -235,6 +236,7 @@ COVERED = (
     | {(OP.MASKED_FILL, (d, D.BOOL, d)) for d in ALL_DTYPES}
     | {(OP.CONCAT, (d,) * (k + 1)) for d in ALL_DTYPES for k in range(2, 8)}
     | {(OP.CUMSUM, (d, d)) for d in CUMSUM_DTYPES}
+    | {(OP.PAD_BACKWARD, (d, d)) for d in PAD_BACKWARD_DTYPES}
 )
 
 
@@ -286,3 +288,133 @@ def test_random_shapes_against_numpy(rng):
                         np.pad(x, widths, mode="reflect"), dtype)
         assert_same(fk.dispatch(OP.PAD, [x], params=P.pad(before, after, mode="replicate")),
                     np.pad(x, widths, mode="edge"), dtype)
+
+
+# ---- PAD_BACKWARD [dy, dx] ---------------------------------------------------------------------------
+def pad_backward_reference(dy, before, after, mode):
+    """dx in F64: constant mode dy's interior; else each dy cell added (np.add.at) onto the cell of
+    the unpadded input it was copied from (np.pad's reflect and edge rules)."""
+    dy = dy.astype(np.float64)
+    widths = [(0, 0)] * (dy.ndim - len(before)) + list(zip(before, after))
+    shape = tuple(n - b - a for n, (b, a) in zip(dy.shape, widths))
+    # the source of every padded position: pad an index vector with np.pad's own rule
+    np_mode = {"reflect": "reflect", "replicate": "edge"}.get(mode)
+    maps = [np.pad(np.arange(n), w, mode=np_mode) if np_mode else
+            np.pad(np.arange(n), w, mode="constant", constant_values=-1) for n, w in zip(shape, widths)]
+    keep = [m >= 0 for m in maps]
+    dx = np.zeros(shape)
+    np.add.at(dx, np.ix_(*[m[k] for m, k in zip(maps, keep)]), dy[np.ix_(*keep)])
+    return dx
+
+
+@pytest.mark.parametrize("dtype", PAD_BACKWARD_DTYPES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("mode", ["constant", "reflect", "replicate"])
+def test_pad_backward(dtype, layout, mode, rng):
+    """Every layout of dy and dx: constant is dy's interior bit for bit, reflect and replicate the
+    F64 sums of the copied cells rounded once (the claim's max_rel of the summed magnitudes)."""
+    k = kernel(OP.PAD_BACKWARD, [dtype, dtype])
+    claim = k.precision
+    for x_shape, before, after in (((3, 4, 5), (1, 2), (3, 0)), ((3, 4, 5), (2, 1, 3), (0, 2, 4)),
+                                   ((3, 4, 5), (0,), (0,)), ((2, 1, 6), (0, 4), (0, 5)), ((7,), (6,), (6,))):
+        widths = [(0, 0)] * (len(x_shape) - len(before)) + list(zip(before, after))
+        if mode == "reflect" and any((b or a) and max(b, a) >= n for n, (b, a) in zip(x_shape, widths)):
+            continue
+        dy_shape = tuple(n + b + a for n, (b, a) in zip(x_shape, widths))
+        dy = make_operand(dy_shape, dtype, layout, rng)
+        dx = out_like(x_shape, dtype, layout, rng)
+        k(dy, out=dx, params=P.pad(before, after, mode=mode))
+        want = pad_backward_reference(np.asarray(dy).astype(np.float64), before, after, mode)
+        got = np.asarray(dx).astype(np.float64)
+        if mode == "constant":
+            interior = np.asarray(dy)[tuple(slice(b, b + n) for n, (b, a) in zip(x_shape, widths))]
+            assert_same(dx, interior, dtype)
+            continue
+        mags = pad_backward_reference(np.abs(np.asarray(dy).astype(np.float64)), before, after, mode)
+        finite = np.isfinite(want)
+        assert (np.isnan(got) == np.isnan(want)).all()
+        assert (got[~finite & ~np.isnan(want)] == want[~finite & ~np.isnan(want)]).all()
+        err = np.abs(got[finite] - want[finite])
+        assert (err <= claim.max_rel * mags[finite] + claim.max_abs).all(), (err.max(), x_shape, before, after)
+
+
+def test_pad_backward_is_the_gradient_of_pad(rng):
+    """Central finite differences of L(x) = sum(dy * np.pad(x)) in F64, each mode."""
+    x = rng.standard_normal((3, 5))
+    for mode, np_mode in (("constant", "constant"), ("reflect", "reflect"), ("replicate", "edge")):
+        widths = [(1, 2), (4, 3)]
+        dy = rng.standard_normal(tuple(n + b + a for n, (b, a) in zip(x.shape, widths)))
+        got = np.empty_like(x)
+        kernel(OP.PAD_BACKWARD, [D.F64, D.F64])(dy, out=got, params=P.pad((1, 4), (2, 3), mode=mode))
+        loss = lambda v: float(np.sum(dy * np.pad(v, widths, mode=np_mode)))
+        numeric = np.empty_like(x)
+        for i in np.ndindex(x.shape):
+            up, down = x.copy(), x.copy()
+            up[i] += 1e-6
+            down[i] -= 1e-6
+            numeric[i] = (loss(up) - loss(down)) / 2e-6
+        np.testing.assert_allclose(got, numeric, rtol=1e-7, atol=1e-8)
+
+
+def test_pad_backward_shape_rule_and_dispatch(rng):
+    dy = rng.standard_normal((4, 9)).astype(np.float32)
+    dx = fk.dispatch(OP.PAD_BACKWARD, [dy], params=P.pad((1,), (2,), mode="replicate"))
+    assert dx.shape == (4, 6) and dx.dtype == np.float32
+    np.testing.assert_allclose(dx[:, 1:5], dy[:, 2:6])
+    np.testing.assert_allclose(dx[:, 0], dy[:, 0] + dy[:, 1], rtol=1e-6)
+    with pytest.raises(fk.ShapeError):
+        fk.dispatch(OP.PAD_BACKWARD, [dy], params=P.pad((5,), (5,)))
+
+
+@pytest.mark.parametrize("problem", ["dtype", "count", "shape", "rank", "reflect_wide", "replicate_empty",
+                                     "params", "readonly", "alias", "self_overlap", "pad_dims"])
+def test_pad_backward_errors_leave_the_output_untouched(problem, rng):
+    dy = rng.standard_normal((3, 8)).astype(np.float32)
+    dx = np.full((3, 5), 7.0, np.float32)
+    inputs, params = [dy], P.pad((1,), (2,), mode="reflect")
+    error = {"dtype": fk.DTypeError, "count": fk.OperandCountError, "shape": fk.ShapeError,
+             "rank": fk.ShapeError, "reflect_wide": fk.ParamsError, "replicate_empty": fk.ParamsError,
+             "params": fk.ParamsError, "readonly": fk.ReadOnlyError, "alias": fk.AliasError,
+             "self_overlap": fk.AliasError, "pad_dims": fk.ParamsError}[problem]
+    if problem == "dtype":
+        dx = dx.astype(np.float64)
+    elif problem == "count":
+        inputs = [dy, dy]
+    elif problem == "shape":
+        dx = np.full((3, 4), 7.0, np.float32)
+    elif problem == "rank":
+        dx = np.full((1, 3, 5), 7.0, np.float32)
+    elif problem == "reflect_wide":
+        dy = rng.standard_normal((3, 6)).astype(np.float32)
+        dx = np.full((3, 2), 7.0, np.float32)
+        params = P.pad((2,), (2,), mode="reflect")
+    elif problem == "replicate_empty":
+        dy = rng.standard_normal((3, 3)).astype(np.float32)
+        dx = np.full((3, 0), 7.0, np.float32)
+        params = P.pad((1,), (2,), mode="replicate")
+    elif problem == "params":
+        params = P.flip((0,))
+    elif problem == "readonly":
+        dx.setflags(write=False)
+    elif problem == "alias":
+        buf = np.zeros((3, 8), np.float32)
+        inputs, dx = [buf], buf[:, :5]
+    elif problem == "self_overlap":
+        dx = np.lib.stride_tricks.as_strided(np.full(5, 7.0, np.float32), (3, 5), (0, 4))
+    elif problem == "pad_dims":
+        params = P.pad((0, 0, 1), (0, 0, 2), mode="reflect")
+    before = dx.copy()
+    with pytest.raises(error):
+        kernel(OP.PAD_BACKWARD, [D.F32, D.F32])(*inputs, out=dx, params=params)
+    np.testing.assert_array_equal(dx, before)
+
+
+@pytest.mark.parametrize("extent", [2 ** 60 + 2, 2 ** 61 - 1])
+def test_pad_backward_impossible_sizes_are_refused(extent):
+    """dy of a stride-0 view whose F64 scratch size (8 bytes per element) overflows: a ShapeError,
+    dx untouched."""
+    dy = np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), (extent,), (0,))
+    dx = np.full((1,), 7.0, np.float32)
+    with pytest.raises(fk.ShapeError):
+        kernel(OP.PAD_BACKWARD, [D.F32, D.F32])(dy, out=dx, params=P.pad((extent - 1,), (0,), mode="replicate"))
+    assert dx[0] == 7.0

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import fuel_kernel as fk
-from support import ALL_DTYPES, LAYOUTS, make_operand
+from support import ALL_DTYPES, LAYOUTS, make_operand, random_values
 
 OPS = (fk.OpKind.SUM, fk.OpKind.PROD, fk.OpKind.MEAN, fk.OpKind.MAX, fk.OpKind.MIN,
        fk.OpKind.ARGMAX, fk.OpKind.ARGMIN)
@@ -267,3 +267,241 @@ def test_vector_lane_extrema_match_numpy(dtype, rng):
         for axis in (0, 1):
             got = run(k, x, (x.shape[1 - axis],), odt, fk.params.reduce((axis,)))
             np.testing.assert_array_equal(got, fn(x, axis=axis))
+
+
+# ---- REDUCE_SUM_TO, REDUCE_MAX_TO, REDUCE_MAX_TO_BACKWARD ------------------------------------------
+TO_DTYPES = tuple(fk.DType[name] for name in fk.spec.REDUCE_TO_DTYPES)
+FLOATS = tuple(fk.DType[name] for name in fk.spec.FLOAT)
+TO_CASES = [(op, dt) for op in (fk.OpKind.REDUCE_SUM_TO, fk.OpKind.REDUCE_MAX_TO) for dt in TO_DTYPES]
+# (x shape, target shape): leading dims dropped, extents of 1 kept, column- and row-style groups
+TO_SHAPES = [((5, 7), (7,)), ((5, 7), (1, 7)), ((5, 7), (5, 1)), ((3, 4, 5), (4, 1)), ((3, 4, 5), ()),
+             ((2, 3, 4), (2, 1, 4)), ((9, 11), (11,)), ((3, 130), (3, 1)), ((1, 13), (1, 13)),
+             ((4, 1, 6), (1, 1, 6)), ((2, 0, 3), (3,)), ((0, 3), (1, 3)), ((6,), (6,)), ((40, 3, 17), (3, 1))]
+COVERED = ({(op, (dt, fk.DType.I64 if op == fk.OpKind.REDUCE_SUM_TO and not dt.is_float else dt))
+            for op, dt in TO_CASES} |
+           {(fk.OpKind.REDUCE_MAX_TO_BACKWARD, (dt,) * 3) for dt in FLOATS})
+
+
+def to_axes(shape, target):
+    lead = len(shape) - len(target)
+    return tuple(range(lead)) + tuple(lead + d for d, t in enumerate(target) if t == 1 and shape[lead + d] != 1)
+
+
+def to_kernel(op, dtype):
+    odt = fk.DType.I64 if op == fk.OpKind.REDUCE_SUM_TO and not dtype.is_float else dtype
+    return fk.bindings().lookup(op, [dtype, odt], fk.Backend.CPU), odt
+
+
+@pytest.mark.parametrize("op,dtype", TO_CASES, ids=[f"{o.short_name}-{d.short_name}" for o, d in TO_CASES])
+def test_reduce_to_binding(op, dtype, rng):
+    """Every layout: SUM_TO within the SUM claim of an fsum per group (ints exact, wrapping),
+    MAX_TO exactly np.max (NaN propagating)."""
+    kernel, odt = to_kernel(op, dtype)
+    for shape, target in TO_SHAPES:
+        axes = to_axes(shape, target)
+        for layout in LAYOUTS:
+            x = make_operand(shape, dtype, layout, rng)
+            groups = int(np.prod([shape[a] for a in axes], dtype=np.int64))
+            out = np.full(target, 7, dtype=odt.numpy)
+            where = (shape, target, layout)
+            if op == fk.OpKind.REDUCE_MAX_TO and groups == 0 and out.size:
+                with pytest.raises(fk.ShapeError):
+                    kernel(x, out=out, params=fk.params.reduce_to(target))
+                assert (out == 7).all()
+                continue
+            kernel(x, out=out, params=fk.params.reduce_to(target))
+            if op == fk.OpKind.REDUCE_MAX_TO or not dtype.is_float:
+                src = x.astype(np.float64) if dtype.is_float else x.astype(np.int64)
+                with np.errstate(all="ignore"):
+                    fn = np.max if op == fk.OpKind.REDUCE_MAX_TO else np.sum
+                    want = fn(src, axis=axes, keepdims=True).reshape(target) if x.size else np.zeros(target)
+                got = out.astype(np.float64) if dtype.is_float else out
+                if dtype.is_float:
+                    assert (np.isnan(got) == np.isnan(want)).all(), where
+                    assert (got[~np.isnan(want)] == want[~np.isnan(want)]).all(), where
+                else:
+                    np.testing.assert_array_equal(got, want.astype(np.int64), err_msg=str(where))
+                continue
+            with np.errstate(all="ignore"):
+                check(fk.OpKind.SUM, dtype, odt, x, axes, True, out.reshape(
+                    tuple(1 if d in axes else s for d, s in enumerate(shape))), kernel.precision, where)
+
+
+@pytest.mark.parametrize("dtype", TO_DTYPES)
+def test_reduce_sum_to_is_sum_over_the_dropped_and_unit_dims(dtype, rng):
+    """The same code as SUM: bit-equal to SUM with the dims listed and keepdim where the target keeps 1s."""
+    x = make_operand((6, 300, 5), dtype, "strided", rng)
+    kernel, odt = to_kernel(fk.OpKind.REDUCE_SUM_TO, dtype)
+    got = np.empty((300, 1), odt.numpy)
+    kernel(x, out=got, params=fk.params.reduce_to((300, 1)))
+    want = fk.dispatch(fk.OpKind.SUM, [x], params=fk.params.reduce((0, 2), keepdim=True))
+    np.testing.assert_array_equal(got.view(np.uint8), want.reshape(300, 1).view(np.uint8))
+
+
+def test_reduce_sum_to_is_the_gradient_of_broadcasting(rng):
+    """Central finite differences of L(a) = sum(w * broadcast(a)) give REDUCE_SUM_TO(w)."""
+    a = rng.standard_normal((3, 1, 4))
+    w = rng.standard_normal((2, 3, 5, 4))
+    kernel, _ = to_kernel(fk.OpKind.REDUCE_SUM_TO, fk.DType.F64)
+    got = np.empty(a.shape)
+    kernel(w, out=got, params=fk.params.reduce_to(a.shape))
+    numeric = np.empty(a.shape)
+    h = 1e-6
+    for i in np.ndindex(a.shape):
+        up, down = a.copy(), a.copy()
+        up[i] += h
+        down[i] -= h
+        numeric[i] = (np.sum(w * np.broadcast_to(up, w.shape)) - np.sum(w * np.broadcast_to(down, w.shape))) / (2 * h)
+    np.testing.assert_allclose(got, numeric, rtol=1e-7, atol=1e-8)
+
+
+def test_reduce_to_special_values():
+    x = np.array([[1.0, np.nan, 5.0], [np.inf, -np.inf, 2.0], [-0.0, 0.0, -1.0]], dtype=np.float32)
+    for op, fn in ((fk.OpKind.REDUCE_MAX_TO, np.max), (fk.OpKind.REDUCE_SUM_TO, np.sum)):
+        kernel, _ = to_kernel(op, fk.DType.F32)
+        for target, axis in (((3, 1), 1), ((3,), 0)):
+            out = np.empty(target, np.float32)
+            kernel(x, out=out, params=fk.params.reduce_to(target))
+            with np.errstate(invalid="ignore"):
+                np.testing.assert_array_equal(out, fn(x, axis=axis).reshape(target))
+
+
+def max_to_backward_reference(x, dy, axes):
+    xf = x.astype(np.float64)
+    m = np.max(xf, axis=axes, keepdims=True)
+    hit = (xf == m) | (np.isnan(xf) & np.isnan(m))
+    count = np.sum(hit, axis=axes, keepdims=True)
+    return np.where(hit, np.broadcast_to(dy.astype(np.float64).reshape(m.shape), x.shape) / np.maximum(count, 1), 0.0)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_reduce_max_to_backward_binding(dtype, rng):
+    """Every layout of x, dy and dx; ties (repeated small integers) split dy evenly; NaN groups send
+    dy to their NaNs; one rounding of the F64 reference (1 ulp, exact for F32/F64 quotients)."""
+    kernel = fk.bindings().lookup(fk.OpKind.REDUCE_MAX_TO_BACKWARD, [dtype] * 3, fk.Backend.CPU)
+    assert kernel.precision.max_ulp == 1
+    for shape, target in TO_SHAPES:
+        axes = to_axes(shape, target)
+        for layout in LAYOUTS:
+            values = rng.integers(-3, 4, shape).astype(np.float64)
+            if values.size >= 8:
+                values.flat[rng.choice(values.size, 2, replace=False)] = [np.nan, np.inf]
+            x = make_operand(shape, dtype, layout, rng, values=values)
+            dy = make_operand(target, dtype, layout, rng, special=False) if target else \
+                np.asarray(random_values((), dtype, rng, special=False), dtype=dtype.numpy)
+            dx_full = np.full(tuple(2 * s + 1 for s in shape), 7, dtype.numpy)
+            dx = dx_full[tuple(slice(1, 1 + 2 * s, 2) for s in shape)] if layout == "strided" else \
+                np.full(shape, 7, dtype.numpy)
+            kernel(x, dy, out=dx, params=fk.params.reduce_to(target))
+            want = max_to_backward_reference(x, dy, axes).astype(dtype.numpy) if x.size else np.zeros(shape)
+            np.testing.assert_array_equal(dx.astype(np.float64), want.astype(np.float64),
+                                          err_msg=str((shape, target, layout)))
+
+
+def test_reduce_max_to_backward_ties_and_nan():
+    x = np.array([[3.0, 1.0, 3.0, 3.0], [np.nan, 2.0, np.nan, 5.0], [-0.0, 0.0, -1.0, -2.0]])
+    dy = np.array([[6.0], [4.0], [1.0]])
+    kernel = fk.bindings().lookup(fk.OpKind.REDUCE_MAX_TO_BACKWARD, [fk.DType.F64] * 3, fk.Backend.CPU)
+    dx = np.empty_like(x)
+    kernel(x, dy, out=dx, params=fk.params.reduce_to((3, 1)))
+    np.testing.assert_array_equal(dx, [[2.0, 0.0, 2.0, 2.0], [2.0, 0.0, 2.0, 0.0], [0.5, 0.5, 0.0, 0.0]])
+
+
+def test_reduce_max_to_backward_is_the_gradient_of_reduce_max_to(rng):
+    """Distinct values (no ties): central differences of L(x) = sum(dy * REDUCE_MAX_TO(x))."""
+    x = rng.permutation(60).reshape(3, 4, 5).astype(np.float64) / 7
+    dy = rng.standard_normal((4, 1))
+    kernel = fk.bindings().lookup(fk.OpKind.REDUCE_MAX_TO_BACKWARD, [fk.DType.F64] * 3, fk.Backend.CPU)
+    got = np.empty_like(x)
+    kernel(x, dy, out=got, params=fk.params.reduce_to((4, 1)))
+    loss = lambda v: float(np.sum(dy * np.max(v, axis=(0, 2)).reshape(4, 1)))
+    numeric = np.empty_like(x)
+    for i in np.ndindex(x.shape):
+        up, down = x.copy(), x.copy()
+        up[i] += 1e-6
+        down[i] -= 1e-6
+        numeric[i] = (loss(up) - loss(down)) / 2e-6
+    np.testing.assert_allclose(got, numeric, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("op", [fk.OpKind.REDUCE_SUM_TO, fk.OpKind.REDUCE_MAX_TO, fk.OpKind.REDUCE_MAX_TO_BACKWARD])
+@pytest.mark.parametrize("problem", ["dtype", "count", "shape", "target", "params", "readonly", "alias", "dims"])
+def test_reduce_to_errors_leave_the_output_untouched(op, problem, rng):
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    backward = op == fk.OpKind.REDUCE_MAX_TO_BACKWARD
+    F = fk.DType.F32
+    kernel = fk.bindings().lookup(op, [F] * (3 if backward else 2), fk.Backend.CPU)
+    dy = np.ones((4,), np.float32)
+    out = np.full((3, 4) if backward else (4,), 7.0, np.float32)
+    inputs = [x, dy] if backward else [x]
+    params = fk.params.reduce_to((4,))
+    error = {"dtype": fk.DTypeError, "count": fk.OperandCountError, "shape": fk.ShapeError,
+             "target": fk.ParamsError, "params": fk.ParamsError, "readonly": fk.ReadOnlyError,
+             "alias": fk.AliasError, "dims": fk.ParamsError}[problem]
+    if problem == "dtype":
+        out = out.astype(np.float64)
+    elif problem == "count":
+        inputs = inputs + [x]
+    elif problem == "shape":
+        out = np.full((3, 5) if backward else (3,), 7.0, np.float32)
+    elif problem == "target":
+        params = fk.params.reduce_to((2,))
+    elif problem == "params":
+        params = fk.params.reduce((0,))
+    elif problem == "readonly":
+        out.setflags(write=False)
+    elif problem == "alias":
+        out = x if backward else x[0]
+    elif problem == "dims":
+        params = fk.params.reduce_to((1, 1, 3, 4))      # more dims than x has
+    before = out.copy()
+    with pytest.raises(error):
+        kernel(*inputs, out=out, params=params)
+    np.testing.assert_array_equal(out, before)
+
+
+def test_reduce_to_params_refuse_too_many_dims_and_negative_extents():
+    with pytest.raises(fk.ParamsError):
+        fk.params.reduce_to((1,) * 9)
+    with pytest.raises(fk.ParamsError):
+        fk.params.reduce_to((-1,))
+
+
+@pytest.mark.parametrize("op", [fk.OpKind.REDUCE_SUM_TO, fk.OpKind.REDUCE_MAX_TO])
+@pytest.mark.parametrize("target", [(1, 1), (1,), ()])
+def test_reduce_to_impossible_sizes_are_refused(op, target):
+    """A C caller's stride-0 x of 2**62 x 2**62 elements (NumPy refuses such a view): the reduced
+    count overflows int64, FK_ERR_SHAPE, the output untouched."""
+    import ctypes
+    from capi import KERNEL_FN, Layout, Storage
+    kernel, _ = to_kernel(op, fk.DType.F32)
+    fn = KERNEL_FN(ctypes.pythonapi.PyCapsule_GetPointer(kernel.capsule(), b"fuel_kernel.kernel"))
+    x, out = np.zeros(1, np.float32), np.full(1, 7.0, np.float32)
+    storages = (Storage * 2)(Storage(x.ctypes.data, 4, 0, int(fk.DType.F32), 0, 0),
+                             Storage(out.ctypes.data, 4, 0, int(fk.DType.F32), 0, 0))
+    layouts = (Layout * 2)()
+    layouts[0].ndim = 2
+    layouts[0].shape[0] = layouts[0].shape[1] = 2 ** 62
+    layouts[1].ndim = len(target)
+    for d, n in enumerate(target):
+        layouts[1].shape[d] = n
+    kind = next(p.kind for p in fk.spec.PARAMS if p.name == "reduce_to")
+    raw = np.zeros(128, np.uint8)
+    raw[:4] = np.frombuffer(np.int32(kind).tobytes(), np.uint8)
+    raw[8:12] = np.frombuffer(np.int32(len(target)).tobytes(), np.uint8)
+    raw[16:16 + 8 * len(target)] = np.frombuffer(np.array(target, np.int64).tobytes(), np.uint8)
+    params = ctypes.create_string_buffer(raw.tobytes(), 1024)
+    outputs = ctypes.cast(ctypes.byref(storages, ctypes.sizeof(Storage)), ctypes.POINTER(Storage))
+    status = fn(ctypes.cast(storages, ctypes.POINTER(Storage)), 1, outputs, 1, layouts, params)
+    assert status == 2 and out[0] == 7.0          # FK_ERR_SHAPE
+
+
+def test_reduce_to_dispatch_and_schema(rng):
+    x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    out = fk.dispatch(fk.OpKind.REDUCE_SUM_TO, [x], params=fk.params.reduce_to((3, 1)))
+    assert out.shape == (3, 1) and out.dtype == np.float32
+    out = fk.dispatch(fk.OpKind.REDUCE_SUM_TO, [np.arange(6, dtype=np.int32).reshape(2, 3)],
+                      params=fk.params.reduce_to((3,)))
+    assert out.dtype == np.int64 and out.tolist() == [3, 5, 7]
+    with pytest.raises(fk.ShapeError):
+        fk.dispatch(fk.OpKind.REDUCE_MAX_TO, [x], params=fk.params.reduce_to((2, 4)))
