@@ -175,8 +175,7 @@ def _flash_attn(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
     elif grads[1] is not None:
         raise NoKernelError(f"grad: node {node.id} (flash_attn): the log-sum-exp output has no gradient rule")
     q, k, v = node.inputs
-    return list(g.op(_op("FLASH_ATTN_BACKWARD", node), q, k, v, node.outputs[0], node.outputs[1], grads[0],
-                     params=node.params))
+    return list(g.op(_op("FLASH_ATTN_BACKWARD", node), q, k, v, node.outputs[1], grads[0], params=node.params))
 
 
 def _add_optional_output(g: Graph, node: Node) -> None:
@@ -193,6 +192,36 @@ def _add_optional_output(g: Graph, node: Node) -> None:
     buffer = g._buffer("node", shape, dtype)
     node.outputs.append(Value(g, buffer, shape, _contiguous_strides(shape), 0, dtype, producer=node))
     node.dtypes = dtypes
+
+
+def _fused_linear(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
+    x, w, b = node.inputs
+    return [g.matmul(grads[0], w.T) if needs[0] else None,
+            g.matmul(x.T, grads[0]) if needs[1] else None,
+            g.sum(grads[0], dims=[0]) if needs[2] else None]
+
+
+def _conv2d(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
+    """CONV2D_BACKWARD_INPUT and _WEIGHT with the forward's stride, padding, dilation and groups;
+    the bias's gradient sums dy over images and positions."""
+    x, w = node.inputs[0], node.inputs[1]
+    fields = node.params.fields() if node.params is not None and node.params.kind == "conv2d" else {}
+    params = fk_params.conv2d_backward(input_size=x.shape[2:], kernel_size=w.shape[2:], **fields)
+    dy = grads[0]
+    result: Grads = [g.op(_op("CONV2D_BACKWARD_INPUT", node), dy, w, params=params) if needs[0] else None,
+                     g.op(_op("CONV2D_BACKWARD_WEIGHT", node), x, dy, params=params) if needs[1] else None]
+    if len(node.inputs) == 3:
+        result.append(g.sum(dy, dims=[0, 2, 3]) if needs[2] else None)
+    return result
+
+
+def _max(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
+    """MAX over dims: REDUCE_MAX_TO_BACKWARD onto the keepdim shape (ties share the gradient)."""
+    x = node.inputs[0]
+    dims, _ = ops._reduced_dims(x.ndim, node.params)
+    kept = [1 if d in dims else n for d, n in enumerate(x.shape)]
+    return [g.op(_op("REDUCE_MAX_TO_BACKWARD", node), x, g.reshape(grads[0], kept),
+                 params=fk_params.reduce_to(kept))]
 
 
 def _where(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
@@ -251,6 +280,13 @@ RULES: Dict[OpKind, Rule] = {
     OpKind.RMS_NORM: _norm("RMS_NORM_BACKWARD"),
     OpKind.LAYER_NORM: _norm("LAYER_NORM_BACKWARD"),
     OpKind.MATMUL: _matmul,
+    OpKind.FUSED_LINEAR: _fused_linear,
+    OpKind.CONV2D: _conv2d,
+    OpKind.MAX: _max,
+    OpKind.REDUCE_MAX_TO: lambda g, node, grads, needs: [
+        g.op(OpKind.REDUCE_MAX_TO_BACKWARD, node.inputs[0], grads[0], params=node.params)],
+    OpKind.REDUCE_SUM_TO: lambda g, node, grads, needs: [g.broadcast_to(grads[0], node.inputs[0].shape)],
+    OpKind.PAD: lambda g, node, grads, needs: [g.op(OpKind.PAD_BACKWARD, grads[0], params=node.params)],
     OpKind.FLASH_ATTN: _flash_attn,
     OpKind.SUM: _reduction,
     OpKind.MEAN: _reduction,

@@ -80,6 +80,15 @@ CASES = {
     "slices_of_one_buffer": ([((3, 6), _normal)],
                              lambda g, x: g.mul(g.exp(x[:, 0:3]), g.transpose(x[::-1, 3:], (0, 1)))),
     "strided_window": ([((4, 5), _normal)], lambda g, x: g.sin(x[1::2, ::-2])),
+    "fused_linear": ([((3, 4), _normal), ((4, 5), _normal), ((5,), _normal)],
+                     lambda g, x, w, b: g.fused_linear(x, w, b)),
+    "conv2d_bias_strided_grouped": ([((2, 4, 5, 6), _normal), ((4, 2, 2, 3), _normal), ((4,), _normal)],
+                                    lambda g, x, w, b: g.conv2d(x, w, b, stride=(2, 1), padding=(1, 0),
+                                                                dilation=(1, 2), groups=2)),
+    "max_dims": ([((3, 4, 5), _normal)], lambda g, x: g.max(x, dims=[1, 2])),
+    "reduce_max_to": ([((3, 4), _normal)], lambda g, x: g.reduce_max_to(x, shape=(3, 1))),
+    "reduce_sum_to": ([((2, 3, 4), _normal)], lambda g, x: g.reduce_sum_to(x, shape=(3, 1))),
+    "pad_reflect": ([((3, 5), _normal)], lambda g, x: g.pad(x, before=[1, 2], after=[2, 1], mode="reflect")),
     "shared_input": ([((4,), _normal)], lambda g, x: g.mul(g.exp(x), g.sin(x))),
 }
 
