@@ -398,9 +398,10 @@ ACTIVATION_BACKWARD = (fk.OpKind.SIGMOID_BACKWARD, fk.OpKind.TANH_BACKWARD, fk.O
                        fk.OpKind.GELU_BACKWARD, fk.OpKind.GELU_ERF_BACKWARD)
 
 
-def activation_grad(op, x, dy, exp=None):
+def activation_grad(op, x, dy, exp=None, overflow_at=None):
     """(dx, |dy| M(x)) of an activation backward op (POWI_BACKWARD with its exp), in x's dtype;
-    RELU_BACKWARD is exact (M = |dy|)."""
+    RELU_BACKWARD is exact (M = |dy|).  POWI_BACKWARD forms exp * x**(exp - 1) first (PyTorch's
+    order): past `overflow_at` (the compute dtype's largest value) that factor is inf."""
     with np.errstate(all="ignore"):
         if op == fk.OpKind.RELU_BACKWARD:
             return np.where(x <= 0, np.zeros_like(dy), dy), np.abs(dy)
@@ -408,6 +409,8 @@ def activation_grad(op, x, dy, exp=None):
             if exp == 0:
                 return np.zeros(np.broadcast_shapes(x.shape, dy.shape), x.dtype), np.zeros_like(dy)
             d = exp * np.power(x, x.dtype.type(exp - 1))
+            if overflow_at is not None:
+                d = np.where(np.abs(d) > overflow_at, np.copysign(np.inf, d), d)
             return dy * d, np.abs(dy) * np.abs(d)
         a, b = _grad_terms(op, x)
         return dy * (a + b), np.abs(dy) * (np.abs(a) + np.abs(b))
@@ -440,7 +443,7 @@ def activation_backward(op):
         if infinite_dy_meets_underflow(op, xw, gw, compute).any():
             raise Skip("an infinite dy meets a derivative that underflows")
         exp = params.fields()["exp"] if family == "powi" else None
-        values, magnitude = activation_grad(op, xw, gw, exp)
+        values, magnitude = activation_grad(op, xw, gw, exp, overflow_at=np.finfo(compute).max)
         tiny = 1e-300 if compute == np.float64 else 1e-35
         with np.errstate(all="ignore"):
             magnitude = magnitude + np.abs(gw) * tiny

@@ -142,7 +142,7 @@ def backward_oracle(op, dtype, inputs, params):
     RELU_BACKWARD exact."""
     x, dy = (np.asarray(v).astype(np.longdouble) for v in inputs)
     exp = params.fields()["exp"] if op == Op.POWI_BACKWARD else None
-    exact, scale = activation_grad(op, x, dy, exp)
+    exact, scale = activation_grad(op, x, dy, exp, overflow_at=np.finfo(compute_dtype(dtype)).max)
     rounded = exact.astype(np.float32 if dtype == D.BF16 else np.float64).astype(dtype.numpy)
     if op == Op.RELU_BACKWARD:
         return rounded, "exact"
@@ -151,7 +151,7 @@ def backward_oracle(op, dtype, inputs, params):
 
 def half_subnormal(dtype):
     finfo = ml_dtypes.finfo if dtype == D.BF16 else np.finfo
-    return float(finfo(dtype.numpy).smallest_subnormal) / 2
+    return np.longdouble(float(finfo(dtype.numpy).smallest_subnormal)) / 2     # F64's halves only in long double
 
 
 def check_scaled(out, rounded, mode, claim, dtype, op):
@@ -166,6 +166,7 @@ def check_scaled(out, rounded, mode, claim, dtype, op):
     bound = claim.max_rel * scale + claim.max_abs * np.abs(dy) + half_subnormal(dtype)
     with np.errstate(all="ignore"):
         ok = (a == rounded.astype(np.longdouble)) | (np.abs(a - exact) <= bound) | np.isnan(exact) | skip
+        ok &= ~np.isinf(exact) | (a == exact) | skip
     assert ok.all(), (f"beyond the claim at {np.argwhere(~ok)[:5].tolist()}: got {a[~ok][:5]} expected "
                       f"{exact[~ok][:5]} bound {bound[~ok][:5]} x {x[~ok][:5]}")
 
@@ -398,7 +399,7 @@ def test_activation_backward_matches_finite_differences_of_the_forward(op, rng):
     for exp in ((3, -2, 1, 0) if op == Op.POWI_BACKWARD else (None,)):
         xs = x[np.abs(x) > 0.05] if exp is not None and exp < 0 else x
         g = dy[:xs.size]
-        h = 1e-5 * np.maximum(1.0, np.abs(xs))
+        h = 1e-5 * np.maximum(0.05, np.abs(xs))      # relative to x: x**-2 curves fast near 0
         numeric = g * (forward_reference(op, xs + h, exp) - forward_reference(op, xs - h, exp)) / (2 * h)
         kernel = fk.bindings().lookup(op, [D.F64] * 3)
         params = fk.params.powi(exp) if exp is not None else None

@@ -296,7 +296,7 @@ def backward_rows(op, rng):
 def test_softmax_backward_claims_on_adversarial_rows(op, dtype, rng):
     for name, y, dy in backward_rows(op, rng):
         if dtype == fk.DType.F16:
-            dy = np.clip(dy, -6e4, 6e4)            # within F16's range
+            dy = np.clip(dy, -1e3, 1e3)            # dx stays within F16's range
         with np.errstate(over="ignore", under="ignore"):
             y, dy = y.astype(dtype.numpy), dy.astype(dtype.numpy)
         for kernel in fk.bindings().alternatives(op, [dtype] * 3, fk.Backend.CPU):
