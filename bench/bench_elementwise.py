@@ -14,6 +14,9 @@ alternating with the baseline in one process:
   TANH f32 4M                     0.92x NumPy                                               target <= 1.0x
   SIGMOID f32 4M                  0.53-0.55x NumPy's 1/(1+exp(-x))                          target <= 1.0x
   ADD f32 8 elements, Kernel call 0.234-0.242x np.add(out=) (63.5 ns vs 263-272 ns)         target <= 0.25x
+Activation backward, 4M f32, against NumPy computing the same formula (3 --quick runs, 2026-12-01):
+  GELU 0.178-0.181x, SILU 0.171-0.186x, SIGMOID 0.172-0.184x, TANH 0.290-0.309x, RELU 0.161-0.180x,
+  POWI(exp 3) 0.851-0.896x (NumPy's dy * (3 x x) is three streaming passes, as is the kernel's).
 """
 import numpy as np
 
@@ -144,6 +147,11 @@ def _numpy_backward(op, x, dy):
     raise KeyError(op)
 
 
+def _numpy_with_overflow_quiet(op, x, dy):
+    with np.errstate(over="ignore"):                 # exp(-x) overflows to inf for x < -88: fine
+        return _numpy_backward(op, x, dy)
+
+
 def _torch_backward(torch, op, tx, tdy):
     """The ATen backward kernel of the same op (sigmoid and tanh take the forward's output)."""
     aten = torch.ops.aten
@@ -174,7 +182,7 @@ def activation_backward_cases(table, rng, torch, reason):
                fk.OpKind.TANH_BACKWARD, fk.OpKind.RELU_BACKWARD, fk.OpKind.POWI_BACKWARD):
         kernel = table.lookup(op, [D.F32] * 3)
         params = fk.params.powi(3) if op == fk.OpKind.POWI_BACKWARD else None
-        contenders = {"numpy formula": lambda op=op: _numpy_backward(op, x, dy),
+        contenders = {"numpy formula": lambda op=op: _numpy_with_overflow_quiet(op, x, dy),
                       "fuel_kernel Kernel": lambda k=kernel, p=params: k(x, dy, out=out, params=p)}
         peer_call = None
         if torch is not None:
