@@ -1,5 +1,6 @@
 """Softmax and norms over the last dim against NumPy and PyTorch, single-threaded: LAYER_NORM,
-RMS_NORM, SOFTMAX_LAST_DIM and LOG_SOFTMAX_LAST_DIM at 4096x1024 and 128x768, in f32 and bf16.
+RMS_NORM, SOFTMAX_LAST_DIM and LOG_SOFTMAX_LAST_DIM at 4096x1024 and 128x768, in f32 and bf16, and
+the softmax backward ops at 4096x1024 f32.
 
 "fk default" is the alternative the route picker (BindingTable.pick, Graph.compile's choice) takes
 for the case's shapes; "fk native-f64" is the F64-compute sibling a caller gets by asking for a
@@ -21,6 +22,8 @@ Softmax already computed in F32; with fk_fast_expf and blocked sums (before: its
 F64 sums): SOFTMAX f32 4096x1024 0.35-0.44x (0.39-0.47x), 128x768 0.33-0.37x (0.29-0.36x);
 LOG_SOFTMAX f32 4096x1024 0.12-0.14x (0.13-0.15x), 128x768 0.40-0.43x (0.30-0.35x); bf16
 SOFTMAX 128x768 0.30-0.33x (0.75-0.80x).
+Backward, f32 4096x1024 (3 --quick runs, 2026-12-01): SOFTMAX_LAST_DIM_BACKWARD 0.288-0.306x NumPy
+(native-f64 0.77-0.93x), LOG_SOFTMAX_LAST_DIM_BACKWARD 0.53-0.76x (native-f64 2.5-3.4x).
 """
 import numpy as np
 
@@ -114,3 +117,49 @@ def cases():
                            baseline="torch" if torch is not None else numpy_name,
                            target="fk default <= 0.8x torch" if torch is not None
                            else "torch absent: numpy only")
+    yield from backward_cases()
+
+
+# ---- softmax backward: (y, dy) -> dx over the last dim, 4096x1024 f32 --------------------------------
+BACKWARD_SHAPE = (4096, 1024)
+
+
+def _numpy_backward(op, y, dy):
+    if op == fk.OpKind.SOFTMAX_LAST_DIM_BACKWARD:
+        return y * (dy - np.sum(dy * y, axis=-1, keepdims=True))
+    return dy - np.exp(y) * np.sum(dy, axis=-1, keepdims=True)
+
+
+def backward_cases():
+    """SOFTMAX_LAST_DIM_BACKWARD and LOG_SOFTMAX_LAST_DIM_BACKWARD f32 at 4096x1024 against NumPy's
+    formula (and ATen's _softmax_backward_data / _log_softmax_backward_data when torch is there)."""
+    torch, torch_missing = optional_import("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
+    table = fk.bindings()
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal(BACKWARD_SHAPE) * 3).astype(np.float32)
+    dy = rng.standard_normal(BACKWARD_SHAPE).astype(np.float32)
+    params = fk.params.softmax_last_dim()
+    for op, log in ((fk.OpKind.SOFTMAX_LAST_DIM_BACKWARD, False), (fk.OpKind.LOG_SOFTMAX_LAST_DIM_BACKWARD, True)):
+        y = _numpy_reference(fk.OpKind.LOG_SOFTMAX_LAST_DIM if log else fk.OpKind.SOFTMAX_LAST_DIM,
+                             x, None, None).astype(np.float32)
+        out = np.empty_like(y)
+        dtypes = [fk.DType.F32] * 3
+        picked = table.pick(op, dtypes, fk.Backend.CPU, [y, dy, out], params)
+        alts = {k.source: k for k in table.alternatives(op, dtypes, fk.Backend.CPU)}
+        contenders = {f"fk default ({picked.source})": lambda k=picked, y=y, o=out: k(y, dy, out=o, params=params),
+                      "fk native-f64": lambda k=alts["native-f64"], y=y, o=out: k(y, dy, out=o, params=params),
+                      "numpy f32": lambda op=op, y=y: _numpy_backward(op, y, dy)}
+        skipped = {}
+        if torch is not None:
+            ty, tdy = torch.from_numpy(y), torch.from_numpy(dy)
+            aten = torch.ops.aten
+            fn = aten._log_softmax_backward_data if log else aten._softmax_backward_data
+            contenders["torch"] = lambda fn=fn, ty=ty: fn(tdy, ty, -1, torch.float32)
+        else:
+            skipped["torch"] = torch_missing
+        yield Case(name=f"fk: {op.name} f32 {BACKWARD_SHAPE[0]}x{BACKWARD_SHAPE[1]} [1 thread]",
+                   contenders=contenders, skipped=skipped,
+                   baseline="torch" if torch is not None else "numpy f32",
+                   target="fk default <= 0.8x torch" if torch is not None else "torch absent: numpy only")

@@ -283,6 +283,21 @@ OPS = (
         args=("dy",), shape="pad_backward"),
     _op(81, "FUSED_LINEAR", 3, "none", "x @ w + b for x [M, K], w [K, N], b [N]",
         args=("x", "w", "b"), shape="linear"),
+    # training: backward ops of softmax and the activations (dx from the forward's y or x and dy)
+    _op(82, "SOFTMAX_LAST_DIM_BACKWARD", 2, "softmax_last_dim",
+        "y * (dy - sum(dy * y)) over the last dim, y the softmax output", args=("y", "dy"),
+        shape="same_as_first"),
+    _op(83, "LOG_SOFTMAX_LAST_DIM_BACKWARD", 2, "softmax_last_dim",
+        "dy - exp(y) * sum(dy) over the last dim, y the log-softmax output", args=("y", "dy"),
+        shape="same_as_first"),
+    _op(84, "GELU_BACKWARD", 2, "none", "dy * GELU'(x), tanh form", args=("x", "dy")),
+    _op(85, "GELU_ERF_BACKWARD", 2, "none", "dy * GELU_ERF'(x) = dy (Phi(x) + x phi(x))", args=("x", "dy")),
+    _op(86, "SILU_BACKWARD", 2, "none", "dy * SILU'(x) = dy s (1 + x (1 - s)), s = sigmoid(x)",
+        args=("x", "dy")),
+    _op(87, "SIGMOID_BACKWARD", 2, "none", "dy * s (1 - s), s = sigmoid(x)", args=("x", "dy")),
+    _op(88, "TANH_BACKWARD", 2, "none", "dy * (1 - tanh(x)^2)", args=("x", "dy")),
+    _op(89, "RELU_BACKWARD", 2, "none", "0 where x <= 0, else dy (NaN x passes dy)", args=("x", "dy")),
+    _op(90, "POWI_BACKWARD", 2, "powi", "dy * (exp * x ** (exp - 1)); exp 0 gives 0", args=("x", "dy")),
 )
 
 # ---- threads --------------------------------------------------------------------------------------
@@ -296,6 +311,8 @@ SPLIT_RULES = {
     **{name: "ROWS_0" for name in _ELEMENTWISE_OPS},
     **{name: "ROWS_1" for name in ("SOFTMAX_LAST_DIM", "LOG_SOFTMAX_LAST_DIM", "RMS_NORM",
                                    "LAYER_NORM", "ROPE")},
+    # softmax backward: rows of the last dim, as the forward
+    **{name: "ROWS_1" for name in ("SOFTMAX_LAST_DIM_BACKWARD", "LOG_SOFTMAX_LAST_DIM_BACKWARD")},
     "TRIU": "ROWS_2", "TRIL": "ROWS_2",
     **{name: "MOVEMENT" for name in ("CUMSUM", "FLIP", "ROLL", "PAD")},
     **{op.name: "REDUCE" for op in OPS if op.shape == "reduce"},
@@ -635,6 +652,35 @@ CPU_KERNELS["binary"] = (
                "fk_cost_simple", "FK_ELEMENTWISE_CAPS"),
 )
 
+# activation backward: GELU, GELU_ERF, SILU, SIGMOID, TANH, RELU, POWI backward (x, dy) -> dx on
+# every float dtype, key [T, T, T], in the binary family (cpu/binary_kernels.h.in, whose opening
+# comment defines M(x) per op).  |err| <= max_rel |dy| M(x) + max_abs |dy| + half the output dtype's
+# smallest subnormal; F32 maxima measured against a long double reference: 2.9 ulp of |dy| M in f'
+# plus the product's rounding; F16/BF16 add their one rounding of the F32 result.
+_ACT_BACKWARD_NOTES = "|err| <= max_rel|dy|M(x) + max_abs|dy| + subnormal/2; "
+CLAIMS.update({
+    "ACT_BACKWARD_F32": Claim(0, _ACT_BACKWARD_NOTES + "F32 vector code", 5e-7, 1e-42),
+    "ACT_BACKWARD_F16": Claim(0, _ACT_BACKWARD_NOTES + "F32, rounded once", 5e-4, 1e-42),
+    "ACT_BACKWARD_BF16": Claim(0, _ACT_BACKWARD_NOTES + "F32, rounded once", 4e-3, 1e-42),
+    "ACT_BACKWARD_F64": Claim(0, _ACT_BACKWARD_NOTES + "F64, C library exp", 1e-15, 1e-318),
+    # GELU's inner argument (and GELU_ERF's x / sqrt 2) rounds in F64, which costs up to |w| ulp in
+    # the tail, as for the forward ops (UNARY_GELU_F64)
+    "ACT_BACKWARD_GELU_F64": Claim(0, _ACT_BACKWARD_NOTES + "F64, tail x^2 ulp", 1e-12,
+                                   1e-318),
+})
+_ACT_BACKWARD = {name: "ACT_BACKWARD_" + name for name in FLOAT}
+_ACT_BACKWARD_GELU = {**_ACT_BACKWARD, "F64": "ACT_BACKWARD_GELU_F64"}
+CPU_KERNELS["binary"] += (
+    KernelRows(("SIGMOID_BACKWARD", "TANH_BACKWARD", "SILU_BACKWARD"), same(FLOAT, 3), "fk_{op}_{d0}",
+               _ACT_BACKWARD, "fk_cost_transcendental", "FK_ELEMENTWISE_CAPS"),
+    KernelRows(("GELU_BACKWARD", "GELU_ERF_BACKWARD"), same(FLOAT, 3), "fk_{op}_{d0}", _ACT_BACKWARD_GELU,
+               "fk_cost_transcendental", "FK_ELEMENTWISE_CAPS"),
+    KernelRows(("RELU_BACKWARD",), same(FLOAT, 3), "fk_{op}_{d0}", "EXACT", "fk_cost_simple",
+               "FK_ELEMENTWISE_CAPS"),
+    KernelRows(("POWI_BACKWARD",), same(FLOAT, 3), "fk_{op}_{d0}", _ACT_BACKWARD, "fk_cost_transcendental",
+               "FK_ELEMENTWISE_CAPS"),
+)
+
 # compare: EQ, NE, LT, LE, GT, GE on every dtype (key [T, T, BOOL]) and WHERE(cond, a, b) on every
 # dtype (key [BOOL, T, T, T]) (cpu/compare_kernels.h.in)
 CLAIMS["COMPARE"] = Claim(0, "exact: IEEE comparison")
@@ -781,6 +827,27 @@ CLAIMS.update({
     "LAYER_NORM_F16_IN_F64": Claim(1, _S + ", " + _S64 + "; F64 compute", 5e-4, 6e-8),
     "LAYER_NORM_BF16_IN_F64": Claim(1, _S + ", " + _S64 + "; F64 compute", 4e-3, 1e-38),
     "LAYER_NORM_F64": Claim(0, "|err| <= max_rel*S, " + _S64, 1e-14, 0.0),
+})
+# softmax backward: SOFTMAX_LAST_DIM_BACKWARD, LOG_SOFTMAX_LAST_DIM_BACKWARD (y, dy) -> dx in the
+# norm family (rows and siblings as the forward ops).  Scales: S = |y|(|dy| + sum|dy y|) for softmax,
+# S = |dy| + exp(y) sum|dy| for log-softmax (derivations in cpu/norm_kernels.h.in).
+_SB = "|err| <= max_rel*S + max_abs, S = |y|(|dy|+sum|dy y|)"
+_LSB = "|err| <= max_rel*S + max_abs, S = |dy|+exp(y)sum|dy|"
+CLAIMS.update({
+    "SOFTMAX_BACKWARD_F32": Claim(0, _SB + " for D <= 2^20, |y| <= 1; F32 compute", 5e-7, 1e-39),
+    "SOFTMAX_BACKWARD_F16": Claim(0, _SB + "; F32 compute", 5e-4, 6e-8),
+    "SOFTMAX_BACKWARD_BF16": Claim(0, _SB + " for |y| <= 1; F32 compute", 4e-3, 1e-38),
+    "SOFTMAX_BACKWARD_F32_IN_F64": Claim(0, _SB + " for D <= 131072; F64 compute", 6e-8, 1e-45),
+    "SOFTMAX_BACKWARD_F16_IN_F64": Claim(0, _SB + "; F64 compute", 5e-4, 6e-8),
+    "SOFTMAX_BACKWARD_BF16_IN_F64": Claim(0, _SB + "; F64 compute", 4e-3, 1e-40),
+    "SOFTMAX_BACKWARD_F64": Claim(0, _SB + " for D <= 4096", 3e-14, 1e-300),
+    "LOG_SOFTMAX_BACKWARD_F32": Claim(0, _LSB + "; F32 compute", 6e-7, 1e-44),
+    "LOG_SOFTMAX_BACKWARD_F16": Claim(0, _LSB + "; F32 compute", 5e-4, 6e-8),
+    "LOG_SOFTMAX_BACKWARD_BF16": Claim(0, _LSB + "; F32 compute", 4e-3, 1e-40),
+    "LOG_SOFTMAX_BACKWARD_F32_IN_F64": Claim(0, _LSB + " for D <= 131072; F64 compute", 6e-8, 1e-45),
+    "LOG_SOFTMAX_BACKWARD_F16_IN_F64": Claim(0, _LSB + "; F64 compute", 5e-4, 6e-8),
+    "LOG_SOFTMAX_BACKWARD_BF16_IN_F64": Claim(0, _LSB + "; F64 compute", 4e-3, 1e-40),
+    "LOG_SOFTMAX_BACKWARD_F64": Claim(0, _LSB + " for D <= 4096", 3e-14, 1e-300),
 })
 NORM_IN_F32 = tuple(d.name for d in DTYPES if d.kind == "float" and d.compute == "float")
 

@@ -37,7 +37,9 @@ REDUCE_OPS = {fk.OpKind.SUM, fk.OpKind.MAX, fk.OpKind.MIN, fk.OpKind.MEAN, fk.Op
               fk.OpKind.ARGMAX, fk.OpKind.ARGMIN}
 LAST_DIM_OPS = {fk.OpKind.SOFTMAX_LAST_DIM, fk.OpKind.LOG_SOFTMAX_LAST_DIM, fk.OpKind.RMS_NORM,
                 fk.OpKind.LAYER_NORM}
+SOFTMAX_BACKWARD_OPS = {fk.OpKind.SOFTMAX_LAST_DIM_BACKWARD, fk.OpKind.LOG_SOFTMAX_LAST_DIM_BACKWARD}
 PARAMS_BY_OP = {fk.OpKind.AFFINE: "affine", fk.OpKind.CLAMP: "clamp", fk.OpKind.POWI: "powi",
+                fk.OpKind.POWI_BACKWARD: "powi",
                 fk.OpKind.MATMUL: "matmul", fk.OpKind.CONV2D: "conv2d",
                 fk.OpKind.RMS_NORM: "norm_last_dim", fk.OpKind.LAYER_NORM: "norm_last_dim",
                 fk.OpKind.CONV2D_BACKWARD_INPUT: "conv2d_backward",
@@ -662,6 +664,9 @@ def valid_shapes(draw, op, dtypes):
             mc = fk.MatmulM.all() if params == "all" else fk.MatmulM.rows(draw(st.integers(0, m)))
             params = fk.params.matmul(m, n, k, batch=batch, m_compute=mc)
         return [a, b], params, out, {}
+    if op in SOFTMAX_BACKWARD_OPS:                 # y and dy of one shape
+        y = draw_shape(draw, 1, 4, 1024)
+        return [y, y], valid_params(draw, family, [y]), y, {}
     if op in LAST_DIM_OPS:
         x = draw_shape(draw, 1, 4, 1024)
         extras = [(x[-1],)] * (n_in - 1)

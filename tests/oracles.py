@@ -358,6 +358,106 @@ def _powi(inputs, params, out_dtype, out_shape):
         return to(r, out_dtype)
 
 
+# ---- activation backward ------------------------------------------------------------------------
+# f'(x) as (value, M) where M is the sum of the magnitudes of its terms, the scale the claims of the
+# activation backward ops bound their error by (cpu/binary_kernels.h.in); x in its own dtype (long
+# double for the tight tests).  The limits at x = +-inf are the kernels' (0, or 1 at +inf for SiLU
+# and the GELUs): a term x * (something -> 0) is 0 there.
+def _sigmoid_prime(x):
+    t = np.exp(-np.abs(x))
+    return t / ((1 + t) * (1 + t))
+
+
+def _no_inf_product(x, term):
+    return np.where(np.isinf(x), np.zeros_like(term), term)
+
+
+def _grad_terms(op, x):
+    """(first term, second term) of f'(x), f' = their sum."""
+    with np.errstate(all="ignore"):
+        if op == fk.OpKind.SIGMOID_BACKWARD:
+            return _sigmoid_prime(x), np.zeros_like(x)
+        if op == fk.OpKind.TANH_BACKWARD:
+            t = np.exp(-2 * np.abs(x))
+            return 4 * t / ((1 + t) * (1 + t)), np.zeros_like(x)
+        if op == fk.OpKind.SILU_BACKWARD:
+            return sigmoid(x), _no_inf_product(x, x * _sigmoid_prime(x))
+        if op == fk.OpKind.GELU_BACKWARD:
+            c1 = 2 * np.sqrt(x.dtype.type(2) / x.dtype.type(np.pi))
+            c3 = c1 * x.dtype.type(0.044715)
+            w = c1 * x + c3 * x * x * x
+            return sigmoid(w), _no_inf_product(x, x * _sigmoid_prime(w) * (c1 + 3 * c3 * x * x))
+        if op == fk.OpKind.GELU_ERF_BACKWARD:
+            cdf = 0.5 * erfc(-x.astype(np.float64) / math.sqrt(2.0)).astype(x.dtype)
+            pdf = np.exp(-x * x / 2) / np.sqrt(2 * x.dtype.type(np.pi))
+            return cdf, _no_inf_product(x, x * pdf)
+    raise KeyError(op)
+
+
+ACTIVATION_BACKWARD = (fk.OpKind.SIGMOID_BACKWARD, fk.OpKind.TANH_BACKWARD, fk.OpKind.SILU_BACKWARD,
+                       fk.OpKind.GELU_BACKWARD, fk.OpKind.GELU_ERF_BACKWARD)
+
+
+def activation_grad(op, x, dy, exp=None, overflow_at=None):
+    """(dx, |dy| M(x)) of an activation backward op (POWI_BACKWARD with its exp), in x's dtype;
+    RELU_BACKWARD is exact (M = |dy|).  POWI_BACKWARD forms exp * x**(exp - 1) first (PyTorch's
+    order): past `overflow_at` (the compute dtype's largest value) that factor is inf."""
+    with np.errstate(all="ignore"):
+        if op == fk.OpKind.RELU_BACKWARD:
+            return np.where(x <= 0, np.zeros_like(dy), dy), np.abs(dy)
+        if op == fk.OpKind.POWI_BACKWARD:
+            if exp == 0:
+                return np.zeros(np.broadcast_shapes(x.shape, dy.shape), x.dtype), np.zeros_like(dy)
+            d = exp * np.power(x, x.dtype.type(exp - 1))
+            if overflow_at is not None:
+                d = np.where(np.abs(d) > overflow_at, np.copysign(np.inf, d), d)
+            return dy * d, np.abs(dy) * np.abs(d)
+        a, b = _grad_terms(op, x)
+        return dy * (a + b), np.abs(dy) * (np.abs(a) + np.abs(b))
+
+
+def infinite_dy_meets_underflow(op, x, dy, compute):
+    """Where an infinite dy meets a derivative that is 0 in the compute dtype or nearly so: inf * 0
+    (NaN) or inf * tiny (inf) is then decided by the last rounding of f', a convention."""
+    if op == fk.OpKind.RELU_BACKWARD:
+        return np.zeros(np.broadcast_shapes(x.shape, dy.shape), bool)
+    one = np.ones_like(x)
+    with np.errstate(all="ignore"):
+        _, m = activation_grad(op, x, one, exp=2)
+    tiny = np.finfo(compute).tiny * 2 ** 30
+    return np.isinf(dy) & (np.abs(m) < tiny) & ~np.isnan(x)
+
+
+def activation_backward(op):
+    """The oracle of an activation backward op: dy * f'(x) in F64 as an Accumulated whose magnitude
+    is |dy| (M(x) + tiny) (tiny: the claims' absolute part, a subnormal exp inside f')."""
+    family = "powi" if op == fk.OpKind.POWI_BACKWARD else "none"
+
+    def oracle(inputs, params, out_dtype, out_shape):
+        need_params(params, family)
+        x, dy = broadcast_inputs(inputs, out_shape)
+        if not D(out_dtype).is_float:
+            raise Skip("float ops only")
+        compute = compute_dtype(out_dtype)
+        xw, gw = up(x).astype(np.float64), up(dy).astype(np.float64)
+        if infinite_dy_meets_underflow(op, xw, gw, compute).any():
+            raise Skip("an infinite dy meets a derivative that underflows")
+        exp = params.fields()["exp"] if family == "powi" else None
+        values, magnitude = activation_grad(op, xw, gw, exp, overflow_at=np.finfo(compute).max)
+        tiny = 1e-300 if compute == np.float64 else 1e-35
+        with np.errstate(all="ignore"):
+            magnitude = magnitude + np.abs(gw) * tiny
+        terms = 600 if compute == np.float64 and op in (fk.OpKind.GELU_BACKWARD, fk.OpKind.GELU_ERF_BACKWARD) else 4
+        if D(out_dtype) in HALF:
+            values = values.astype(np.float32)
+        return Accumulated(to(values, out_dtype), magnitude, terms)
+    return oracle
+
+
+for _op in ACTIVATION_BACKWARD + (fk.OpKind.RELU_BACKWARD, fk.OpKind.POWI_BACKWARD):
+    ORACLES[_op] = Oracle(activation_backward(_op), "accumulate")
+
+
 # ---- reductions ----------------------------------------------------------------------------------
 def reduce_axes(x, params):
     need_params(params, "none", "reduce")
@@ -536,6 +636,37 @@ def _layer_norm(x, extra, params):
 
 ORACLES[fk.OpKind.SOFTMAX_LAST_DIM] = Oracle(last_dim(_softmax), "accumulate", strict=False)
 ORACLES[fk.OpKind.LOG_SOFTMAX_LAST_DIM] = Oracle(last_dim(_log_softmax), "accumulate", strict=False)
+def softmax_backward_last_dim(y, dy, log=False):
+    """(dx, S) of SOFTMAX_LAST_DIM_BACKWARD (LOG_: log) over the last axis, in y's own dtype: dx =
+    y (dy - sum(dy y)) with S = |y| (|dy| + sum|dy y|), or dx = dy - exp(y) sum(dy) with S = |dy| +
+    exp(y) sum|dy| (the scales the claims bound the error by)."""
+    with np.errstate(all="ignore"):
+        if log:
+            e = np.exp(y)
+            s = np.sum(dy, axis=-1, keepdims=True)
+            return dy - e * s, np.abs(dy) + e * np.sum(np.abs(dy), axis=-1, keepdims=True)
+        p = dy * y
+        s = np.sum(p, axis=-1, keepdims=True)
+        return y * (dy - s), np.abs(y) * (np.abs(dy) + np.sum(np.abs(p), axis=-1, keepdims=True))
+
+
+def softmax_backward(log):
+    def oracle(inputs, params, out_dtype, out_shape):
+        need_params(params, "none", "softmax_last_dim")
+        y, dy = inputs
+        if not D(out_dtype).is_float:
+            raise Skip("float ops only")
+        if y.ndim < 1 or y.shape != dy.shape or tuple(out_shape) != y.shape:
+            raise ExpectError(fk.ShapeError)
+        if y.size == 0:
+            return np.empty(y.shape, dtype=D(out_dtype).numpy)
+        values, scale = softmax_backward_last_dim(up(y).astype(np.float64), up(dy).astype(np.float64), log)
+        return Accumulated(to(values, out_dtype), scale, y.shape[-1] + 2)
+    return oracle
+
+
+ORACLES[fk.OpKind.SOFTMAX_LAST_DIM_BACKWARD] = Oracle(softmax_backward(False), "accumulate", strict=False)
+ORACLES[fk.OpKind.LOG_SOFTMAX_LAST_DIM_BACKWARD] = Oracle(softmax_backward(True), "accumulate", strict=False)
 ORACLES[fk.OpKind.RMS_NORM] = Oracle(last_dim(_rms_norm), "accumulate", strict=False)
 ORACLES[fk.OpKind.LAYER_NORM] = Oracle(last_dim(_layer_norm), "accumulate", strict=False)
 

@@ -463,4 +463,74 @@ FK_VM_INLINE float fk_powif(float x, int32_t n) {
     return n == -1 ? 1.0f / x : y;
 }
 
+/* ---- derivatives (the activation backward ops: dx = dy f'(x)) -------------------------------------
+ * Each returns f'(x) as a sum of terms whose magnitudes the claims are relative to (M(x), the sum of
+ * |term|: no cancellation beyond the terms' own rounding).  t = exp(-|x|) (or of the inner argument)
+ * keeps every factor below overflow; a subnormal t loses relative accuracy, but the term it feeds
+ * is then below 1e-42 in absolute value (the claims' absolute part).  NaN x gives NaN. */
+
+/* sigmoid'(x) = sigmoid(x) (1 - sigmoid(x)) = t / (1 + t)^2, t = exp(-|x|): even in x, one term */
+FK_VM_INLINE float fk_sigmoid_grad_f32(float x) {
+    float t = fk_fast_expf(-fabsf(x));
+    float d = 1.0f + t;
+    return t / (d * d);
+}
+
+/* tanh'(x) = 1 - tanh(x)^2 = 4t / (1 + t)^2, t = exp(-2|x|) (no cancellation where tanh -> +-1) */
+FK_VM_INLINE float fk_tanh_grad_f32(float x) {
+    float t = fk_fast_expf(-2.0f * fabsf(x));
+    float d = 1.0f + t;
+    return (4.0f * t) / (d * d);
+}
+
+/* SiLU'(x) = sigmoid(x) + x sigmoid'(x); past |x| = 120, t is 0 in F32, so x is clamped there (the
+ * limits 1 at +inf and 0 at -inf come out of the same formula) */
+FK_VM_INLINE float fk_silu_grad_f32(float x) {
+    float xc = x > -120.0f ? x : -120.0f;
+    xc = xc < 120.0f ? xc : 120.0f;
+    float t = fk_fast_expf(-fabsf(xc));
+    float d = 1.0f + t;
+    float s = (xc >= 0.0f ? 1.0f : t) / d;
+    float ds = t / (d * d);
+    return fk_keep_nan(x, fmaf(xc, ds, s));
+}
+
+/* GELU'(x) (tanh form) = sigmoid(w) + x sigmoid'(w) w', w = C1 x + C3 x^3 carried in two floats as
+ * in fk_fast_geluf (so sigmoid(w), sigmoid'(w) keep their relative accuracy in the tail), w' = C1
+ * + 3 C3 x^2.  Past x = 12 the derivative rounds to 1; below x = -12 it is below 1e-42 and is 0. */
+FK_VM_INLINE float fk_gelu_grad_f32(float x) {
+    float xc = x > -12.0f ? x : -12.0f;
+    xc = xc < 12.0f ? xc : 12.0f;
+    float x2h = xc * xc, x2l = fmaf(xc, xc, -x2h);
+    float x3h = x2h * xc, x3l = fmaf(x2h, xc, -x3h) + x2l * xc;
+    float p3h = 7.135481387e-02f * x3h;
+    float p3l = fmaf(7.135481387e-02f, x3h, -p3h) + (7.135481387e-02f * x3l + 2.398832466e-09f * x3h);
+    float p1h = 1.595769167e+00f * xc;
+    float p1l = fmaf(1.595769167e+00f, xc, -p1h) + -4.534068054e-08f * xc;
+    float wh = p1h + p3h;
+    float bb = wh - p1h;
+    float wl = ((p1h - (wh - bb)) + (p3h - bb)) + (p1l + p3l);
+    float t = fk_expf_dd_scaled(-fabsf(wh), xc < 0.0f ? wl : -wl, 0);     /* exp(-|w|) */
+    float d = 1.0f + t;
+    float s = (xc >= 0.0f ? 1.0f : t) / d;
+    float ds = t / (d * d);
+    float wp = fmaf(2.140644488e-01f, x2h, 1.595769167e+00f);             /* C1 + 3 C3 x^2 */
+    float y = fmaf(xc * wp, ds, s);
+    y = x < -12.0f ? 0.0f : y;
+    return fk_keep_nan(x, y);
+}
+
+/* GELU_ERF'(x) = Phi(x) + x phi(x): Phi(x) = GELU_ERF(x) / x (fk_fast_gelu_erff's accuracy plus one
+ * division; 1/2 for |x| < 2^-60), phi(x) = exp(-x^2/2) / sqrt(2 pi) with x^2 in two floats.  x is
+ * clamped to +-15, where Phi is 0 or 1 and x phi(x) is 0 in F32. */
+FK_VM_INLINE float fk_gelu_erf_grad_f32(float x) {
+    float xc = x > -15.0f ? x : -15.0f;
+    xc = xc < 15.0f ? xc : 15.0f;
+    float g = fk_fast_gelu_erff(xc);
+    float cdf = fabsf(xc) < 8.67361738e-19f ? 0.5f : g / xc;
+    float h = xc * xc, l = fmaf(xc, xc, -h);
+    float pdf = 3.989422804e-01f * fk_expf_dd_scaled(-0.5f * h, -0.5f * l, 0);
+    return fk_keep_nan(x, fmaf(xc, pdf, cdf));
+}
+
 #endif /* FUEL_KERNEL_CPU_VECMATH_F32_H */

@@ -159,10 +159,13 @@ def large_shapes(op, rule, n_in):
     name = op.name
     if rule == "ROWS_0":
         return [(260, 300)] * n_in, (260, 300), {"AFFINE": P.affine(0.5, -1.0), "CLAMP": P.clamp(-2, 3),
-                                                 "POWI": P.powi(3), "MASKED_FILL": P.masked_fill(2.5)}.get(name)
+                                                 "POWI": P.powi(3), "POWI_BACKWARD": P.powi(3),
+                                                 "MASKED_FILL": P.masked_fill(2.5)}.get(name)
     if rule == "ROWS_1":
         if name == "ROPE":
             return [(3, 4, 64, 128), (64, 64), (64, 64)], (3, 4, 64, 128), P.rope(False)
+        if name.endswith("SOFTMAX_LAST_DIM_BACKWARD"):               # y and dy of one shape
+            return [(300, 256)] * 2, (300, 256), None
         shapes = [(300, 256), (256,), (256,)][:n_in]
         return shapes, (300, 256), P.norm_last_dim(1e-5) if "NORM" in name else None
     if rule == "ROWS_2":

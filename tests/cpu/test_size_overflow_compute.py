@@ -1,4 +1,4 @@
-"""FLASH_ATTN, PAGED_ATTN, MATMUL (native and BLAS), SOFTMAX_LAST_DIM, LOG_SOFTMAX_LAST_DIM, RMS_NORM and
+"""FLASH_ATTN, PAGED_ATTN, MATMUL (native and BLAS), SOFTMAX_LAST_DIM, LOG_SOFTMAX_LAST_DIM, their backward ops, RMS_NORM and
 LAYER_NORM under hostile operands and hostile C callers.
 
 * Impossible sizes: a 1-element buffer viewed through a stride-0 axis of extent 2**52 .. 2**62
@@ -27,6 +27,9 @@ OP = fk.OpKind
 CPU = fk.Backend.CPU
 STATUS = {cls: code for code, cls in STATUS_ERRORS.items()}
 HUGE = [2 ** 52, 2 ** 58, 2 ** 60, 2 ** 62 - 1]      # extents of a stride-0 view of one element
+N_IN = {OP.SOFTMAX_LAST_DIM: 1, OP.LOG_SOFTMAX_LAST_DIM: 1, OP.RMS_NORM: 2, OP.LAYER_NORM: 3,
+        OP.SOFTMAX_LAST_DIM_BACKWARD: 2, OP.LOG_SOFTMAX_LAST_DIM_BACKWARD: 2}
+BACKWARD = (OP.SOFTMAX_LAST_DIM_BACKWARD, OP.LOG_SOFTMAX_LAST_DIM_BACKWARD)
 
 
 def kernel(op, dtypes):
@@ -84,18 +87,20 @@ def test_integer_matmul_accumulator_size_overflow_is_refused(dt, extent):
     assert_impossible_size(lambda: kernel(OP.MATMUL, [dt] * 3)(a, b, out=out), out)
 
 
-@pytest.mark.parametrize("op", [OP.SOFTMAX_LAST_DIM, OP.LOG_SOFTMAX_LAST_DIM, OP.RMS_NORM, OP.LAYER_NORM])
+@pytest.mark.parametrize("op", [OP.SOFTMAX_LAST_DIM, OP.LOG_SOFTMAX_LAST_DIM, OP.RMS_NORM, OP.LAYER_NORM,
+                                OP.SOFTMAX_LAST_DIM_BACKWARD, OP.LOG_SOFTMAX_LAST_DIM_BACKWARD])
 @pytest.mark.parametrize("dt", [D.F16, D.BF16, D.F32])
 @pytest.mark.parametrize("extent", [2 ** 59, 2 ** 60, 2 ** 61])
 def test_softmax_and_norm_row_scratch_size_overflow_is_refused(op, dt, extent):
     if not fits(extent, dt):
         pytest.skip("NumPy cannot describe this view")
-    n_in = {OP.SOFTMAX_LAST_DIM: 1, OP.LOG_SOFTMAX_LAST_DIM: 1, OP.RMS_NORM: 2, OP.LAYER_NORM: 3}[op]
+    n_in = N_IN[op]
     operands = [huge((extent,), dt) for _ in range(n_in)]
     storage = np.full(1, 7.0, np_dtype(dt))
     out = np.lib.stride_tricks.as_strided(storage, (extent,), (0,))
-    # scratch bytes per element of a row: x and y in F32 (softmax), x, y, weight, bias in F64 (norms)
-    scratch = extent * (8 if n_in == 1 else 32)
+    # scratch bytes per element of a row: x and y in F32 (softmax), y, dy and dx in F32 (softmax
+    # backward), x, y, weight, bias in F64 (norms)
+    scratch = extent * (8 if n_in == 1 else 12 if op in BACKWARD else 32)
     # a scratch that fits int64 is refused for the self-overlapping output instead (checked after sizes)
     refusals = (fk.ShapeError,) if scratch >= 2 ** 63 else (fk.AliasError, MemoryError)
     assert_impossible_size(lambda: kernel(op, [dt] * (n_in + 1))(*operands, out=out), storage, refusals)
@@ -125,6 +130,8 @@ def null_params_cases():
     cases = {
         "softmax": (OP.SOFTMAX_LAST_DIM, [x, np.zeros((2, 4), f)]),
         "log_softmax": (OP.LOG_SOFTMAX_LAST_DIM, [x, np.zeros((2, 4), f)]),
+        "softmax_backward": (OP.SOFTMAX_LAST_DIM_BACKWARD, [x, x, np.zeros((2, 4), f)]),
+        "log_softmax_backward": (OP.LOG_SOFTMAX_LAST_DIM_BACKWARD, [x, x, np.zeros((2, 4), f)]),
         "rms_norm": (OP.RMS_NORM, [x, np.ones(4, f), np.zeros((2, 4), f)]),
         "layer_norm": (OP.LAYER_NORM, [x, np.ones(4, f), np.zeros(4, f), np.zeros((2, 4), f)]),
         "matmul": (OP.MATMUL, [np.ones((2, 3), f), np.ones((3, 4), f), np.zeros((2, 4), f)]),
@@ -156,11 +163,11 @@ def self_overlapping(shape, dtype=np.float32):
     return storage, np.lib.stride_tricks.as_strided(storage, shape, (0,) * (len(shape) - 1) + (storage.itemsize,))
 
 
-@pytest.mark.parametrize("op", [OP.SOFTMAX_LAST_DIM, OP.LOG_SOFTMAX_LAST_DIM, OP.RMS_NORM, OP.LAYER_NORM])
+@pytest.mark.parametrize("op", list(N_IN))
 def test_softmax_and_norms_refuse_a_self_overlapping_output(op, rng):
-    n_in = {OP.SOFTMAX_LAST_DIM: 1, OP.LOG_SOFTMAX_LAST_DIM: 1, OP.RMS_NORM: 2, OP.LAYER_NORM: 3}[op]
+    n_in = N_IN[op]
     x = rng.standard_normal((3, 4)).astype(np.float32)
-    extra = [np.ones(4, np.float32)] * (n_in - 1)
+    extra = [x] if op in BACKWARD else [np.ones(4, np.float32)] * (n_in - 1)
     storage, out = self_overlapping((3, 4))
     with pytest.raises(fk.AliasError):
         kernel(op, [D.F32] * (n_in + 1))(x, *extra, out=out)

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import fuel_kernel as fk
+from fuel_kernel import spec
 from capi import KERNEL_FN, Layout, Storage
 
 D = fk.DType
@@ -201,6 +202,19 @@ def test_an_elementwise_output_count_past_int64_is_a_shape_error():
     one, out = np.ones(1, np.uint8), np.full(16, 7, np.uint8)
     layouts = [((2 ** 32, 2 ** 32), (0, 0))] * 2 + [((2 ** 32, 2 ** 32), (1, 1))]
     status = c_call(Op.ADD, [D.U8] * 3, [one, one, out], None, layouts, nbytes=[1, 1, 2 ** 33])
+    assert status == SHAPE_STATUS
+    assert (out == 7).all()
+
+
+@pytest.mark.parametrize("op", [Op.GELU_BACKWARD, Op.GELU_ERF_BACKWARD, Op.SILU_BACKWARD, Op.SIGMOID_BACKWARD,
+                                Op.TANH_BACKWARD, Op.RELU_BACKWARD, Op.POWI_BACKWARD])
+def test_an_activation_backward_output_count_past_int64_is_a_shape_error(op):
+    # as for ADD above: x and dy broadcast from one element over 2**32 x 2**32, 2**64 outputs
+    one, out = np.ones(1, np.float32), np.full(16, 7, np.float32)
+    layouts = [((2 ** 32, 2 ** 32), (0, 0))] * 2 + [((2 ** 32, 2 ** 32), (1, 1))]
+    powi = next(p.kind for p in spec.PARAMS if p.name == "powi")
+    params = raw_params(powi, np.int32(3).tobytes()) if op == Op.POWI_BACKWARD else None
+    status = c_call(op, [D.F32] * 3, [one, one, out], params, layouts, nbytes=[4, 4, 2 ** 35])
     assert status == SHAPE_STATUS
     assert (out == 7).all()
 

@@ -16,6 +16,7 @@ CPU = fk.Backend.CPU
 UNARY_PARAMS = {fk.OpKind.AFFINE: lambda d: P.affine(1.5, -0.25) if d.is_float else P.affine(3, -2),
                 fk.OpKind.CLAMP: lambda d: P.clamp(-1.5, 2) if d.is_float else P.clamp(-1, 2),
                 fk.OpKind.POWI: lambda d: P.powi(3)}
+BINARY_PARAMS = {fk.OpKind.POWI_BACKWARD: P.powi(3)}
 VIEWS = ("broadcast", "strided", "negative", "offset", "contiguous", "row")
 SHAPE = (3, 7, 5)
 
@@ -108,8 +109,8 @@ def consumers(g, x, inputs):
             result = BOOL if op in (fk.OpKind.EQ, fk.OpKind.NE, fk.OpKind.LT, fk.OpKind.LE,
                                     fk.OpKind.GT, fk.OpKind.GE) else d
             if supported(op, (d, d, result)):
-                out.append(g.op(op, x, inputs.value(d)))
-                out.append(g.op(op, inputs.value(d), x))
+                out.append(g.op(op, x, inputs.value(d), params=BINARY_PARAMS.get(op)))
+                out.append(g.op(op, inputs.value(d), x, params=BINARY_PARAMS.get(op)))
     return out
 
 
@@ -139,7 +140,8 @@ def producers(dtype):
                         found.append((f"{op.short_name}({source.short_name})",
                                       lambda g, i, op=op, s=source: g.op(op, i.value(s), i.value(s))))
             elif supported(op, (dtype, dtype, dtype)):
-                found.append((op.short_name, lambda g, i, op=op: g.op(op, i.value(dtype), i.value(dtype))))
+                found.append((op.short_name, lambda g, i, op=op: g.op(op, i.value(dtype), i.value(dtype),
+                                                                      params=BINARY_PARAMS.get(op))))
     return found
 
 

@@ -94,6 +94,14 @@ def last_dim_cases(op):
         for shape in ((1, 1), (3, 7), (4, 33), (2, 130), (3, 300)):
             x = values(shape, dt, rng, special)
             xf = finite_part(x)
+            if op in (fk.OpKind.SOFTMAX_LAST_DIM_BACKWARD, fk.OpKind.LOG_SOFTMAX_LAST_DIM_BACKWARD):
+                log = op == fk.OpKind.LOG_SOFTMAX_LAST_DIM_BACKWARD
+                with np.errstate(all="ignore"):          # y: a forward output; dy carries the specials
+                    y = oracles.softmax_last_dim(xf, log=log).astype(dt.numpy)
+                dy = values(shape, dt, rng, special)
+                scale = oracles.softmax_backward_last_dim(y.astype(np.float64), finite_part(dy), log=log)[1]
+                yield (y, dy), fk.params.softmax_last_dim(), shape, scale
+                continue
             if op in (fk.OpKind.SOFTMAX_LAST_DIM, fk.OpKind.LOG_SOFTMAX_LAST_DIM):
                 with np.errstate(all="ignore"):
                     y = oracles.softmax_last_dim(xf, log=op == fk.OpKind.LOG_SOFTMAX_LAST_DIM)
@@ -121,7 +129,9 @@ def fused_linear_cases(dtypes, rng, special):
 BUILDERS = {fk.OpKind.CONV2D: conv2d_cases, fk.OpKind.MATMUL: matmul_cases,
             fk.OpKind.FUSED_LINEAR: fused_linear_cases}
 BUILDERS.update({op: last_dim_cases(op) for op in (fk.OpKind.SOFTMAX_LAST_DIM, fk.OpKind.LOG_SOFTMAX_LAST_DIM,
-                                                   fk.OpKind.RMS_NORM, fk.OpKind.LAYER_NORM)})
+                                                   fk.OpKind.RMS_NORM, fk.OpKind.LAYER_NORM,
+                                                   fk.OpKind.SOFTMAX_LAST_DIM_BACKWARD,
+                                                   fk.OpKind.LOG_SOFTMAX_LAST_DIM_BACKWARD)})
 
 
 def assert_agree(first, other, scale, claims, dtype, where):

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import fuel_kernel as fk
-from oracles import TRANSCENDENTAL_UNARY, compute_dtype
+from oracles import (TRANSCENDENTAL_UNARY, activation_grad, compute_dtype, infinite_dy_meets_underflow,
+                     softmax_last_dim)
 from support import LAYOUTS, assert_same, make_operand, random_values
 
 D = fk.DType
@@ -25,7 +26,10 @@ UNARY = (Op.NEG, Op.ABS, Op.SQR, Op.SQRT, Op.RSQRT, Op.RECIP, Op.EXP, Op.LOG, Op
 BINARY = (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.MAXIMUM, Op.MINIMUM, Op.POW, Op.REM)
 COMPARE = (Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE)
 PARAMS_OPS = (Op.AFFINE, Op.CLAMP, Op.POWI)
-ELEMENTWISE = UNARY + BINARY + COMPARE + (Op.WHERE,) + PARAMS_OPS
+# the activation backward ops: inputs (x, dy), dx = dy * f'(x)
+BACKWARD = (Op.GELU_BACKWARD, Op.GELU_ERF_BACKWARD, Op.SILU_BACKWARD, Op.SIGMOID_BACKWARD,
+            Op.TANH_BACKWARD, Op.RELU_BACKWARD, Op.POWI_BACKWARD)
+ELEMENTWISE = UNARY + BINARY + COMPARE + (Op.WHERE,) + PARAMS_OPS + BACKWARD
 
 SMALL = (6, 37)
 TILED = (80, 100)       # big enough that a transposed operand takes the tiled walk
@@ -40,7 +44,7 @@ POWI_INT = fk.params.powi(3)
 
 
 def params_for(op, dtype):
-    if op == Op.POWI:
+    if op in (Op.POWI, Op.POWI_BACKWARD):
         return POWI_FLOAT if dtype.is_float else POWI_INT
     if op == Op.CLAMP and not dtype.is_float:
         return CLAMP_INT
@@ -104,6 +108,8 @@ def oracle(op, dtypes, inputs, params):
             if op == Op.POWI:
                 return np.power(inputs[0], params.fields()["exp"]).astype(nd), "exact"
             raise NotImplementedError(op)
+        if op in BACKWARD:
+            return backward_oracle(op, dtype, inputs, params)
         ct = compute_dtype(dtype).type
         xs = [x.astype(ct) for x in inputs]
         if op in FLOAT_BINARY:
@@ -131,6 +137,40 @@ def oracle(op, dtypes, inputs, params):
         return ref.astype(nd), ("rel" if op in (Op.GELU, Op.GELU_ERF) and dtype == D.F64 else "ulp")
 
 
+def backward_oracle(op, dtype, inputs, params):
+    """An activation backward op in long double: (dx rounded to dtype, ("scaled", dx, x, dy, |dy| M)),
+    RELU_BACKWARD exact."""
+    x, dy = (np.asarray(v).astype(np.longdouble) for v in inputs)
+    exp = params.fields()["exp"] if op == Op.POWI_BACKWARD else None
+    exact, scale = activation_grad(op, x, dy, exp, overflow_at=np.finfo(compute_dtype(dtype)).max)
+    rounded = exact.astype(np.float32 if dtype == D.BF16 else np.float64).astype(dtype.numpy)
+    if op == Op.RELU_BACKWARD:
+        return rounded, "exact"
+    return rounded, ("scaled", exact, x, dy, scale)
+
+
+def half_subnormal(dtype):
+    finfo = ml_dtypes.finfo if dtype == D.BF16 else np.finfo
+    return np.longdouble(float(finfo(dtype.numpy).smallest_subnormal)) / 2     # F64's halves only in long double
+
+
+def check_scaled(out, rounded, mode, claim, dtype, op):
+    """|out - dx| <= max_rel |dy| M + max_abs |dy| + half the smallest subnormal, NaN where dx is
+    NaN, and the rounded dx where that overflows; an infinite dy meeting an underflowed f' is a
+    convention (inf * 0) and is left out."""
+    _, exact, x, dy, scale = (np.broadcast_to(np.asarray(m), out.shape) if i else m for i, m in enumerate(mode))
+    skip = infinite_dy_meets_underflow(op, x, dy, compute_dtype(dtype))
+    a = out.astype(np.longdouble)
+    nan_a, nan_e = np.isnan(a) & ~skip, np.isnan(exact) & ~skip
+    assert (nan_a == nan_e).all(), f"NaN mismatch at {np.argwhere(nan_a != nan_e)[:5].tolist()}"
+    bound = claim.max_rel * scale + claim.max_abs * np.abs(dy) + half_subnormal(dtype)
+    with np.errstate(all="ignore"):
+        ok = (a == rounded.astype(np.longdouble)) | (np.abs(a - exact) <= bound) | np.isnan(exact) | skip
+        ok &= ~np.isinf(exact) | (a == exact) | skip
+    assert ok.all(), (f"beyond the claim at {np.argwhere(~ok)[:5].tolist()}: got {a[~ok][:5]} expected "
+                      f"{exact[~ok][:5]} bound {bound[~ok][:5]} x {x[~ok][:5]}")
+
+
 def check(kernel, inputs, out, params, context):
     op, dtypes = kernel.op, kernel.dtypes
     expected, mode = oracle(op, dtypes, [np.asarray(x) for x in inputs], params)
@@ -138,7 +178,9 @@ def check(kernel, inputs, out, params, context):
     claim = kernel.precision
     dtype = dtypes[-1]
     try:
-        if mode == "exact" or claim.exact:
+        if isinstance(mode, tuple):
+            check_scaled(out, expected, mode, claim, dtype, op)
+        elif mode == "exact" or claim.exact:
             assert_same(out, expected, dtype)
         elif mode == "rel":
             a, e = out.astype(np.float64), expected.astype(np.float64)
@@ -298,6 +340,136 @@ def test_precision_claims_half_sweep(op):
             k(x, out=out)
             ref, _ = oracle(op, (dtype, dtype), [x], None)
         assert_same(out, ref, dtype, ulp=k.precision.max_ulp)
+
+
+# ---- activation backward: claims over sampled ranges, finite differences, special values -------------
+def backward_sweep(dtype, rng):
+    """(x, dy): x over each dtype's interesting range (dense around 0, the tails where the derivatives
+    underflow, every binade) and the special values; dy of mixed magnitudes."""
+    if dtype == D.F16:
+        x = np.concatenate([np.arange(0, 1 << 16, dtype=np.uint16).view(np.float16).astype(np.float64)])
+        dy = rng.choice([1.0, -2.5, 1e-3, 3e4, 6e-8], x.size) * rng.uniform(0.5, 1.0, x.size)
+    else:
+        x = np.concatenate([np.linspace(-130, 130, 400_001), rng.standard_normal(200_000) * 3,
+                            np.linspace(-2, 2, 100_001), np.geomspace(1e-38, 1e3, 50_000),
+                            -np.geomspace(1e-38, 1e3, 50_000), [0.0, -0.0, np.inf, -np.inf, np.nan, 12.0,
+                                                                -12.0, -12.1, 15.0, -15.0, 120.0, -120.0]])
+        scale = [1.0, -2.5, 1e30, -1e-30, 3e-39] if dtype != D.F64 else [1.0, -2.5, 1e300, -1e-300, 1e-310]
+        dy = rng.choice(scale, x.size) * rng.uniform(0.5, 1.0, x.size)
+        dy[rng.choice(x.size, 6, replace=False)] = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0]
+    with np.errstate(all="ignore"):
+        return x.astype(dtype.numpy), dy.astype(dtype.numpy)
+
+
+POWI_SWEEP = (0, 1, 2, 3, -1, -2, 5, 9, -7, 2 ** 31 - 1, -2 ** 31)
+
+
+@pytest.mark.parametrize("dtype", [D.F32, D.F64, D.F16, D.BF16], ids=lambda d: d.short_name)
+@pytest.mark.parametrize("op", BACKWARD, ids=lambda o: o.short_name)
+def test_activation_backward_claims_sweep(op, dtype, rng):
+    """Each binding meets its claim against the long double derivative over the sweep."""
+    kernel = fk.bindings().lookup(op, [dtype] * 3)
+    x, dy = backward_sweep(dtype, rng)
+    for exp in (POWI_SWEEP if op == Op.POWI_BACKWARD else (None,)):
+        params = fk.params.powi(exp) if exp is not None else None
+        xs = x if exp is None or abs(exp) < 10 else np.clip(x, -1.2, 1.2).astype(x.dtype)
+        out = np.empty_like(x)
+        with np.errstate(all="ignore"):
+            kernel(xs, dy, out=out, params=params)
+        check(kernel, [xs, dy], out, params, f"sweep exp={exp}")
+
+
+def forward_reference(op, x, exp=None):
+    """The forward op's F64 reference (tests/oracles.py), the function the backward op differentiates."""
+    fn = {Op.SIGMOID_BACKWARD: TRANSCENDENTAL_UNARY[Op.SIGMOID], Op.TANH_BACKWARD: np.tanh,
+          Op.SILU_BACKWARD: TRANSCENDENTAL_UNARY[Op.SILU], Op.GELU_BACKWARD: TRANSCENDENTAL_UNARY[Op.GELU],
+          Op.GELU_ERF_BACKWARD: TRANSCENDENTAL_UNARY[Op.GELU_ERF], Op.RELU_BACKWARD: EXACT_UNARY[Op.RELU],
+          Op.POWI_BACKWARD: lambda v: np.power(v, float(exp))}[op]
+    return fn(x)
+
+
+@pytest.mark.parametrize("op", BACKWARD, ids=lambda o: o.short_name)
+def test_activation_backward_matches_finite_differences_of_the_forward(op, rng):
+    """The F64 kernel's dx against central differences of the forward reference (the analytic
+    formula itself, independently of the oracle's derivative)."""
+    x = np.concatenate([np.linspace(-7.9, 7.7, 301), rng.standard_normal(200) * 3])
+    if op == Op.RELU_BACKWARD:
+        x = x[np.abs(x) > 1e-3]                     # away from the kink
+    dy = rng.standard_normal(x.size)
+    for exp in ((3, -2, 1, 0) if op == Op.POWI_BACKWARD else (None,)):
+        xs = x[np.abs(x) > 0.05] if exp is not None and exp < 0 else x
+        g = dy[:xs.size]
+        h = 1e-5 * np.maximum(0.05, np.abs(xs))      # relative to x: x**-2 curves fast near 0
+        numeric = g * (forward_reference(op, xs + h, exp) - forward_reference(op, xs - h, exp)) / (2 * h)
+        kernel = fk.bindings().lookup(op, [D.F64] * 3)
+        params = fk.params.powi(exp) if exp is not None else None
+        dx = kernel(xs, g, out=np.empty_like(xs), params=params)
+        scale = np.abs(g) * (1 + np.abs(forward_reference(op, xs, exp)))
+        assert (np.abs(dx - numeric) <= 1e-7 * scale).all(), (op, exp, xs[np.abs(dx - numeric) > 1e-7 * scale][:5])
+
+
+def test_activation_backward_special_values():
+    f = lambda *v: np.array(v, np.float32)
+    nan, inf = np.nan, np.inf
+    # RELU_BACKWARD: PyTorch's threshold_backward, x <= 0 ? 0 : dy; a NaN x passes dy through
+    assert call(Op.RELU_BACKWARD, f(-1, 0, -0.0, 2, nan, -3), f(5, 5, 5, 5, 5, nan)).tolist() == [0, 0, 0, 5, 5, 0]
+    # the limits at +-inf: f'(+inf) = 1 and f'(-inf) = 0 for SiLU and the GELUs, 0 for sigmoid and tanh
+    for op in (Op.SILU_BACKWARD, Op.GELU_BACKWARD, Op.GELU_ERF_BACKWARD):
+        assert call(op, f(inf, -inf, 0), f(2, 2, 2)).tolist() == [2, 0, 1], op
+    for op in (Op.SIGMOID_BACKWARD, Op.TANH_BACKWARD):
+        assert call(op, f(inf, -inf), f(2, 2)).tolist() == [0, 0], op
+        assert np.isnan(call(op, f(inf, 1, nan), f(inf, nan, 1))).all(), op
+    assert call(Op.TANH_BACKWARD, f(0), f(3)).tolist() == [3] and call(Op.SIGMOID_BACKWARD, f(0), f(4)).tolist() == [1]
+    # POWI_BACKWARD: exp 0 gives +0 everywhere; 0 to a negative power is inf as np.power (0 * inf NaN)
+    powi = lambda e, x, dy, dtype=np.float32: call(Op.POWI_BACKWARD, np.array(x, dtype), np.array(dy, dtype),
+                                                   params=fk.params.powi(e))
+    for dtype in (np.float32, np.float64):
+        assert powi(0, [nan, inf, 0.0, 2.0], [1.0, 1.0, nan, inf], dtype).tolist() == [0, 0, 0, 0]
+        assert powi(-1, [0.0, -0.0, 0.0], [1.0, 1.0, 0.0], dtype)[:2].tolist() == [-inf, -inf]
+        assert np.isnan(powi(-1, [0.0], [0.0], dtype)).all()
+        assert powi(-2, [0.0, -0.0], [1.0, 1.0], dtype).tolist() == [-inf, inf]
+        assert powi(1, [nan, inf, 3.0], [2.0, 2.0, 2.0], dtype).tolist() == [2, 2, 2]
+        assert powi(3, [2.0, -2.0], [1.0, 0.5], dtype).tolist() == [12, 6]
+        assert powi(-2 ** 31, [1.0, -1.0, 2.0], [1.0, 1.0, 1.0], dtype).tolist() == [-2 ** 31, 2 ** 31, 0]
+
+
+@pytest.mark.parametrize("op", BACKWARD, ids=lambda o: o.short_name)
+@pytest.mark.parametrize("problem", ["dtype", "count", "shape", "out shape", "readonly", "alias", "params",
+                                     "too many dims"])
+def test_activation_backward_bad_input_leaves_the_output_untouched(op, problem):
+    k = fk.bindings().lookup(op, [D.F32] * 3)
+    x = np.linspace(-2, 2, 8).astype(np.float32)
+    dy = np.ones(8, np.float32)
+    inputs = [x, dy]
+    out = sentinel(8, D.F32)
+    params = fk.params.powi(2) if op == Op.POWI_BACKWARD else None
+    error = {"dtype": fk.DTypeError, "count": fk.OperandCountError, "shape": fk.ShapeError,
+             "out shape": fk.ShapeError, "readonly": fk.ReadOnlyError, "alias": fk.AliasError,
+             "params": fk.ParamsError, "too many dims": fk.ShapeError}[problem]
+    if problem == "dtype":
+        inputs[1] = dy.astype(np.float64)
+    elif problem == "count":
+        inputs = [x]
+    elif problem == "shape":
+        inputs[1] = np.ones(5, np.float32)
+    elif problem == "out shape":
+        out = sentinel(9, D.F32)
+    elif problem == "readonly":
+        out.flags.writeable = False
+    elif problem == "alias":
+        buf = np.arange(9, dtype=np.float32)
+        inputs = [buf[1:], dy]
+        out = buf[:-1]
+    elif problem == "params":
+        params = fk.params.affine(1, 2) if op == Op.POWI_BACKWARD else fk.params.powi(2)
+    elif problem == "too many dims":
+        shape = (1,) * 9 + (8,)
+        inputs = [x.reshape(shape), dy.reshape(shape)]
+        out = sentinel(shape, D.F32)
+    before = out.copy()
+    with pytest.raises(error):
+        k(*inputs, out=out, params=params)
+    np.testing.assert_array_equal(out, before)
 
 
 # ---- semantics spot checks ---------------------------------------------------------------------------

@@ -1,6 +1,7 @@
-"""SOFTMAX_LAST_DIM, LOG_SOFTMAX_LAST_DIM, RMS_NORM and LAYER_NORM against a long-double reference:
-every binding, every layout, awkward shapes, huge inputs (stability), NaN/inf rows, the precision
-claims, and error paths that leave the output untouched."""
+"""SOFTMAX_LAST_DIM, LOG_SOFTMAX_LAST_DIM, RMS_NORM, LAYER_NORM and the softmax backward ops against a
+long-double reference: every binding, every layout, awkward shapes, huge inputs (stability), NaN/inf
+rows, the precision claims, a finite-difference check of the backward formulas, and error paths
+that leave the output untouched."""
 import numpy as np
 import pytest
 
@@ -12,7 +13,11 @@ OPS = (fk.OpKind.SOFTMAX_LAST_DIM, fk.OpKind.LOG_SOFTMAX_LAST_DIM, fk.OpKind.RMS
        fk.OpKind.LAYER_NORM)
 N_INPUTS = {fk.OpKind.SOFTMAX_LAST_DIM: 1, fk.OpKind.LOG_SOFTMAX_LAST_DIM: 1,
             fk.OpKind.RMS_NORM: 2, fk.OpKind.LAYER_NORM: 3}
-CASES = [(op, dt) for op in OPS for dt in FLOAT_DTYPES]
+BACKWARD_OPS = (fk.OpKind.SOFTMAX_LAST_DIM_BACKWARD, fk.OpKind.LOG_SOFTMAX_LAST_DIM_BACKWARD)
+N_INPUTS.update({op: 2 for op in BACKWARD_OPS})
+FORWARD_CASES = [(op, dt) for op in OPS for dt in FLOAT_DTYPES]
+BACKWARD_CASES = [(op, dt) for op in BACKWARD_OPS for dt in FLOAT_DTYPES]
+CASES = FORWARD_CASES + BACKWARD_CASES
 SHAPES = [(5, 7), (1, 1), (3, 1), (1, 257), (2, 3, 17), (0, 4), (4, 0), (13,), (2, 1100)]
 EPS = 1e-5
 
@@ -45,7 +50,7 @@ def check(got, expected, scale, claim, where):
 
 
 def call(kernel, op, inputs, out, eps=EPS):
-    if N_INPUTS[op] == 1:
+    if N_INPUTS[op] == 1 or op in BACKWARD_OPS:
         params = fk.params.softmax_last_dim()
     else:
         params = fk.params.norm_last_dim(eps)
@@ -53,7 +58,7 @@ def call(kernel, op, inputs, out, eps=EPS):
 
 
 @pytest.mark.filterwarnings("ignore:Mean of empty slice", "ignore:divide by zero")
-@pytest.mark.parametrize("op,dtype", CASES, ids=[f"{o.short_name}-{d.short_name}" for o, d in CASES])
+@pytest.mark.parametrize("op,dtype", FORWARD_CASES, ids=[f"{o.short_name}-{d.short_name}" for o, d in FORWARD_CASES])
 def test_norm_binding(op, dtype, rng):
     kernels = fk.bindings().alternatives(op, [dtype] * (N_INPUTS[op] + 1), fk.Backend.CPU)
     assert kernels
@@ -226,6 +231,144 @@ def test_errors_leave_the_output_untouched(problem, rng):
     elif problem == "alias":
         out = x
     kernel = fk.bindings().lookup(op, [fk.DType.F32] * (len(inputs) + 1), 0)
+    before = out.copy()
+    with pytest.raises(error):
+        kernel(*inputs, out=out, params=params)
+    np.testing.assert_array_equal(out, before)
+
+
+# ---- softmax backward ----------------------------------------------------------------------------------
+def forward_of(op):
+    return fk.OpKind.LOG_SOFTMAX_LAST_DIM if op == fk.OpKind.LOG_SOFTMAX_LAST_DIM_BACKWARD else fk.OpKind.SOFTMAX_LAST_DIM
+
+
+def forward_output(op, x):
+    """y of the forward op (F64 reference), as the backward op receives it."""
+    with np.errstate(all="ignore"):
+        return oracles.softmax_last_dim(np.asarray(x, np.float64), log=forward_of(op) == fk.OpKind.LOG_SOFTMAX_LAST_DIM)
+
+
+def backward_reference(op, y, dy):
+    """(dx, S) in long double, S the scale of the claims."""
+    return oracles.softmax_backward_last_dim(np.asarray(y).astype(np.longdouble), np.asarray(dy).astype(np.longdouble),
+                                             log=op == fk.OpKind.LOG_SOFTMAX_LAST_DIM_BACKWARD)
+
+
+@pytest.mark.parametrize("op,dtype", BACKWARD_CASES, ids=[f"{o.short_name}-{d.short_name}" for o, d in BACKWARD_CASES])
+def test_softmax_backward_binding(op, dtype, rng):
+    kernels = fk.bindings().alternatives(op, [dtype] * 3, fk.Backend.CPU)
+    assert {k.source for k in kernels} == ({"native"} if dtype == fk.DType.F64 else {"native", "native-f64"})
+    for kernel in kernels:
+        assert kernel.caps & fk.KernelCaps.STRIDED_INPUT
+        for shape in SHAPES:
+            for layout in LAYOUTS:
+                y_values = forward_output(op, 3 * rng.standard_normal(shape)).astype(dtype.numpy)
+                y = make_operand(shape, dtype, layout, rng, values=y_values)
+                dy = make_operand(shape, dtype, "negative" if layout == "contiguous" else layout, rng, special=False)
+                out = np.full(shape, 7, dtype=dtype.numpy)
+                call(kernel, op, [y, dy], out)
+                expected, scale = backward_reference(op, y, dy)
+                check(out, expected, scale, kernel.precision, (kernel.source, shape, layout))
+
+
+def backward_rows(op, rng):
+    """(name, y, dy) rows that stress the claims: long rows, a constant dy (softmax backward cancels
+    to ~0), huge and tiny dy, masked entries (y = 0 / -inf), a peaked row and subnormal products."""
+    n = 1000
+    x = 4 * rng.standard_normal((2, n))
+    masked = x.copy()
+    masked[:, ::3] = -np.inf
+    peaked = np.full((2, n), -30.0)
+    peaked[:, 5] = 10.0
+    rows = [("random", x, rng.standard_normal((2, n))),
+            ("long", 3 * rng.standard_normal((2, 100000)), rng.standard_normal((2, 100000))),
+            ("constant dy", x, np.full((2, n), 1.7)),
+            ("huge dy", x, 1e30 * rng.standard_normal((2, n))),
+            ("tiny dy", x, 1e-30 * rng.standard_normal((2, n))),
+            ("masked", masked, rng.standard_normal((2, n))),
+            ("peaked", peaked, rng.standard_normal((2, n))),
+            ("deep tail", 60 * rng.standard_normal((2, n)), rng.standard_normal((2, n)))]
+    return [(name, forward_output(op, xs), dy) for name, xs, dy in rows]
+
+
+@pytest.mark.parametrize("op", BACKWARD_OPS, ids=[o.short_name for o in BACKWARD_OPS])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=[d.short_name for d in FLOAT_DTYPES])
+def test_softmax_backward_claims_on_adversarial_rows(op, dtype, rng):
+    for name, y, dy in backward_rows(op, rng):
+        if dtype == fk.DType.F16:
+            dy = np.clip(dy, -1e3, 1e3)            # dx stays within F16's range
+        with np.errstate(over="ignore", under="ignore"):
+            y, dy = y.astype(dtype.numpy), dy.astype(dtype.numpy)
+        for kernel in fk.bindings().alternatives(op, [dtype] * 3, fk.Backend.CPU):
+            out = call(kernel, op, [y, dy], np.empty_like(y))
+            expected, scale = backward_reference(op, y, dy)
+            check(out, expected, scale, kernel.precision, (kernel.source, name))
+
+
+@pytest.mark.parametrize("op", BACKWARD_OPS, ids=[o.short_name for o in BACKWARD_OPS])
+def test_softmax_backward_matches_finite_differences_of_the_forward(op, rng):
+    """dx = d/dx sum(dy * forward(x)), by central differences of the F64 forward reference."""
+    x = rng.standard_normal((3, 9))
+    dy = rng.standard_normal((3, 9))
+    loss = lambda v: np.sum(dy * forward_output(op, v))
+    h = 1e-6
+    numeric = np.zeros_like(x)
+    for index in np.ndindex(x.shape):
+        step = np.zeros_like(x)
+        step[index] = h
+        numeric[index] = (loss(x + step) - loss(x - step)) / (2 * h)
+    kernel = fk.bindings().lookup(op, [fk.DType.F64] * 3, fk.Backend.CPU)
+    dx = call(kernel, op, [forward_output(op, x), dy], np.empty_like(x))
+    np.testing.assert_allclose(dx, numeric, rtol=1e-6, atol=1e-8)
+
+
+def test_softmax_backward_special_values():
+    f = np.float32
+    y = np.array([[0.5, 0.5, 0.0], [np.nan, 0.5, 0.5], [0.25, 0.75, 0.0]], f)
+    dy = np.array([[1.0, 3.0, np.inf], [1.0, 1.0, 1.0], [2.0, 2.0, 2.0]], f)
+    out = fk.dispatch(fk.OpKind.SOFTMAX_LAST_DIM_BACKWARD, [y, dy])
+    assert np.isnan(out[0]).all()                  # 0 * inf in the row sum
+    assert np.isnan(out[1]).all()
+    np.testing.assert_array_equal(out[2], [0.0, 0.0, 0.0])    # a constant dy has no gradient
+    ly = np.array([[-np.inf, np.log(0.5), np.log(0.5)]], f)
+    ldy = np.array([[3.0, 1.0, -1.0]], f)
+    out = fk.dispatch(fk.OpKind.LOG_SOFTMAX_LAST_DIM_BACKWARD, [ly, ldy])
+    np.testing.assert_allclose(out, [[3.0, -0.5, -2.5]], rtol=1e-6)   # a masked entry passes dy
+
+
+@pytest.mark.parametrize("op", BACKWARD_OPS, ids=[o.short_name for o in BACKWARD_OPS])
+@pytest.mark.parametrize("problem", ["dtype", "dy shape", "out shape", "count", "params", "axis",
+                                     "readonly", "alias", "too many dims"])
+def test_softmax_backward_errors_leave_the_output_untouched(op, problem, rng):
+    y = rng.standard_normal((3, 4)).astype(np.float32)
+    dy = rng.standard_normal((3, 4)).astype(np.float32)
+    inputs = [y, dy]
+    out = np.full((3, 4), 7.0, np.float32)
+    params = fk.params.softmax_last_dim()
+    error = {"dtype": fk.DTypeError, "dy shape": fk.ShapeError, "out shape": fk.ShapeError,
+             "count": fk.OperandCountError, "params": fk.ParamsError, "axis": fk.ParamsError,
+             "readonly": fk.ReadOnlyError, "alias": fk.AliasError, "too many dims": fk.ShapeError}[problem]
+    if problem == "dtype":
+        inputs[1] = dy.astype(np.float64)
+    elif problem == "dy shape":
+        inputs[1] = dy[:, :3]
+    elif problem == "out shape":
+        out = np.full((3, 5), 7.0, np.float32)
+    elif problem == "count":
+        inputs = [y]
+    elif problem == "params":
+        params = fk.params.reduce((0,))
+    elif problem == "axis":
+        params = fk.params.concat(0)
+    elif problem == "readonly":
+        out.setflags(write=False)
+    elif problem == "alias":
+        out = dy
+    elif problem == "too many dims":
+        shape = (1,) * 9 + (4,)
+        inputs = [np.ones(shape, np.float32), np.ones(shape, np.float32)]
+        out = np.full(shape, 7.0, np.float32)
+    kernel = fk.bindings().lookup(op, [fk.DType.F32] * 3, 0)
     before = out.copy()
     with pytest.raises(error):
         kernel(*inputs, out=out, params=params)
