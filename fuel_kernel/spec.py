@@ -791,7 +791,10 @@ CPU_KERNELS["unary"] = (
 # pick(max_ulp=1) selects the F64-compute siblings.  F16/BF16 results are one rounding of an F32
 # value whose error is far below half an ulp of the output: 1 ulp either way.  The F64 keys keep
 # max_ulp 0 (no ulp bound stated), as the other relative-error claims of the CPU table.
-NORM_OPS = ("SOFTMAX_LAST_DIM", "LOG_SOFTMAX_LAST_DIM", "RMS_NORM", "LAYER_NORM")   # forward ops only
+# the norm family: the forward ops and the softmax backwards (RMS_NORM_BACKWARD and LAYER_NORM_BACKWARD
+# are the norm_backward family)
+NORM_OPS = ("SOFTMAX_LAST_DIM", "LOG_SOFTMAX_LAST_DIM", "RMS_NORM", "LAYER_NORM", "SOFTMAX_LAST_DIM_BACKWARD",
+            "LOG_SOFTMAX_LAST_DIM_BACKWARD")
 _Y = "|err| <= max_rel*|y| + max_abs"
 _S = "|err| <= max_rel*S + max_abs"
 _S32 = "S = |w|(|x|+|mean|+std)rstd+|b|"
