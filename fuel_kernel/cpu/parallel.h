@@ -12,7 +12,8 @@
  *   FK_SPLIT_MATMUL  batch x blocks of rows x blocks of columns of C (m_compute ALL or ROWS)
  *   FK_SPLIT_CONV2D  images x blocks of output channels (groups = 1; images only otherwise)
  *   FK_SPLIT_ATTN    batch x kv-head groups x (causal only) blocks of 64-row query blocks, each
- *                    with the keys up to its last query's diagonal
+ *                    with the keys up to its last query's diagonal; FLASH_ATTN's second output
+ *                    (lse [B, Hq, Sq]) is cut as output 0's first three axes
  * The blocks are chosen from the shapes alone (a grain of work per task), never from the thread
  * count, and each output element is computed by the same serial code whatever thread runs its
  * block, so results are bitwise identical for every thread count.  Blocks never share output
@@ -184,6 +185,15 @@ static int64_t fk_split_plan(fk_split *s) {
     }
     if (!fk_split_writes_are_private(s)) return 1;
     for (k = s->n_in; k < n; k++) {                   /* outputs share output 0's shape */
+        if (s->rule == FK_SPLIT_ATTN && k == s->n_in + 1) {
+            /* FLASH_ATTN's lse [B, Hq, Sq]: cut as output 0's first three axes */
+            if (s->layouts[k].ndim != 3) return 1;
+            for (d = 0; d < 3; d++) {
+                if (s->layouts[k].shape[d] != out->shape[d]) return 1;
+                s->axis[k][d] = (int8_t)d;
+            }
+            continue;
+        }
         if (s->layouts[k].ndim != s->ndim) return 1;
         for (d = 0; d < s->ndim; d++) {
             if (s->layouts[k].shape[d] != out->shape[d]) return 1;
