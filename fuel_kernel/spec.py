@@ -257,6 +257,8 @@ SPLIT_RULES = {
     **{name: "MOVEMENT" for name in ("CUMSUM", "FLIP", "ROLL", "PAD")},
     **{op.name: "REDUCE" for op in OPS if op.shape == "reduce"},
     "MATMUL": "MATMUL", "CONV2D": "CONV2D", "FLASH_ATTN": "ATTN",
+    # attention training
+    "FLASH_ATTN_BACKWARD": "ATTN_BACKWARD",
 }
 # integer kernels of these refuse a zero divisor or a negative exponent before writing anything
 _INTEGER_CHECKS_DATA = ("DIV", "REM", "POW")
