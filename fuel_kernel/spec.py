@@ -236,9 +236,9 @@ OPS = (
         args=("q", "k_cache", "v_cache", "block_table", "context_lens", "alibi_slopes"),
         shape="attention"),
     # attention training
-    _op(71, "FLASH_ATTN_BACKWARD", 6, "flash_attn",
-        "gradients (dq, dk, dv) of FLASH_ATTN from q, k, v, its output o, its lse and the output gradient do",
-        outputs=3, args=("q", "k", "v", "o", "lse", "do"), shape="flash_attn_backward",
+    _op(71, "FLASH_ATTN_BACKWARD", 5, "flash_attn",
+        "gradients (dq, dk, dv) of FLASH_ATTN from q, k, v, its lse and the output gradient do",
+        outputs=3, args=("q", "k", "v", "lse", "do"), shape="flash_attn_backward",
         dtype="flash_attn_backward"),
 )
 
@@ -544,7 +544,7 @@ CLAIMS["FLASH_ATTN_F64"] = Claim(0, "abs err <= 1e-12 * max|v| (f64 math, libm e
 CLAIMS["FLASH_ATTN_F16"] = Claim(0, "f32 math, one f16 rounding: abs err <= 2e-3 * max|v|", 0.0, 2e-3)
 CLAIMS["FLASH_ATTN_BF16"] = Claim(0, "f32 math, one bf16 rounding: abs err <= 1.6e-2 * max|v|", 0.0, 1.6e-2)
 _ATTN_CLAIMS = {name: "FLASH_ATTN_" + name for name in FLOAT}
-# attention training: FLASH_ATTN_BACKWARD [q, k, v, o, lse (F32), do, dq, dk, dv]; errors relative to
+# attention training: FLASH_ATTN_BACKWARD [q, k, v, lse (F32), do, dq, dk, dv]; errors relative to
 # each gradient element's sum of |terms| (tests/cpu/attention/test_attention_backward.py); the F64
 # bound is set by the F32 lse the forward saves (p = exp(s - lse) inherits its rounding)
 CLAIMS["FLASH_ATTN_BACKWARD_F32"] = Claim(0, "f32 math, fast exp: abs err <= 1e-6 * sum |terms|", 0.0, 1e-6)
@@ -563,7 +563,7 @@ CPU_KERNELS["attention"] = (
     KernelRows(("PAGED_ATTN",), tuple((n, n, n, "I32", "I32", "F32", n) for n in FLOAT), "fk_paged_attn",
                _ATTN_CLAIMS, "fk_paged_attn_cost", "FK_ATTN_CAPS"),
     # attention training
-    KernelRows(("FLASH_ATTN_BACKWARD",), tuple((n, n, n, n, "F32", n, n, n, n) for n in FLOAT),
+    KernelRows(("FLASH_ATTN_BACKWARD",), tuple((n, n, n, "F32", n, n, n, n) for n in FLOAT),
                "fk_flash_attn_backward", _ATTN_BACKWARD_CLAIMS, "fk_flash_attn_backward_cost", "FK_ATTN_CAPS"),
 )
 

@@ -985,7 +985,7 @@ def attention_backward_reference(q, k, v, do, scale, causal=False, window_left=-
     tanh(s / softcap) under softcap), P = softmax(t) over the visible keys, o = P v,
       dP = do v^T, D = rowsum(do * o), dt = P (dP - D), ds = dt (1 - tanh^2) (ds = dt without softcap),
       dq = scale ds k, dk = scale ds^T q, dv = P^T do,
-    dk and dv summed over the query heads that share a kv head.  Returns (o, lse, (dq, dk, dv),
+    dk and dv summed over the query heads that share a kv head (D = rowsum(do * o) = sum_j P_j dP_j).  Returns (o, lse, (dq, dk, dv),
     (dq, dk, dv) magnitudes): a magnitude is each element's sum of |terms|, each weight P taken as
     P (1 + sum |scale q k| + |lse|) since an absolute error in a score or the lse is a relative one in
     its weight."""
@@ -1008,7 +1008,8 @@ def attention_backward_reference(q, k, v, do, scale, causal=False, window_left=-
         dk = sum_group_heads(scale * np.swapaxes(ds, -1, -2) @ qf, hkv)
         dv = sum_group_heads(np.swapaxes(p, -1, -2) @ dof, hkv)
         w = p * (1 + s_abs + np.where(np.isfinite(lse), np.abs(lse), 0.0)[..., None])
-        ds_abs = w * (np.abs(dof) @ np.abs(np.swapaxes(vf, -1, -2)) + np.abs(dof * o).sum(-1, keepdims=True))
+        dp_abs = np.abs(dof) @ np.abs(np.swapaxes(vf, -1, -2))
+        ds_abs = w * (dp_abs + (p * dp_abs).sum(-1, keepdims=True))      # D = sum_j p_j dp_j
         mags = (abs(scale) * ds_abs @ np.abs(kf),
                 sum_group_heads(abs(scale) * np.swapaxes(ds_abs, -1, -2) @ np.abs(qf), hkv),
                 sum_group_heads(np.swapaxes(w, -1, -2) @ np.abs(dof), hkv))

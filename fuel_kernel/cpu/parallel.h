@@ -367,18 +367,18 @@ static int64_t fk_split_plan(fk_split *s) {
         break;
     }
     case FK_SPLIT_ATTN_BACKWARD: {
-        /* [q, k, v, o, lse, do] -> [dq, dk, dv]: q, o, lse, do and dq cut on batch and query heads
+        /* [q, k, v, lse, do] -> [dq, dk, dv]: q, lse, do and dq cut on batch and query heads
          * (a kv head's group), k, v, dk and dv on batch and that kv head (fk_split_call) */
         const fk_layout *kl = &s->layouts[1];
         int64_t b, hq, hk;
-        if (s->n_in != 6 || s->n_out != 3 || s->ndim != 4 || kl->ndim != 4 || s->params == NULL ||
+        if (s->n_in != 5 || s->n_out != 3 || s->ndim != 4 || kl->ndim != 4 || s->params == NULL ||
             s->params->kind != FK_PARAMS_FLASH_ATTN) return 1;
         b = out->shape[0]; hq = out->shape[1]; hk = kl->shape[1];
         if (hk <= 0 || hq % hk) return 1;
         for (k = 0; k < n; k++) {
             const fk_layout *l = &s->layouts[k];
             int kv = k == 1 || k == 2 || k == s->n_in + 1 || k == s->n_in + 2;
-            if (l->ndim != (k == 4 ? 3 : 4) || l->shape[0] != b || l->shape[1] != (kv ? hk : hq)) return 1;
+            if (l->ndim != (k == 3 ? 3 : 4) || l->shape[0] != b || l->shape[1] != (kv ? hk : hq)) return 1;
             s->axis[k][0] = 0;
             if (!kv) s->axis[k][1] = 1;
         }

@@ -21,7 +21,8 @@ def kernel(op, dtypes):
 
 
 def backward_key(dtype):
-    return [dtype] * 4 + [D.F32] + [dtype] * 4
+    """[q, k, v, lse (F32), do, dq, dk, dv]"""
+    return [dtype] * 3 + [D.F32] + [dtype] * 4
 
 
 # abs error bound as a fraction of each gradient element's sum |terms|: the registered claim
@@ -49,16 +50,13 @@ def case_operands(case, dtype, rng, layout="contiguous"):
         (scale, causal, wl, wr, softcap)
 
 
-def saved_forward(q, k, v, do, args, dtype, layout="contiguous", rng=None):
-    """The o (in the dtype) and lse (F32) the forward saves, from the float64 reference."""
-    o, lse, grads, mags = attention_backward_reference(q, k, v, do, *args)
-    with np.errstate(all="ignore"):
-        o_saved = np.asarray(o.astype(np.float32) if dtype == D.BF16 else o, np_dtype(dtype))
+def saved_forward(q, k, v, do, args, layout="contiguous", rng=None):
+    """The lse (F32) the forward saves, from the float64 reference, and the reference gradients."""
+    _, lse, grads, mags = attention_backward_reference(q, k, v, do, *args)
     lse_saved = lse.astype(np.float32)
     if layout != "contiguous":
-        o_saved = make_operand(o.shape, dtype, layout, rng, values=o_saved)
         lse_saved = make_operand(lse.shape, D.F32, layout, rng, values=lse_saved)
-    return o_saved, lse_saved, grads, mags
+    return lse_saved, grads, mags
 
 
 def assert_gradients(got, grads, mags, dtype):
@@ -179,8 +177,8 @@ def test_flash_attn_lse_refusals(rng):
 @pytest.mark.parametrize("case", CASES)
 def test_flash_attn_backward(dtype, case, rng):
     q, k, v, do, p, args = case_operands(case, dtype, rng)
-    o, lse, grads, mags = saved_forward(q, k, v, do, args, dtype)
-    got = kernel(OP.FLASH_ATTN_BACKWARD, backward_key(dtype))(q, k, v, o, lse, do, params=p)
+    lse, grads, mags = saved_forward(q, k, v, do, args)
+    got = kernel(OP.FLASH_ATTN_BACKWARD, backward_key(dtype))(q, k, v, lse, do, params=p)
     assert isinstance(got, tuple) and len(got) == 3
     assert_gradients(got, grads, mags, dtype)
 
@@ -190,21 +188,21 @@ def test_flash_attn_backward(dtype, case, rng):
 def test_flash_attn_backward_layouts(dtype, layout, rng):
     case = (2, 4, 2, 33, 70, 12, 20, True, 40, -1, 0.0)
     q, k, v, do, p, args = case_operands(case, dtype, rng, layout)
-    o, lse, grads, mags = saved_forward(q, k, v, do, args, dtype, layout, rng)
+    lse, grads, mags = saved_forward(q, k, v, do, args, layout, rng)
     out_layout = "transposed" if layout == "transposed" else "negative" if layout == "negative" else "strided"
     outs = tuple(make_operand(x.shape, dtype, out_layout, rng) for x in (q, k, v))
-    got = kernel(OP.FLASH_ATTN_BACKWARD, backward_key(dtype))(q, k, v, o, lse, do, out=outs, params=p)
+    got = kernel(OP.FLASH_ATTN_BACKWARD, backward_key(dtype))(q, k, v, lse, do, out=outs, params=p)
     assert all(g is x for g, x in zip(got, outs))
     assert_gradients(outs, grads, mags, dtype)
 
 
 def test_flash_attn_backward_of_the_kernels_own_forward(rng):
-    """Chained through the kernels: the forward's (o, lse) feed the backward."""
+    """Chained through the kernels: the forward's lse feeds the backward."""
     q, k, v, do, p, args = case_operands((1, 4, 2, 150, 150, 32, 32, True, -1, -1, 0.0), D.F32, rng)
     o = np.zeros(q.shape, np.float32)
     lse = np.zeros(q.shape[:3], np.float32)
     kernel(OP.FLASH_ATTN, [D.F32] * 5)(q, k, v, out=(o, lse), params=p)
-    got = kernel(OP.FLASH_ATTN_BACKWARD, backward_key(D.F32))(q, k, v, o, lse, do, params=p)
+    got = kernel(OP.FLASH_ATTN_BACKWARD, backward_key(D.F32))(q, k, v, lse, do, params=p)
     _, _, grads, mags = attention_backward_reference(q, k, v, do, *args)
     assert_gradients(got, grads, mags, D.F32)
 
@@ -213,12 +211,14 @@ def test_flash_attn_backward_rows_without_keys_contribute_nothing(rng):
     """Causal with Sq > Sk: the first rows see no key (lse -inf, output zeros): their dq is zero and
     they add nothing to dk, dv (even with a nonzero do on those rows)."""
     q, k, v, do, p, args = case_operands((1, 1, 1, 9, 3, 4, 4, True, -1, -1, 0.0), D.F32, rng)
-    o, lse, grads, mags = saved_forward(q, k, v, do, args, D.F32)
+    lse, grads, mags = saved_forward(q, k, v, do, args)
     assert np.isneginf(lse[0, 0, :6]).all()
-    dq, dk, dv = kernel(OP.FLASH_ATTN_BACKWARD, backward_key(D.F32))(q, k, v, o, lse, do, params=p)
+    dq, dk, dv = kernel(OP.FLASH_ATTN_BACKWARD, backward_key(D.F32))(q, k, v, lse, do, params=p)
     assert (dq[0, 0, :6] == 0).all()
-    rest = kernel(OP.FLASH_ATTN_BACKWARD, backward_key(D.F32))(q[:, :, 6:], k, v, o[:, :, 6:], lse[:, :, 6:],
-                                                                do[:, :, 6:], params=p)
+    assert_gradients((dq, dk, dv), grads, mags, D.F32)
+    # the last 3 query rows alone (bottom-right aligned, they keep their keys) give the same dk, dv
+    rest = kernel(OP.FLASH_ATTN_BACKWARD, backward_key(D.F32))(q[:, :, 6:], k, v, lse[:, :, 6:], do[:, :, 6:],
+                                                                params=p)
     np.testing.assert_allclose(dk, rest[1], rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(dv, rest[2], rtol=1e-6, atol=1e-6)
 
@@ -228,15 +228,15 @@ def test_flash_attn_backward_empty_queries_give_zero_key_gradients(rng):
     k, v = (rng.standard_normal((1, 1, 5, 4)).astype(np.float32) for _ in range(2))
     dk, dv = np.full((1, 1, 5, 4), 7.0, np.float32), np.full((1, 1, 5, 4), 7.0, np.float32)
     kernel(OP.FLASH_ATTN_BACKWARD, backward_key(D.F32))(
-        q, k, v, q, np.zeros((1, 2, 0), np.float32), q, out=(np.zeros_like(q), dk, dv), params=P.flash_attn(1.0))
+        q, k, v, np.zeros((1, 2, 0), np.float32), q, out=(np.zeros_like(q), dk, dv), params=P.flash_attn(1.0))
     assert (dk == 0).all() and (dv == 0).all()
 
 
 def test_a_nan_input_makes_its_gradients_nan(rng):
     q, k, v, do, p, args = case_operands((1, 1, 1, 3, 70, 2, 3, False, -1, -1, 0.0), D.F32, rng)
-    o, lse, _, _ = saved_forward(q, k, v, do, args, D.F32)
+    lse, _, _ = saved_forward(q, k, v, do, args)
     do[0, 0, 1, 0] = np.nan
-    dq, dk, dv = kernel(OP.FLASH_ATTN_BACKWARD, backward_key(D.F32))(q, k, v, o, lse, do, params=p)
+    dq, dk, dv = kernel(OP.FLASH_ATTN_BACKWARD, backward_key(D.F32))(q, k, v, lse, do, params=p)
     assert np.isnan(dq[0, 0, 1]).all() and np.isfinite(dq[0, 0, [0, 2]]).all()
     assert np.isnan(dv).all()
 
@@ -246,11 +246,10 @@ def refusal_operands(rng, dtype=D.F32):
     q = rng.standard_normal((1, 2, 4, 8)).astype(nd)
     k = rng.standard_normal((1, 2, 4, 8)).astype(nd)
     v = rng.standard_normal((1, 2, 4, 8)).astype(nd)
-    o = rng.standard_normal((1, 2, 4, 8)).astype(nd)
     lse = rng.standard_normal((1, 2, 4)).astype(np.float32)
     do = rng.standard_normal((1, 2, 4, 8)).astype(nd)
     outs = tuple(np.full((1, 2, 4, 8), 7.0, nd) for _ in range(3))
-    return [q, k, v, o, lse, do], outs
+    return [q, k, v, lse, do], outs
 
 
 def test_flash_attn_backward_refusals_write_nothing(rng):
@@ -267,14 +266,14 @@ def test_flash_attn_backward_refusals_write_nothing(rng):
         return ins[:i] + [x] + ins[i + 1:]
 
     refused(fk.DTypeError, replaced(0, ins[0].astype(np.float64)))
+    refused(fk.DTypeError, replaced(3, ins[3].astype(np.float64)))            # lse is F32
     refused(fk.DTypeError, replaced(4, ins[4].astype(np.float64)))
-    refused(fk.DTypeError, replaced(5, ins[5].astype(np.float64)))
     refused(fk.DTypeError, outputs=outs[:2] + (np.full((1, 2, 4, 8), 7.0),))
-    refused(fk.OperandCountError, ins[:5])
+    refused(fk.OperandCountError, ins[:4])
     refused(fk.OperandCountError, outputs=outs[:2])
     refused(fk.ShapeError, replaced(1, ins[1][:, :, :3]))                   # v has 4 keys
-    refused(fk.ShapeError, replaced(4, ins[4][:, :, :3]))                   # lse
-    refused(fk.ShapeError, replaced(3, ins[3][..., :7]))                    # o
+    refused(fk.ShapeError, replaced(3, ins[3][:, :, :3]))                   # lse
+    refused(fk.ShapeError, replaced(4, ins[4][..., :7]))                    # do
     refused(fk.ShapeError, replaced(1, np.concatenate([ins[1]] * 3, 1)[:, :3]))   # 2 query heads, 3 kv heads
     refused(fk.ShapeError, outputs=(np.full((1, 2, 4, 7), 7.0, np.float32),) + outs[1:])
     refused(fk.ParamsError, params=None)
@@ -282,7 +281,7 @@ def test_flash_attn_backward_refusals_write_nothing(rng):
     read_only.flags.writeable = False
     refused(fk.ReadOnlyError, outputs=outs[:2] + (read_only,))
     refused(fk.AliasError, outputs=(ins[0],) + outs[1:])                     # dq over q
-    refused(fk.AliasError, outputs=outs[:1] + (ins[5],) + outs[2:])          # dk over do
+    refused(fk.AliasError, outputs=outs[:1] + (ins[4],) + outs[2:])          # dk over do
     shared = np.full((2, 1, 2, 4, 8), 7.0, np.float32)
     refused(fk.AliasError, outputs=(outs[0], shared[0], shared[0]))         # dk and dv the same array
     refused(fk.AliasError, outputs=(shared.reshape(-1)[4:68].reshape(1, 2, 4, 8), shared[0], outs[2]))  # overlap
