@@ -67,9 +67,19 @@ headers = sorted(glob.glob("fuel_kernel/include/fuel_kernel/*.h") + glob.glob("f
                  + glob.glob("fuel_kernel/_core/*.h"))
 
 
+def family_depends(name):
+    """The headers a module depends on: all of them, less the other kernel families' own
+    `<family>_kernels.h` (and its template), which no other family includes."""
+    own = name.rsplit(".", 1)[-1].lstrip("_") + "_kernels.h"
+    shared = ("elementwise_kernels.h", own)
+    return [h for h in headers
+            if not (os.path.basename(h).replace(".h.in", ".h").endswith("_kernels.h")
+                    and os.path.basename(h).replace(".h.in", ".h") not in shared)]
+
+
 def extension(name, sources, extra_macros=(), extra_includes=()):
     return Extension(name, sources, include_dirs=list(extra_includes) + include_dirs,
-                     define_macros=macros + list(extra_macros), depends=headers,
+                     define_macros=macros + list(extra_macros), depends=family_depends(name),
                      extra_compile_args=compile_args, extra_link_args=link_args)
 
 

@@ -14,6 +14,9 @@ Models (f32, single thread):
   returns the token's output and its new K and V rows, which the caller appends), with the cache
   contiguous (FLASH_ATTN) or paged in 16-token blocks in shuffled order (PAGED_ATTN); torch and
   ONNX Runtime read the contiguous cache.
+* Its training step: the block's forward pass, a loss (the sum of the output times fixed random
+  weights) and the gradients of every weight and bias (Graph.grad, one Plan), against torch eager
+  running forward and loss.backward() with the same weights.
 """
 import numpy as np
 
@@ -25,6 +28,7 @@ F32 = fk.DType.F32
 D_MODEL, HEADS, SEQ, CACHE, BLOCK = 768, 12, 128, 4096, 16
 HEAD_DIM = D_MODEL // HEADS
 TOLERANCE = 2e-4          # max |difference| allowed between contenders (f32, summed over 3072)
+TRAINING_TOLERANCE = 1e-4  # the training step's: relative to each output's largest magnitude
 
 
 def _torch():
@@ -82,25 +86,29 @@ def _peers(torch, why, module, arrays, names):
             ("onnxruntime (1 thread)", (lambda: session.run(None, feeds)) if session else None, why)]
 
 
-def _compare(reference, got, what):
-    """Largest |difference| between two outputs (lists of arrays); raises beyond TOLERANCE."""
-    worst = 0.0
+def _compare(reference, got, what, relative=None):
+    """Largest |difference| between two outputs (lists of arrays), absolute, or relative to each
+    output's largest magnitude when `relative` is the bound; raises beyond the bound."""
+    worst, bound = 0.0, TOLERANCE if relative is None else relative
     for a, b in zip(reference, got):
-        worst = max(worst, float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)))))
-    if not worst <= TOLERANCE:
-        raise AssertionError(f"{what} disagrees with the plan by {worst:.3g} (> {TOLERANCE})")
+        a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+        scale = 1.0 if relative is None else max(float(np.max(np.abs(a))), 1e-30)
+        worst = max(worst, float(np.max(np.abs(a - b))) / scale)
+    if not worst <= bound:
+        raise AssertionError(f"{what} disagrees with the plan by {worst:.3g} (> {bound})")
     return worst
 
 
-def _case(name, plan_run, plan_out, peers, target, notes):
-    """A Case from the plan and (name, callable, outputs-as-list) peers, outputs compared first."""
+def _case(name, plan_run, plan_out, peers, target, notes, tolerance=None):
+    """A Case from the plan and (name, callable, outputs-as-list) peers, outputs compared first
+    (absolutely, or relative to each output's scale when `tolerance` is given)."""
     contenders = {"fuel_kernel Plan.run": plan_run}
     skipped, differences = {}, []
     for peer, run, why in peers:
         if run is None:
             skipped[peer] = why
             continue
-        differences.append(f"{peer} max |diff| {_compare(plan_out, run(), peer):.2g}")
+        differences.append(f"{peer} max |diff| {_compare(plan_out, run(), peer, tolerance):.2g}")
         contenders[peer] = run
     baseline = next((p for p, run, _ in peers if run is not None), "fuel_kernel Plan.run")
     return Case(name=name, contenders=contenders, baseline=baseline, skipped=skipped, target=target,
@@ -177,9 +185,9 @@ def _graph_heads(g, qkv, rows):
     return [g.transpose(g.slice_view(qkv, (slice(None), slice(None), i)), (0, 2, 1, 3)) for i in range(3)]
 
 
-def _torch_block(torch, W, decode):
+def _torch_block(torch, W, decode, as_tensors=False):
     F = torch.nn.functional
-    t = {name: tuple(torch.from_numpy(a) for a in pair) for name, pair in W.items()}
+    t = W if as_tensors else {name: tuple(torch.from_numpy(a) for a in pair) for name, pair in W.items()}
 
     class Block(torch.nn.Module):
         def forward(self, x, *cache):
@@ -278,9 +286,61 @@ def _decode_cases(rng, W):
                 f"{BLOCK}-token blocks in shuffled order; peers read the contiguous cache")
 
 
+# ---- GPT-2 block training step -------------------------------------------------------------------
+TRAINED = ("ln1", "qkv", "proj", "ln2", "fc", "out")
+
+
+def gpt2_training_plan(W, seq):
+    """The GPT-2 block's forward pass, loss = sum(out * r) and the gradient of every weight, as one
+    Plan; its inputs are x, r and the weights (each pair in TRAINED order)."""
+    g = Graph()
+    xi, r = g.input((seq, D_MODEL), F32, name="x"), g.input((seq, D_MODEL), F32, name="r")
+    p = {name: tuple(g.input(a.shape, F32, name=f"{name}{i}") for i, a in enumerate(W[name])) for name in TRAINED}
+    h = g.layer_norm(xi, p["ln1"][0], p["ln1"][1], eps=1e-5)
+    qkv = g.add(g.matmul(h, p["qkv"][0]), p["qkv"][1])
+    q, k, v = _graph_heads(g, qkv, seq)
+    a = g.flash_attn(q, k, v, scale=1.0 / np.sqrt(HEAD_DIM), causal=True)
+    a = g.reshape(g.transpose(a, (0, 2, 1, 3)), (seq, D_MODEL))
+    x = g.add(xi, g.add(g.matmul(a, p["proj"][0]), p["proj"][1]))
+    h = g.layer_norm(x, p["ln2"][0], p["ln2"][1], eps=1e-5)
+    h = g.add(g.matmul(g.gelu(g.add(g.matmul(h, p["fc"][0]), p["fc"][1])), p["out"][0]), p["out"][1])
+    loss = g.sum(g.mul(g.add(x, h), r))
+    wanted = [value for name in TRAINED for value in p[name]]
+    return g.compile([loss] + g.grad(loss, wanted))
+
+
+def _training_case(rng, W):
+    x = rng.standard_normal((SEQ, D_MODEL)).astype(np.float32)
+    r = rng.standard_normal((SEQ, D_MODEL)).astype(np.float32)
+    weights = [a for name in TRAINED for a in W[name]]
+    plan = gpt2_training_plan(W, SEQ)
+    plan_out = plan.run([x, r] + weights)
+    peers = []
+    torch, why = _torch()
+    if torch is None:
+        peers.append(("torch eager (1 thread)", None, why))
+    else:
+        params = [torch.from_numpy(a.copy()).requires_grad_() for a in weights]
+        module = _torch_block(torch, {name: (params[2 * i], params[2 * i + 1]) for i, name in enumerate(TRAINED)},
+                              decode=False, as_tensors=True)
+        tx, tr = torch.from_numpy(x), torch.from_numpy(r)
+
+        def torch_step():
+            for t in params:
+                t.grad = None
+            loss = (module(tx) * tr).sum()
+            loss.backward()
+            return [loss.detach().numpy()] + [t.grad.numpy() for t in params]
+        peers.append(("torch eager (1 thread)", torch_step, None))
+    return _case(f"GPT-2 block training step S={SEQ} (forward + backward), f32",
+                 lambda: plan.run([x, r] + weights), plan_out, peers, "plan <= 1.0x torch eager",
+                 f"plan arena: peak {plan.peak_bytes} B; {plan.n_steps} steps", tolerance=TRAINING_TOLERANCE)
+
+
 def cases():
     rng = np.random.default_rng(0)
     yield _mlp_case(rng)
     W = _block_weights(rng)
     yield _block_case(rng, W)
     yield from _decode_cases(rng, W)
+    yield _training_case(rng, W)

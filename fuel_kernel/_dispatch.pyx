@@ -86,8 +86,11 @@ _C_API = PyCapsule_New(<void *>fk_core_api(), FK_API_CAPSULE_NAME, NULL)
 # re-acquiring the GIL costs more than the kernel.
 cdef int64_t NOGIL_MIN_ELEMENTS = 16384
 
-# Every op in this ABI has exactly one output; inputs are the remaining key dtypes.
-cdef int N_OUTPUTS = 1
+
+cdef inline int key_outputs(const fk_key *key) noexcept:
+    """How many of the key's dtypes are outputs (the last ones): the op's count (fuel_kernel.spec),
+    1 for a runtime fused op.  Keys reaching here are valid, so the count is never -1."""
+    return fk_key_outputs(key)
 
 
 # ---- errors ---------------------------------------------------------------------------------
@@ -106,7 +109,7 @@ cdef extern from "operands.h":
         void *canonical[FK_DTYPE_COUNT]
     int fk_array_dtype(cnp.ndarray arr, const fk_typenum_map *map) noexcept
     int64_t fk_describe_array(cnp.ndarray arr, int dtype, fk_storage *storage, fk_layout *layout) noexcept
-    enum: FK_OUTPUT_READ_ONLY, FK_OUTPUT_OVERLAPS, FK_CALL_GENERAL
+    enum: FK_OUTPUT_READ_ONLY, FK_OUTPUT_OVERLAPS, FK_OUTPUTS_OVERLAP, FK_CALL_GENERAL
     int fk_check_outputs(const fk_entry *entry, const fk_storage *storage, const fk_layout *layouts,
                          const int64_t *numels, int n_in, int n_out, int *output, int *input) noexcept
     int fk_run_described(const fk_entry *entry, fk_storage *storage, const fk_layout *layouts,
@@ -376,6 +379,8 @@ cdef int check_outputs(const fk_entry *entry, const fk_storage *storage, const f
         raise AliasError(f"output {output} overlaps input {input}; this kernel needs disjoint memory"
                          + ("" if entry.caps & FK_CAP_INPLACE else " (it does not run in place)")
                          + " unless the two are the same view")
+    if refusal == FK_OUTPUTS_OVERLAP:
+        raise AliasError(f"output {output} overlaps output {input}; each output needs its own memory")
     return 0
 
 
@@ -405,9 +410,10 @@ cdef object infer_output(object op, str what, object infer, list arguments, obje
         raise ShapeError(f"cannot infer the output {what} of {op!r} from {arguments}: {exc}") from None
 
 
-cdef cnp.ndarray allocate_output(const fk_snapshot *snapshot, const fk_key *key, tuple inputs, object params):
+cdef tuple allocate_outputs(const fk_snapshot *snapshot, const fk_key *key, tuple inputs, object params):
+    """Every output of the key, allocated with the shapes its op's schema infers from the inputs."""
     from fuel_kernel import ops
-    cdef int i
+    cdef int i, n_out = key_outputs(key)
     params_pointer(params)               # a params object of the wrong type is a ParamsError first
     shapes = []
     for i in range(len(inputs)):
@@ -415,13 +421,20 @@ cdef cnp.ndarray allocate_output(const fk_snapshot *snapshot, const fk_key *key,
         if len(shape) > FK_MAX_DIMS:
             raise ShapeError(f"input {i} has {len(shape)} dims; at most {FK_MAX_DIMS} are supported")
         shapes.append(shape)
-    shape = infer_output(key_op(key), "shape", ops.infer_output_shape, shapes, params, snapshot, key)
-    try:
-        return np.empty(shape, dtype=DType(key.dtypes[key.ndtypes - 1]).numpy)
-    except MemoryError:
-        raise KernelMemoryError(f"cannot allocate an output of shape {shape}") from None
-    except (ValueError, TypeError, OverflowError) as exc:
-        raise ShapeError(f"cannot allocate an output of shape {shape}: {exc}") from None
+    if key.kind == FK_KEY_STATIC:
+        out_shapes = infer_output(key_op(key), "shape", ops.infer_output_shapes, shapes, params, snapshot, key)
+    else:
+        out_shapes = (infer_output(key_op(key), "shape", ops.infer_output_shape, shapes, params, snapshot, key),)
+    outputs = []
+    for i in range(n_out):
+        shape = out_shapes[i]
+        try:
+            outputs.append(np.empty(shape, dtype=DType(key.dtypes[key.ndtypes - n_out + i]).numpy))
+        except MemoryError:
+            raise KernelMemoryError(f"cannot allocate an output of shape {shape}") from None
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise ShapeError(f"cannot allocate an output of shape {shape}: {exc}") from None
+    return tuple(outputs)
 
 
 cdef fk_params NO_PARAMS             # zero-filled static storage: what a kernel sees for params=None
@@ -473,19 +486,21 @@ cdef object run_entry(const fk_snapshot *snapshot, const fk_entry *entry, const 
     """Check operand counts, allocate outputs when `outputs` is None, and run; returns the tuple of
     outputs."""
     cdef PyObject *operands[FK_MAX_OPERANDS]
-    cdef int n_in = key.ndtypes - N_OUTPUTS, n_out, i
+    cdef int n_expected = key_outputs(key)
+    cdef int n_in = key.ndtypes - n_expected, n_out, i
     if len(inputs) != n_in:
         hint = "; an output goes in out= (or run()'s outputs list), not among the inputs" \
             if len(inputs) == n_in + 1 else ""
         raise OperandCountError(f"{describe_key(key)} takes {n_in} input{'s' if n_in != 1 else ''}, "
                                 f"got {len(inputs)}{hint}")
     if outputs is None:
-        outputs = (allocate_output(snapshot, key, tuple(inputs), params),)
+        outputs = allocate_outputs(snapshot, key, tuple(inputs), params)
     elif type(outputs) is not tuple and type(outputs) is not list:
         outputs = (outputs,)
     n_out = len(outputs)
-    if n_out != N_OUTPUTS:
-        raise OperandCountError(f"{describe_key(key)} writes {N_OUTPUTS} output, got {n_out}")
+    if n_out != n_expected:
+        raise OperandCountError(f"{describe_key(key)} writes {n_expected} output{'s' if n_expected != 1 else ''}, "
+                                f"got {n_out}")
     inputs = tuple(inputs)
     outputs = tuple(outputs)
     for i in range(n_in):
@@ -737,7 +752,8 @@ cdef object PARAMS_NAME = sys.intern("params")
 cdef object kernel_vectorcall(object self, PyObject **args, size_t nargsf, PyObject *kwnames):
     """Kernel.__call__ through the vectorcall protocol: no argument tuple or keyword dict is built,
     which is most of the cost of a call on small arrays.  Anything unusual (no out=, a sequence
-    of outputs, a wrong count) takes the general path, which also words the errors."""
+    of outputs, an op with several, a wrong count) takes the general path, which also words the
+    errors."""
     cdef const fk_key *key = &(<Kernel>self).key
     cdef const fk_entry *entry = (<Kernel>self).entry
     cdef Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), i
@@ -749,18 +765,24 @@ cdef object kernel_vectorcall(object self, PyObject **args, size_t nargsf, PyObj
         fk_call_keywords(kwnames, args + nargs, <PyObject *>OUT_NAME, <PyObject *>PARAMS_NAME, &out, &params)
         if out == <PyObject *>None:      # out=None allocates, as Kernel.__call__ does
             out = NULL
-    if out == NULL or nargs != key.ndtypes - N_OUTPUTS or type(<object>out) is tuple or type(<object>out) is list:
+    if out == NULL or nargs != key.ndtypes - 1 or key_outputs(key) != 1 or type(<object>out) is tuple \
+            or type(<object>out) is list:
         inputs = tuple([<object>args[i] for i in range(nargs)])
-        return run_entry((<Kernel>self).snapshot, entry, key, inputs, <object>out if out != NULL else None,
-                         <object>params if params != NULL else None, True)[0]
+        return call_result(key, run_entry((<Kernel>self).snapshot, entry, key, inputs,
+                                          <object>out if out != NULL else None,
+                                          <object>params if params != NULL else None, True))
     if out != args[nargs]:
         for i in range(nargs):
             gathered[i] = args[i]
         gathered[nargs] = out
         operands = gathered
-    call_operands(entry, key, operands, <int>nargs, N_OUTPUTS,
-                  <object>params if params != NULL else None, True)
+    call_operands(entry, key, operands, <int>nargs, 1, <object>params if params != NULL else None, True)
     return <object>out
+
+
+cdef inline object call_result(const fk_key *key, tuple outputs):
+    """What k(...) and fk.dispatch return: the output of a one-output op, else the tuple."""
+    return outputs[0] if key_outputs(key) == 1 else outputs
 
 
 # Kernel and BindingTable wrap C pointers that only this module can fill in: like NumPy's internal
@@ -802,8 +824,9 @@ cdef class Kernel:
         return k
 
     def __call__(self, *inputs, out=None, params=None):
-        """Run on `inputs`, writing `out` (allocated when omitted); returns the output."""
-        return run_entry(self.snapshot, self.entry, &self.key, inputs, out, params, True)[0]
+        """Run on `inputs`, writing `out` (allocated when omitted); returns the output, or the
+        tuple of outputs of an op with several (pass them as out=(a, b))."""
+        return call_result(&self.key, run_entry(self.snapshot, self.entry, &self.key, inputs, out, params, True))
 
     def run(self, inputs, outputs, params=None):
         """The explicit form: k.run([a, b], [c], params).  Returns the tuple of outputs."""
@@ -824,7 +847,11 @@ cdef class Kernel:
 
     @property
     def n_inputs(self):
-        return self.key.ndtypes - N_OUTPUTS
+        return self.key.ndtypes - key_outputs(&self.key)
+
+    @property
+    def n_outputs(self):
+        return key_outputs(&self.key)
 
     @property
     def source(self):
@@ -1056,8 +1083,9 @@ cdef class BindingTable:
         if not alternatives:
             self.lookup(op, dtypes, backend)          # raises NoKernelError with the nearest keys
         shapes = [tuple(o) if isinstance(o, tuple) else np.shape(o) for o in operands]
-        broadcast = any(shape != shapes[-1] for shape in shapes[:-1]) or any(
-            isinstance(o, np.ndarray) and 0 in o.strides and o.size > 1 for o in operands[:-1])
+        n_in = len(shapes) - alternatives[0].n_outputs
+        broadcast = any(shape != shapes[n_in] for shape in shapes[:n_in]) or any(
+            isinstance(o, np.ndarray) and 0 in o.strides and o.size > 1 for o in operands[:n_in])
         return route.pick(alternatives, shapes, params, broadcast_inputs=broadcast, measure=measure,
                           max_ulp=max_ulp, describe=describe_key_dict_from(op, dtypes, backend)).kernel
 
@@ -1115,7 +1143,7 @@ cdef str miss_message(const fk_snapshot *snapshot, const fk_key *key):
                      + (" ..." if len(same_backend) > 3 else ""))
         fk_snapshot_key_at(snapshot, same_backend[0][1], &best)
         casts = []
-        for i in range(key.ndtypes - N_OUTPUTS):
+        for i in range(key.ndtypes - key_outputs(key)):
             if best.dtypes[i] != key.dtypes[i]:
                 cast_dtypes.n = 2
                 cast_dtypes.v[0] = key.dtypes[i]
@@ -1124,7 +1152,7 @@ cdef str miss_message(const fk_snapshot *snapshot, const fk_key *key):
                 available = fk_lookup(snapshot, &cast_key).n_entries > 0
                 casts.append(f"cast input {i} {DType(key.dtypes[i]).short_name}->"
                              f"{DType(best.dtypes[i]).short_name}" + ("" if available else " (no CAST kernel for that either)"))
-        if casts and all(best.dtypes[i] == key.dtypes[i] for i in range(key.ndtypes - N_OUTPUTS, key.ndtypes)):
+        if casts and all(best.dtypes[i] == key.dtypes[i] for i in range(key.ndtypes - key_outputs(key), key.ndtypes)):
             lines.append("  to resolve: " + ", ".join(casts))
     if other_backend:
         lines.append("  same dtypes on other backends: " + ", ".join(
@@ -1133,8 +1161,8 @@ cdef str miss_message(const fk_snapshot *snapshot, const fk_key *key):
         counts = registered_input_counts(snapshot, key)
         if counts:
             lines.append(f"  {key_name(key)} is registered with {describe_counts(counts)}, "
-                         f"not {key.ndtypes - N_OUTPUTS}")
-            if key.ndtypes - N_OUTPUTS - 1 in counts:
+                         f"not {key.ndtypes - key_outputs(key)}")
+            if key.ndtypes - key_outputs(key) - 1 in counts:
                 lines.append("  if the last input is meant as the output, pass it as outputs= "
                              "(dispatch) or out= (a Kernel call), not among the inputs")
         else:
@@ -1152,7 +1180,7 @@ cdef list registered_input_counts(const fk_snapshot *snapshot, const fk_key *key
     for k in range(fk_snapshot_key_count(snapshot)):
         fk_snapshot_key_at(snapshot, k, &other)
         if other.kind == key.kind and other.id == key.id and other.ndtypes != key.ndtypes:
-            counts.add(other.ndtypes - N_OUTPUTS)
+            counts.add(other.ndtypes - key_outputs(&other))
     return sorted(counts)
 
 
@@ -1415,28 +1443,30 @@ cdef int operand_dtype(object obj, int index, bint is_output) except -2:
 
 def dispatch(op, inputs, outputs=None, params=None, backend=Backend.CPU):
     """Run op on inputs, writing `outputs` (or allocating them), with the first usable kernel the
-    table holds for the operands' dtypes; returns the output.  Without outputs, the output's
-    dtype and shape follow the op's schema (fuel_kernel.ops)."""
+    table holds for the operands' dtypes; returns the output, or the tuple of outputs of an op
+    with several.  Without outputs, their dtypes and shapes follow the op's schema
+    (fuel_kernel.ops)."""
     global dispatch_snapshot, dispatch_generation
     cdef fk_dtypes dts
     cdef fk_key key
     cdef const fk_entry *entry
     cdef const fk_snapshot *snapshot
-    cdef int i, code
+    cdef int i, n_out
     cdef long op_id
     inputs = operand_tuple(inputs, "inputs")
     if outputs is not None and type(outputs) is not tuple and type(outputs) is not list:
         outputs = (outputs,)
+    parse_key(op, (0,), backend, &key)                     # the op alone: how many outputs it writes
+    n_out = dispatch_outputs(&key, outputs)
     n_in = len(inputs)
-    if n_in + N_OUTPUTS > FK_MAX_OPERANDS or n_in < 1:
-        raise OperandCountError(f"dispatch takes 1 to {FK_MAX_OPERANDS - N_OUTPUTS} inputs, got {n_in}")
-    dts.n = n_in + N_OUTPUTS
+    if n_in + n_out > FK_MAX_OPERANDS or n_in < 1:
+        raise OperandCountError(f"dispatch takes 1 to {FK_MAX_OPERANDS - n_out} inputs, got {n_in}")
+    dts.n = n_in + n_out
     for i in range(n_in):
         dts.v[i] = operand_dtype(inputs[i], i, False)
     if outputs is not None:
-        if len(outputs) != N_OUTPUTS:
-            raise OperandCountError(f"dispatch writes {N_OUTPUTS} output, got {len(outputs)}")
-        dts.v[n_in] = operand_dtype(outputs[0], 0, True)
+        for i in range(n_out):
+            dts.v[n_in + i] = operand_dtype(outputs[i], i, True)
     if fk_published_generation() != dispatch_generation:
         with dispatch_lock:
             if fk_published_generation() != dispatch_generation:
@@ -1449,18 +1479,38 @@ def dispatch(op, inputs, outputs=None, params=None, backend=Backend.CPU):
     try:
         if outputs is None:
             from fuel_kernel import ops
-            dts.v[n_in] = 0
+            for i in range(n_out):
+                dts.v[n_in + i] = 0
             parse_key(op, [dts.v[i] for i in range(dts.n)], backend, &key)   # an op the table can key
-            code = int(infer_output(key_op(&key), "dtype", ops.infer_output_dtype,
-                                    [DType(dts.v[i]) for i in range(n_in)], params, snapshot, &key))
-            dts.v[n_in] = code
+            rule = ops.infer_output_dtypes if key.kind == FK_KEY_STATIC else ops.infer_output_dtype
+            codes = infer_output(key_op(&key), "dtype", rule, [DType(dts.v[i]) for i in range(n_in)],
+                                 params, snapshot, &key)
+            codes = tuple(codes) if key.kind == FK_KEY_STATIC else (codes,)
+            for i in range(n_out):
+                dts.v[n_in + i] = int(codes[i])
         parse_key(op, [dts.v[i] for i in range(dts.n)], backend, &key)
         entry = fk_lookup_with_caps(snapshot, &key, 0)
         if entry == NULL:
             raise NoKernelError(miss_message(snapshot, &key))
-        return run_entry(snapshot, entry, &key, inputs, outputs, params, False)[0]
+        return call_result(&key, run_entry(snapshot, entry, &key, inputs, outputs, params, False))
     finally:
         fk_release(snapshot)
+
+
+cdef int dispatch_outputs(const fk_key *key, object outputs) except -1:
+    """How many outputs fk.dispatch runs op with: as many as the caller passes (refused outside the
+    op's range), else the op's required ones (an optional output is written when passed)."""
+    from fuel_kernel import ops
+    cdef int fewest = 1, most = 1
+    if key.kind == FK_KEY_STATIC:
+        fewest, most = ops.min_outputs(key.id), ops.n_outputs(key.id)
+    if outputs is None:
+        return fewest
+    if not fewest <= len(outputs) <= most:
+        counted = f"{fewest}" if fewest == most else f"{fewest} to {most}"
+        raise OperandCountError(f"{key_name(key)} writes {counted} output{'s' if most != 1 else ''}, "
+                                f"got {len(outputs)}")
+    return len(outputs)
 
 
 # ---- threads (the public face is fuel_kernel/threads.py) ------------------------------------------

@@ -477,8 +477,10 @@ cdef class PlanProgram:
         step = &self.steps[self.n_steps]
         memset(step, 0, sizeof(fk_plan_step))
         step.kernel = kernel.entry.kernel
-        step.n_out = 1
-        step.n_in = n - 1
+        step.n_out = kernel.n_outputs
+        step.n_in = n - step.n_out
+        if step.n_in < 1:
+            raise ValueError(f"{n} operands for a kernel that writes {step.n_out} outputs")
         step.node_id = node_id
         step.first = self.n_operands
         step.params_index = -1

@@ -148,6 +148,10 @@ cdef extern from "fuel_kernel/abi.h" nogil:
         int32_t reserved
         int64_t window_left
 
+    ctypedef struct fk_cross_entropy_params:
+        int64_t ignore_index
+        double label_smoothing
+
     ctypedef union fk_params_union:
         fk_reduce_params reduce
         fk_matmul_params matmul
@@ -167,6 +171,7 @@ cdef extern from "fuel_kernel/abi.h" nogil:
         fk_rope_params rope
         fk_flash_attn_params flash_attn
         fk_paged_attn_params paged_attn
+        fk_cross_entropy_params cross_entropy
 
     ctypedef struct fk_params:
         int32_t kind
@@ -269,6 +274,7 @@ cdef extern from "fuel_kernel/abi.h" nogil:
                             const fk_params *params)
     int fk_parallel_for(int64_t n_tasks, fk_task_fn fn, void *context)
     int fk_num_threads()
+    int fk_key_outputs(const fk_key *key)
 
 
 # fk_import_api needs the GIL (it imports fuel_kernel._dispatch) and raises ImportError when the

@@ -112,13 +112,16 @@ def missing(rows: Sequence[Row]) -> list[Missing]:
 
 
 def _output_rule(op: str, dtypes: Sequence[str]) -> Optional[str]:
-    """The output dtype (short name) op's dtype rule gives for these inputs (all of dtypes but
-    the last), or None when the op has no rule and its output dtype is the caller's choice."""
+    """The last output's dtype (short name) op's dtype rule gives for these inputs (the dtypes
+    before the op's outputs), or None when the op has no rule and its output dtype is the caller's
+    choice."""
     kind = op.upper()
     if kind not in fk.OpKind.__members__:
         return None
+    schema = ops.schema(fk.OpKind[kind])
+    n_in = schema.n_inputs if schema.n_inputs is not None else len(dtypes) - schema.n_outputs
     try:
-        return ops.infer_output_dtype(fk.OpKind[kind], [fk.DType.parse(d) for d in dtypes[:-1]]).short_name
+        return ops.infer_output_dtypes(fk.OpKind[kind], [fk.DType.parse(d) for d in dtypes[:n_in]])[-1].short_name
     except fk.FuelKernelError:
         return None
 

@@ -23,8 +23,10 @@ if TYPE_CHECKING:
     from ._dispatch import OpParams
 
 Shape = tuple[int, ...]
-ShapeRule = Callable[[Sequence[Shape], Optional["OpParams"]], Shape]
-DTypeRule = Callable[[Sequence[DType], Optional["OpParams"]], DType]
+# A rule of an op with one output returns its shape (dtype); a rule of an op with several returns
+# a tuple of them, one per output in order.
+ShapeRule = Callable[[Sequence[Shape], Optional["OpParams"]], Any]
+DTypeRule = Callable[[Sequence[DType], Optional["OpParams"]], Any]
 
 
 @dataclass(frozen=True)
@@ -32,8 +34,10 @@ class OpSchema:
     op: OpKind
     n_inputs: Optional[int]          # None: variadic (CONCAT)
     params: str                      # the params family the op takes ("none", "reduce", ...)
-    infer_shape: ShapeRule              # (input shapes, params) -> output shape
-    infer_dtype: Optional[DTypeRule]    # (input dtypes, params) -> output dtype; None: the caller's
+    infer_shape: ShapeRule              # (input shapes, params) -> output shape(s)
+    infer_dtype: Optional[DTypeRule]    # (input dtypes, params) -> output dtype(s); None: the caller's
+    n_outputs: int = 1               # a key's dtypes are the inputs', then up to this many outputs'
+    min_outputs: int = 1             # fewer than n_outputs: the op has optional trailing outputs
 
 
 # ---- output-shape rules: (input shapes, params) -> the output shape --------------------------------
@@ -133,6 +137,17 @@ def attention_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) 
     return shapes[0][:-1] + shapes[2][-1:]
 
 
+def flash_attn_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> tuple[Shape, ...]:
+    """[q (B, Hq, Sq, D), k, v (B, Hkv, Sk, Dv)] -> (out (B, Hq, Sq, Dv), lse (B, Hq, Sq))."""
+    out = attention_shape(shapes, params)
+    return out, out[:-1]
+
+
+def flash_attn_dtype(dtypes: Sequence[DType], params: Optional[OpParams] = None) -> tuple[DType, ...]:
+    """The output in q's dtype; the log-sum-exp in F32."""
+    return dtypes[0], DType.F32
+
+
 def flash_attn_backward_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> tuple[Shape, ...]:
     """FLASH_ATTN_BACKWARD's gradients (dq, dk, dv) have the shapes of q, k and v."""
     return tuple(shapes[0]), tuple(shapes[1]), tuple(shapes[2])
@@ -188,22 +203,62 @@ def check_output_shape(shape: Iterable[Any], itemsize: int = 1,
     return shape
 
 
-def infer_output_shape(op: Union[OpKind, int], input_shapes: Sequence[Sequence[int]],
-                       params: Optional[OpParams] = None) -> Shape:
-    """The output shape of op on inputs of these shapes (a ShapeError if they do not fit)."""
+def n_outputs(op: Union[OpKind, int]) -> int:
+    """The most outputs op writes (its key lists their dtypes after the inputs'); an op with
+    optional outputs (min_outputs) writes as many as its key lists."""
+    return schema(op).n_outputs
+
+
+def min_outputs(op: Union[OpKind, int]) -> int:
+    """The outputs op always writes: n_outputs(op) unless some are optional (FLASH_ATTN's lse)."""
+    return schema(op).min_outputs
+
+
+def infer_output_shapes(op: Union[OpKind, int], input_shapes: Sequence[Sequence[int]],
+                        params: Optional[OpParams] = None) -> tuple[Shape, ...]:
+    """The shape of each output of op on inputs of these shapes (a ShapeError if they do not fit),
+    optional outputs included."""
     s = schema(op)
     if s.n_inputs is not None and len(input_shapes) != s.n_inputs:
         raise OperandCountError(f"{OpKind(op).short_name} takes {s.n_inputs} inputs, got {len(input_shapes)}")
     check_params(op, params, s.params)
-    return check_output_shape(s.infer_shape([tuple(x) for x in input_shapes], params))
+    shapes = s.infer_shape([tuple(x) for x in input_shapes], params)
+    shapes = (shapes,) if s.n_outputs == 1 else tuple(shapes)
+    return tuple(check_output_shape(shape, what=f"output {i}'s shape" if s.n_outputs > 1 else "the output shape")
+                 for i, shape in enumerate(shapes))
+
+
+def infer_output_dtypes(op: Union[OpKind, int], input_dtypes: Sequence[Union[DType, int]],
+                        params: Optional[OpParams] = None) -> tuple[DType, ...]:
+    """The dtype of each output of op on inputs of these dtypes, optional outputs included."""
+    s = schema(op)
+    if s.infer_dtype is None:
+        raise ParamsError(f"{OpKind(op).short_name} needs an explicit output to know its dtype")
+    dtypes = s.infer_dtype([DType(d) for d in input_dtypes], params)
+    return (DType(dtypes),) if s.n_outputs == 1 else tuple(DType(d) for d in dtypes)
+
+
+def _single(op: Union[OpKind, int], what: str) -> None:
+    count = schema(op).min_outputs
+    if count != 1:
+        raise OperandCountError(f"{OpKind(op).short_name} writes {count} outputs: ask infer_output_{what}s "
+                                f"for all of them")
+
+
+def infer_output_shape(op: Union[OpKind, int], input_shapes: Sequence[Sequence[int]],
+                       params: Optional[OpParams] = None) -> Shape:
+    """The (first) output shape of an op writing one output by default (infer_output_shapes for
+    any op)."""
+    _single(op, "shape")
+    return infer_output_shapes(op, input_shapes, params)[0]
 
 
 def infer_output_dtype(op: Union[OpKind, int], input_dtypes: Sequence[Union[DType, int]],
                        params: Optional[OpParams] = None) -> DType:
-    s = schema(op)
-    if s.infer_dtype is None:
-        raise ParamsError(f"{OpKind(op).short_name} needs an explicit output to know its dtype")
-    return DType(s.infer_dtype([DType(d) for d in input_dtypes], params))
+    """The (first) output dtype of an op writing one output by default (infer_output_dtypes for
+    any op)."""
+    _single(op, "dtype")
+    return infer_output_dtypes(op, input_dtypes, params)[0]
 
 
 # ---- compute ops: reductions, matmul, softmax/norms, conv2d -------------------------
@@ -269,6 +324,51 @@ def conv2d_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> 
     return tuple(out)
 
 
+def _norm_backward_shapes(name: str, shapes: Sequence[Shape], n_vectors: int) -> tuple[Shape, ...]:
+    """[x (..., D), D-vectors..., dy like x] -> (dx like x, then one (D,) per parameter gradient)."""
+    x, dy = shapes[0], shapes[-1]
+    if len(x) < 1:
+        raise ShapeError(f"{name} needs x with at least 1 dim, got {x}")
+    if tuple(dy) != tuple(x):
+        raise ShapeError(f"{name} needs dy shaped like x {x}, got {dy}")
+    for i, v in enumerate(shapes[1:1 + n_vectors]):
+        if tuple(v) != (x[-1],):
+            raise ShapeError(f"{name} input {i + 1} must be 1-d of extent {x[-1]} (x's last dim), got {v}")
+    return (tuple(x),) + ((x[-1],),) * (len(shapes) - 2)
+
+
+def rms_norm_backward_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> tuple[Shape, ...]:
+    """[x, weight, dy] -> (dx, dweight)."""
+    return _norm_backward_shapes("rms_norm_backward", shapes, 1)
+
+
+def layer_norm_backward_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> tuple[Shape, ...]:
+    """[x, weight, bias, dy] -> (dx, dweight, dbias)."""
+    return _norm_backward_shapes("layer_norm_backward", shapes, 2)
+
+
+def rms_norm_backward_dtype(dtypes: Sequence[DType], params: Optional[OpParams] = None) -> tuple[DType, ...]:
+    return (dtypes[0],) * 2
+
+
+def layer_norm_backward_dtype(dtypes: Sequence[DType], params: Optional[OpParams] = None) -> tuple[DType, ...]:
+    return (dtypes[0],) * 3
+
+
+def cross_entropy_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> tuple[Shape, ...]:
+    """[logits (N, C), targets (N,)] -> (loss (N,), lse (N,))."""
+    logits, targets = shapes[0], shapes[1]
+    if len(logits) != 2 or tuple(targets) != (logits[0],):
+        raise ShapeError(f"fused_softmax_cross_entropy takes logits (N, C) and targets (N,), got {logits} "
+                         f"and {targets}")
+    return (logits[0],), (logits[0],)
+
+
+def cross_entropy_dtype(dtypes: Sequence[DType], params: Optional[OpParams] = None) -> tuple[DType, ...]:
+    """The loss in the logits' dtype; the log-sum-exp F32 (F64 for F64 logits: spec.LOSS_LSE)."""
+    return dtypes[0], DType[spec.LOSS_LSE.get(dtypes[0].name, "F32")]
+
+
 # ---- the schemas, one per spec op ----------------------------------------------------------------
 def _rule(name: Optional[str], kind: str) -> Any:
     """The function of a spec rule name: "broadcast", "shape" -> broadcast_shape (None: None)."""
@@ -277,8 +377,9 @@ def _rule(name: Optional[str], kind: str) -> Any:
 
 def _schema(op_spec: Any) -> OpSchema:
     fixed = op_spec.inputs if isinstance(op_spec.inputs, int) else None
+    fewest, most = spec.output_range(op_spec)
     return OpSchema(OpKind[op_spec.name], fixed, op_spec.params, _rule(op_spec.shape, "shape"),
-                    _rule(op_spec.dtype, "dtype"))
+                    _rule(op_spec.dtype, "dtype"), most, fewest)
 
 
 SCHEMAS = {OpKind[o.name]: _schema(o) for o in spec.OPS}

@@ -205,7 +205,7 @@ def default_cost(kernel: Kernel, shapes: Sequence[tuple[int, ...]],
     flops = 0.0
     if shapes:
         flops = 1.0
-        for extent in shapes[-1]:
+        for extent in shapes[len(shapes) - kernel.n_outputs]:      # the first output
             flops *= int(extent)
         if params is not None and getattr(params, "kind", None) == "matmul":
             flops *= 2.0 * params.fields()["k"]
@@ -306,7 +306,8 @@ def _measured_order(viable: list[tuple[Verdict, Kernel]], operands: Sequence[Ope
                 arrays.append(rng.standard_normal(shape).astype(dtype.numpy))
             else:
                 arrays.append(np.zeros(shape, dtype=dtype.numpy))
-        inputs, outputs = arrays[:-1], arrays[-1:]
+        n_in = len(arrays) - k0.n_outputs
+        inputs, outputs = arrays[:n_in], arrays[n_in:]
         timings = {}
         for v, k in viable:
             k.run(inputs, outputs, params)                    # warm up

@@ -104,11 +104,15 @@ PARAMS = (
     ParamsSpec(22, "paged_attn", "paged_attn", (("double", "scale"), ("double", "softcap"),
                                                 ("int32_t", "block_size"), ("int32_t", "reserved"),
                                                 ("int64_t", "window_left"))),
+    ParamsSpec(23, "cross_entropy", "cross_entropy", (("int64_t", "ignore_index"),
+                                                      ("double", "label_smoothing"))),
 )
 
 # ---- ops -----------------------------------------------------------------------------------------
 # number: the fk_op value (append-only); name: FK_OP_<name> in C, OpKind.<name> in Python;
-# inputs: the input count, or (fewest, most) when it varies; outputs: the output count; params:
+# inputs: the input count, or (fewest, most) when it varies; outputs: the output count, or
+# (fewest, most) for an op with optional trailing outputs (its input count must be fixed, so a key's
+# length says how many it writes: FLASH_ATTN's log-sum-exp); params:
 # the params family (a name in PARAMS); doc: one line; args: the inputs' names (the Graph builder's
 # positional parameters; by default x, or x, y); shape: the output-shape rule, the function
 # <shape>_shape in fuel_kernel/ops.py (by default "broadcast": inputs broadcast, NumPy rules);
@@ -121,7 +125,8 @@ _DEFAULT_ARGS = {1: ("x",), 2: ("x", "y")}
 
 
 def _op(number: int, name: str, inputs: Union[int, tuple[int, int]], params: str, doc: str,
-        outputs: int = 1, args: Optional[tuple[str, ...]] = None, shape: str = "broadcast",
+        outputs: Union[int, tuple[int, int]] = 1, args: Optional[tuple[str, ...]] = None,
+        shape: str = "broadcast",
         dtype: Optional[str] = "same_as_first") -> OpSpec:
     if args is None:
         if not isinstance(inputs, int):
@@ -230,13 +235,27 @@ OPS = (
     # attention
     _op(68, "ROPE", 3, "rope", "rotary position embedding from cos and sin tables",
         args=("x", "cos", "sin"), shape="same_as_first"),
-    _op(69, "FLASH_ATTN", 3, "flash_attn", "softmax(q k^T * scale) v, causal / windowed / softcap",
-        args=("q", "k", "v"), shape="attention"),
+    _op(69, "FLASH_ATTN", 3, "flash_attn",
+        "softmax(q k^T * scale) v, causal / windowed / softcap; optionally each row's log-sum-exp",
+        outputs=(1, 2), args=("q", "k", "v"), shape="flash_attn", dtype="flash_attn"),
     _op(70, "PAGED_ATTN", 6, "paged_attn", "attention over a paged KV cache through a block table",
         args=("q", "k_cache", "v_cache", "block_table", "context_lens", "alibi_slopes"),
         shape="attention"),
+    # training: norm gradients (several outputs)
+    _op(71, "RMS_NORM_BACKWARD", 3, "norm_last_dim", "RMS_NORM's gradients: dx and dweight from x, weight, dy",
+        outputs=2, args=("x", "weight", "dy"), shape="rms_norm_backward", dtype="rms_norm_backward"),
+    _op(72, "LAYER_NORM_BACKWARD", 4, "norm_last_dim",
+        "LAYER_NORM's gradients: dx, dweight and dbias from x, weight, bias, dy", outputs=3,
+        args=("x", "weight", "bias", "dy"), shape="layer_norm_backward", dtype="layer_norm_backward"),
+    # training: the fused loss
+    _op(73, "FUSED_SOFTMAX_CROSS_ENTROPY", 2, "cross_entropy",
+        "per-row cross entropy of softmax(logits) against class targets, and the rows' log-sum-exp",
+        outputs=2, args=("logits", "targets"), shape="cross_entropy", dtype="cross_entropy"),
+    _op(74, "FUSED_SOFTMAX_CROSS_ENTROPY_BACKWARD", 4, "cross_entropy",
+        "the logits' gradient of FUSED_SOFTMAX_CROSS_ENTROPY from logits, targets, lse, dloss",
+        args=("logits", "targets", "lse", "dloss"), shape="same_as_first"),
     # attention training
-    _op(71, "FLASH_ATTN_BACKWARD", 5, "flash_attn",
+    _op(75, "FLASH_ATTN_BACKWARD", 5, "flash_attn",
         "gradients (dq, dk, dv) of FLASH_ATTN from q, k, v, its lse and the output gradient do",
         outputs=3, args=("q", "k", "v", "lse", "do"), shape="flash_attn_backward",
         dtype="flash_attn_backward"),
@@ -650,7 +669,7 @@ CPU_KERNELS["unary"] = (
 # pick(max_ulp=1) selects the F64-compute siblings.  F16/BF16 results are one rounding of an F32
 # value whose error is far below half an ulp of the output: 1 ulp either way.  The F64 keys keep
 # max_ulp 0 (no ulp bound stated), as the other relative-error claims of the CPU table.
-NORM_OPS = tuple(op.name for op in OPS if op.params in ("softmax_last_dim", "norm_last_dim"))
+NORM_OPS = ("SOFTMAX_LAST_DIM", "LOG_SOFTMAX_LAST_DIM", "RMS_NORM", "LAYER_NORM")   # forward ops only
 _Y = "|err| <= max_rel*|y| + max_abs"
 _S = "|err| <= max_rel*S + max_abs"
 _S32 = "S = |w|(|x|+|mean|+std)rstd+|b|"
@@ -704,6 +723,59 @@ def _norm_rows(op: str) -> tuple[KernelRows, KernelRows]:
 
 CPU_KERNELS["norm"] = tuple(rows for op in NORM_OPS for rows in _norm_rows(op))
 
+# norm_backward: RMS_NORM_BACKWARD [x, w, dy -> dx, dw] and LAYER_NORM_BACKWARD [x, w, b, dy -> dx,
+# dw, db] for every float dtype (cpu/norm_backward_kernels.h.in).  Rows compute in F64 and dw, db
+# accumulate over rows in F64; every output rounds once.  Each output element's error is relative
+# to the sum of the magnitudes of the terms it is made of (S, defined in the kernel header), since
+# dx cancels by design (it is orthogonal to x's mean and scale directions).
+_NB = "|err| <= max_rel*S + max_abs per output (S: kernel header); F64 compute; rows <= 2^24"
+CLAIMS.update({
+    "NORM_BACKWARD_F16": Claim(1, _NB, 4.9e-4, 6e-8),
+    "NORM_BACKWARD_BF16": Claim(1, _NB, 3.92e-3, 1e-38),
+    "NORM_BACKWARD_F32": Claim(1, _NB, 6.1e-8, 1.4e-45),
+    "NORM_BACKWARD_F64": Claim(0, _NB, 4e-9, 0.0),
+})
+# loss: FUSED_SOFTMAX_CROSS_ENTROPY [logits, targets -> loss, lse] and its backward [logits, targets,
+# lse, dloss -> dlogits] for every float dtype and I32/I64 targets (cpu/loss_kernels.h.in).  The
+# log-sum-exp is F32 (F64 for F64 logits) whatever the logits, so the backward gets it unrounded.
+# F16/BF16/F32 compute in F32 (exp in F32 SIMD, sums in F64 lanes), F64 in F64; with C classes
+# and u the compute unit (2^-24, 2^-53) the forward is within u (3 + ln C) of the exact value
+# plus the output's one rounding, the backward within 4u |dloss| plus its rounding.
+LOSS_LSE = {d.name: "F64" if d.name == "F64" else "F32" for d in DTYPES if d.kind == "float"}
+_CE = "|err| <= max_rel*S + max_abs*(3+ln C) + subnormal/2; S=|lse|, +|x_t|+e*mean|x| for the loss"
+_CEB = "|err| <= max_rel*|dlogits| + max_abs*|dloss| + half a subnormal, per element"
+CLAIMS.update({
+    "CROSS_ENTROPY_F16": Claim(1, _CE, 4.9e-4, 6e-8),
+    "CROSS_ENTROPY_BF16": Claim(1, _CE, 3.92e-3, 6e-8),
+    "CROSS_ENTROPY_F32": Claim(1, _CE, 6.0e-8, 6e-8),
+    "CROSS_ENTROPY_F64": Claim(1, _CE, 6.7e-16, 2.3e-16),
+    "CROSS_ENTROPY_BACKWARD_F16": Claim(1, _CEB, 4.9e-4, 3e-7),
+    "CROSS_ENTROPY_BACKWARD_BF16": Claim(1, _CEB, 3.92e-3, 2.4e-7),
+    "CROSS_ENTROPY_BACKWARD_F32": Claim(1, _CEB, 6.0e-8, 2.4e-7),
+    "CROSS_ENTROPY_BACKWARD_F64": Claim(1, _CEB, 1.2e-16, 4.5e-16),
+})
+CPU_KERNELS["loss"] = (
+    KernelRows(("FUSED_SOFTMAX_CROSS_ENTROPY",), tuple((d, i, d, LOSS_LSE[d]) for d in FLOAT for i in INDEX_DTYPES),
+               "fk_{op}_{d0}_{d1}", {n: f"CROSS_ENTROPY_{n}" for n in FLOAT}, "fk_loss_cost",
+               "FK_CAP_STRIDED_INPUT"),
+    KernelRows(("FUSED_SOFTMAX_CROSS_ENTROPY_BACKWARD",),
+               tuple((d, i, LOSS_LSE[d], d, d) for d in FLOAT for i in INDEX_DTYPES),
+               "fk_{op}_{d0}_{d1}", {n: f"CROSS_ENTROPY_BACKWARD_{n}" for n in FLOAT}, "fk_loss_cost",
+               "FK_CAP_STRIDED_INPUT"),
+)
+
+CPU_KERNELS["norm_backward"] = (
+    KernelRows(("RMS_NORM_BACKWARD",), same(FLOAT, 5), "fk_{op}_{d0}",
+               {n: f"NORM_BACKWARD_{n}" for n in FLOAT}, "fk_norm_backward_cost", "FK_CAP_STRIDED_INPUT"),
+    KernelRows(("LAYER_NORM_BACKWARD",), same(FLOAT, 7), "fk_{op}_{d0}",
+               {n: f"NORM_BACKWARD_{n}" for n in FLOAT}, "fk_norm_backward_cost", "FK_CAP_STRIDED_INPUT"),
+)
+
+def output_range(op: OpSpec) -> tuple[int, int]:
+    """(fewest, most) outputs of op."""
+    return op.outputs if isinstance(op.outputs, tuple) else (op.outputs, op.outputs)
+
+
 def check() -> None:
     """Raise ValueError if the tables break their own rules: numbers are 0..n-1 in order (so that
     appending is the only way to add), names are unique, every op's params family exists."""
@@ -720,8 +792,11 @@ def check() -> None:
         if op.params not in families:
             raise ValueError(f"spec: op {op.name} names an unknown params family {op.params!r}")
         lo, hi = op.inputs if isinstance(op.inputs, tuple) else (op.inputs, op.inputs)
-        if not 1 <= lo <= hi or hi + op.outputs > 8:
-            raise ValueError(f"spec: op {op.name} has an impossible operand count {op.inputs}")
+        out_lo, out_hi = output_range(op)
+        if not 1 <= lo <= hi or not 1 <= out_lo <= out_hi or hi + out_hi > 8:
+            raise ValueError(f"spec: op {op.name} has an impossible operand count {op.inputs}, {op.outputs}")
+        if out_lo != out_hi and lo != hi:
+            raise ValueError(f"spec: op {op.name} varies both its input and its output count")
     check_kernel_tables()
 
 
@@ -742,7 +817,7 @@ def check_kernel_tables() -> None:
                     raise ValueError(f"spec: CPU_KERNELS[{family!r}] names an unknown op {name!r}")
                 lo, hi = op.inputs if isinstance(op.inputs, tuple) else (op.inputs, op.inputs)
                 for signature in group.signatures:
-                    if not lo + op.outputs <= len(signature) <= hi + op.outputs:
+                    if not lo + output_range(op)[0] <= len(signature) <= hi + output_range(op)[1]:
                         raise ValueError(f"spec: {name} cannot take the {len(signature)} operands "
                                          f"of {signature} (CPU_KERNELS[{family!r}])")
                     if not set(signature) <= dtypes:
@@ -854,6 +929,11 @@ PARAMS_CONSTRUCTORS = (
                       "and a left window (-1: unbounded).",
                       (ParamsArg("scale", "float"), ParamsArg("block_size", "int", check=">= 1"),
                        ParamsArg("softcap", "float", 0.0), ParamsArg("window_left", "int", -1))),
+    ParamsConstructor("cross_entropy", "Targets equal to ignore_index give loss and gradient 0 (the "
+                      "default, -100 as PyTorch's, is never a class); label_smoothing in [0, 1] mixes the "
+                      "target with the uniform distribution.",
+                      (ParamsArg("ignore_index", "int", -100), ParamsArg("label_smoothing", "real", 0.0,
+                                                                          check=">= 0"))),
 )
 
 # ---- CPU kernel modules --------------------------------------------------------------------------
@@ -884,6 +964,8 @@ KERNEL_MODULES = (
             generated=False),
     _module("norm", "CPU SOFTMAX/LOG_SOFTMAX over the last dim, RMS_NORM and LAYER_NORM"),
     _module("conv", "CPU CONV2D kernels, im2col+GEMM and direct siblings"),
+    _module("norm_backward", "CPU RMS_NORM_BACKWARD and LAYER_NORM_BACKWARD kernels"),
+    _module("loss", "CPU FUSED_SOFTMAX_CROSS_ENTROPY and its backward"),
 )
 
 PARAMS_ARG_KINDS = ("int", "float", "real", "bool", "ints", "dims", "pair", "choice", "matmul_m", "const")

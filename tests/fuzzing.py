@@ -44,9 +44,13 @@ PARAMS_BY_OP = {fk.OpKind.AFFINE: "affine", fk.OpKind.CLAMP: "clamp", fk.OpKind.
 
 
 def live_bindings():
-    """(op, dtypes) of every static CPU key in the current snapshot: grows as families merge."""
-    return [(row.op, tuple(row.dtypes)) for row in fk.bindings().coverage()
-            if row.backend == fk.Backend.CPU and isinstance(row.op, fk.OpKind)]
+    """(op, dtypes) of every static CPU key of a one-output op in the current snapshot: grows as
+    families merge.  Ops with several outputs are fuzzed by their family's tests, which run the
+    same mutations on every output (tests/cpu/norm_backward)."""
+    table = fk.bindings()
+    return [(row.op, tuple(row.dtypes)) for row in table.coverage()
+            if row.backend == fk.Backend.CPU and isinstance(row.op, fk.OpKind)
+            and table.lookup(row.op, row.dtypes, row.backend).n_outputs == 1]
 
 
 def params_family(op):
@@ -410,6 +414,10 @@ def valid_params(draw, family, shapes):
         return P.conv2d(one_or_pair(1, 2), one_or_pair(0, 2), one_or_pair(1, 2), draw(st.integers(1, 3)))
     if family == "matmul":
         return None
+    if family == "cross_entropy":
+        if draw(st.integers(0, 3)) == 0:
+            return draw(st.sampled_from([None, P.none()]))
+        return P.cross_entropy(draw(st.sampled_from((-100, 0, 1))), draw(st.sampled_from((0.0, 0.0, 0.1, 1.0))))
     return None
 
 
@@ -531,6 +539,13 @@ def _conv2d(draw, op, n_in):
     return [x, w, (w[0],)][:n_in], params, {}
 
 
+def _cross_entropy_backward(draw, op, n_in):
+    """logits (N, C), targets (N,) in [0, C), lse (N,), dloss (N,)."""
+    n, c = draw(st.sampled_from((0, 1, 2, 5, 17))), draw(st.sampled_from((1, 2, 7, 33)))
+    shapes = [(n, c), (n,), (n,), (n,)]
+    return shapes, valid_params(draw, "cross_entropy", shapes), {1: c}
+
+
 OPERANDS = {
     fk.OpKind.SLICE: _one_input(), fk.OpKind.FLIP: _one_input(), fk.OpKind.ROLL: _one_input(),
     fk.OpKind.CUMSUM: _one_input(), fk.OpKind.TRIU: _one_input(2), fk.OpKind.TRIL: _one_input(2),
@@ -538,7 +553,7 @@ OPERANDS = {
     fk.OpKind.CONCAT: _concat, fk.OpKind.INDEX_SELECT: _index_select,
     fk.OpKind.GATHER: _gather, fk.OpKind.SCATTER_ADD: _scatter_add, fk.OpKind.INDEX_ADD: _index_add,
     fk.OpKind.ROPE: _rope, fk.OpKind.FLASH_ATTN: _flash_attn, fk.OpKind.PAGED_ATTN: _paged_attn,
-    fk.OpKind.CONV2D: _conv2d,
+    fk.OpKind.CONV2D: _conv2d, fk.OpKind.FUSED_SOFTMAX_CROSS_ENTROPY_BACKWARD: _cross_entropy_backward,
 }
 
 

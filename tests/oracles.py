@@ -540,6 +540,111 @@ ORACLES[fk.OpKind.RMS_NORM] = Oracle(last_dim(_rms_norm), "accumulate", strict=F
 ORACLES[fk.OpKind.LAYER_NORM] = Oracle(last_dim(_layer_norm), "accumulate", strict=False)
 
 
+def norm_backward(op, x, w, dy, eps):
+    """RMS_NORM_BACKWARD / LAYER_NORM_BACKWARD in the dtype of x (long double in the tests):
+    (outputs, scales), each scale the magnitude sum the NORM_BACKWARD claims bound the error by
+    (fuel_kernel/cpu/norm_backward_kernels.h.in).  Rows are x's last dim; dw, db sum over rows."""
+    rows_axes = tuple(range(x.ndim - 1))
+    with np.errstate(all="ignore"):
+        g = w * dy
+        if op == fk.OpKind.RMS_NORM_BACKWARD:
+            r = 1 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+            c = r ** 3 * np.mean(g * x, axis=-1, keepdims=True)
+            dx = r * g - x * c
+            dx_scale = r * np.abs(g) + np.abs(x) * r ** 3 * np.mean(np.abs(g * x), axis=-1, keepdims=True)
+            t = dy * x * r
+            return (dx, t.sum(axis=rows_axes)), (dx_scale, np.abs(t).sum(axis=rows_axes))
+        mu = np.mean(x, axis=-1, keepdims=True)
+        r = 1 / np.sqrt(np.mean((x - mu) ** 2, axis=-1, keepdims=True) + eps)
+        xh = (x - mu) * r
+        mg = np.mean(g, axis=-1, keepdims=True)
+        mgx = np.mean(g * xh, axis=-1, keepdims=True)
+        dx = r * ((g - mg) - xh * mgx)
+        dx_scale = r * (np.abs(g) + np.mean(np.abs(g), axis=-1, keepdims=True)
+                        + np.abs(xh) * np.mean(np.abs(g * xh), axis=-1, keepdims=True))
+        t = dy * xh
+        return ((dx, t.sum(axis=rows_axes), dy.sum(axis=rows_axes)),
+                (dx_scale, np.abs(t).sum(axis=rows_axes), np.abs(dy).sum(axis=rows_axes)))
+
+
+def _norm_backward_oracle(op):
+    def oracle(inputs, params, out_dtype, out_shape):
+        """The tuple of outputs, each rounded to out_dtype."""
+        if not D(out_dtype).is_float:
+            raise Skip("float ops only")
+        x, w, dy = (up(v).astype(np.float64) for v in (inputs[0], inputs[1], inputs[-1]))
+        with np.errstate(all="ignore"):
+            outputs, _ = norm_backward(op, x, w, dy, _norm_eps(params))
+        return tuple(to(o, out_dtype) for o in outputs)
+    return oracle
+
+
+for _op in (fk.OpKind.RMS_NORM_BACKWARD, fk.OpKind.LAYER_NORM_BACKWARD):
+    ORACLES[_op] = Oracle(_norm_backward_oracle(_op), "accumulate", strict=False)
+
+
+def cross_entropy(logits, targets, ignore_index=-100, smoothing=0.0):
+    """FUSED_SOFTMAX_CROSS_ENTROPY in the dtype of logits (long double in the tests): (loss, lse)
+    per row, as fuel_kernel/cpu/loss_kernels.h.in defines them (torch's reduction="none")."""
+    x = np.asarray(logits)
+    n, c = x.shape
+    with np.errstate(all="ignore"):
+        m = np.max(x, axis=1, keepdims=True) if c else np.full((n, 1), -np.inf, x.dtype)
+        finite_m = np.where(np.isinf(m), 0, m)
+        lse = (finite_m + np.log(np.sum(np.exp(x - finite_m), axis=1, keepdims=True)))[:, 0] if c else m[:, 0]
+        lse = np.where(np.isinf(m[:, 0]) & ~np.isnan(lse), m[:, 0], lse)
+        lse = np.where(np.isnan(x).any(axis=1), np.nan, lse) if c else lse
+        t = np.asarray(targets).astype(np.int64)
+        keep = t != ignore_index
+        x_t = np.where(keep, x[np.arange(n), np.where(keep, t, 0)] if c else 0, 0)
+        loss = (1 - smoothing) * (lse - x_t)
+        if smoothing:
+            loss = loss + smoothing * (lse - (np.mean(x, axis=1) if c else 0))
+        return np.where(keep, loss, 0), lse
+
+
+def cross_entropy_backward(logits, targets, lse, dloss, ignore_index=-100, smoothing=0.0):
+    """FUSED_SOFTMAX_CROSS_ENTROPY_BACKWARD: dloss_n (exp(x - lse_n) - q), 0 on ignored rows."""
+    x = np.asarray(logits)
+    n, c = x.shape
+    t = np.asarray(targets).astype(np.int64)
+    keep = t != ignore_index
+    q = np.full(x.shape, smoothing / max(c, 1), dtype=x.dtype)
+    rows = np.nonzero(keep)[0]
+    q[rows, t[rows]] += 1 - smoothing
+    with np.errstate(all="ignore"):
+        g = dloss[:, None] * (np.exp(x - lse[:, None]) - q)
+    return np.where(keep[:, None], g, 0)
+
+
+def _cross_entropy_params(params):
+    need_params(params, "none", "cross_entropy")
+    if params is None or params.kind == "none":
+        return -100, 0.0
+    f = params.fields()
+    return f["ignore_index"], f["label_smoothing"]
+
+
+@register([fk.OpKind.FUSED_SOFTMAX_CROSS_ENTROPY], kind="accumulate", strict=False)
+def _cross_entropy(inputs, params, out_dtype, out_shape):
+    """(loss, lse), rounded to the loss dtype and the lse's (F32, or F64 for F64 logits)."""
+    x = up(inputs[0]).astype(np.float64)
+    loss, lse = cross_entropy(x, inputs[1], *_cross_entropy_params(params))
+    return to(loss, out_dtype), to(lse, D.F64 if D(out_dtype) == D.F64 else D.F32)
+
+
+@register([fk.OpKind.FUSED_SOFTMAX_CROSS_ENTROPY_BACKWARD], kind="accumulate", strict=False)
+def _cross_entropy_backward(inputs, params, out_dtype, out_shape):
+    if not D(out_dtype).is_float:
+        raise Skip("float ops only")
+    x, lse, dloss = (up(v).astype(np.float64) for v in (inputs[0], inputs[2], inputs[3]))
+    t = np.asarray(inputs[1]).astype(np.int64)
+    ignore, smoothing = _cross_entropy_params(params)
+    if ((t != ignore) & ((t < 0) | (t >= x.shape[1]))).any():
+        raise ExpectError(fk.KernelIndexError)
+    return to(cross_entropy_backward(x, t, lse, dloss, ignore, smoothing), out_dtype)
+
+
 # ---- shared by the movement, indexing, attention and conv oracles ------------------------------
 @dataclass
 class Accumulated:

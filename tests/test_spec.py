@@ -44,7 +44,7 @@ def keys_under_test():
     keys |= {(OP.MATMUL, tuple(matmul.key(dt, count_dt))) for dt, count_dt in matmul.CASES}
     keys |= {(op, (dt,) * (norm.N_INPUTS[op] + 1)) for op, dt in norm.CASES}
     keys |= {(OP.CONV2D, (dt,) * (4 if bias else 3)) for dt, bias in conv.CASES}
-    for name in ("movement", "index", "attention"):
+    for name in ("movement", "index", "attention", "norm_backward", "loss"):
         keys |= family(name).COVERED
     return keys
 

@@ -83,6 +83,17 @@ def header_text(spec):
     out += c_enum("fk_dtype", dtypes, "dtypes")
     out += c_enum("fk_op", ops, "ops (append-only numbering)")
     out += c_enum("fk_params_kind", params, "params families: which member of fk_params_union is meaningful")
+    ranges = [output_range(o) for o in spec.OPS]
+    out += ["/* ---- operand counts per op: a static key's dtypes are the op's inputs, then its outputs.",
+            " * An op writes fk_op_min_outputs .. fk_op_max_outputs outputs; when the two differ (optional",
+            " * trailing outputs) its input count is fixed, fk_op_fixed_inputs, and the key's length says",
+            " * how many outputs it writes (fk_key_outputs).  fk_op_fixed_inputs is 0 for a varying count. */",
+            "static const uint8_t fk_op_min_outputs[FK_OP_COUNT] __attribute__((unused)) = {"]
+    out += wrap([str(lo) for lo, _ in ranges], "    ") + ["};",
+            "static const uint8_t fk_op_max_outputs[FK_OP_COUNT] __attribute__((unused)) = {"]
+    out += wrap([str(hi) for _, hi in ranges], "    ") + ["};",
+            "static const uint8_t fk_op_fixed_inputs[FK_OP_COUNT] __attribute__((unused)) = {"]
+    out += wrap([str(o.inputs if isinstance(o.inputs, int) else 0) for o in spec.OPS], "    ") + ["};", ""]
     out += [f"/* ---- status codes (kernels return one; FK_OK is success) " + "-" * 35 + " */",
             "typedef enum {"]
     width = max(len(f"FK_{s.name} = {s.value}") for s in spec.STATUSES) + 1
@@ -205,6 +216,11 @@ def hanging(head, items, tail, width=WIDTH):
     return lines
 
 
+def output_range(op):
+    """(fewest, most) outputs of a spec op row (outputs is a count or a (fewest, most) pair)."""
+    return op.outputs if isinstance(op.outputs, tuple) else (op.outputs, op.outputs)
+
+
 def builder_ops(spec):
     """The ops whose Graph builder is generated: a fixed input count and an inferred output dtype
     (the others, cast, matmul, conv2d and concat, are written by hand in graph/builders.py)."""
@@ -238,7 +254,7 @@ def builders_text(spec):
            "dtype; Graph (fuel_kernel/graph/builders.py) derives from GeneratedBuilders and writes by hand",
            'the builders whose signature is special (cast, matmul, conv2d, concat)."""',
            "from __future__ import annotations", "",
-           "from typing import TYPE_CHECKING, Callable, Optional, Sequence, Union", "",
+           "from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union", "",
            "from ..types import Backend, OpKind", "",
            "if TYPE_CHECKING:",
            "    from .._dispatch import OpParams",
@@ -247,7 +263,8 @@ def builders_text(spec):
            "class GeneratedBuilders:",
            '    """One method per op of fuel_kernel/spec.py: its inputs, the keywords of its',
            '    fuel_kernel.params constructor (None: not given), params= and backend=."""']
-    out += ["", "    _node: Callable[..., Value]   # Graph's: one op node from inputs, params and keywords"]
+    out += ["", "    _node: Callable[..., Any]     # Graph's: one op node from inputs, params and keywords;",
+            "                                  # its output Value, or the tuple of them for several"]
     for o in builder_ops(spec):
         arguments = python_arguments(constructors[o.params])
         keywords = [a.name for a in arguments]
@@ -255,8 +272,14 @@ def builders_text(spec):
                      *[f"{a.name}: {optional(ARGUMENT_TYPES[a.kind])} = None" for a in arguments],
                      "params: Optional[OpParams] = None", "backend: Union[Backend, int, str, None] = None"]
         out.append("")
-        out += hanging(f"    def {o.name.lower()}(", signature, ") -> Value:")
+        fewest, most = output_range(o)
+        returns = "Value" if fewest == 1 else "tuple[" + ", ".join(["Value"] * fewest) + "]"
+        out += hanging(f"    def {o.name.lower()}(", signature, f") -> {returns}:")
         text = f"Output shape: ops.{o.shape}_shape; dtype: ops.{o.dtype}_dtype."
+        if fewest > 1:
+            text = f"Returns its {fewest} outputs as a tuple of Values. " + text
+        if most > fewest:
+            text += (f" Its optional outputs (up to {most}): Graph.op(OpKind.{o.name}, ..., outputs={most}).")
         if keywords:
             text += f" Keywords {', '.join(keywords)} build fuel_kernel.params.{o.params}(...); or pass params=."
         out += [f'        """{o.doc}.', ""]

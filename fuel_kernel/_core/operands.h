@@ -94,7 +94,7 @@ static inline int fk_same_view(const fk_storage *a, const fk_layout *la, const f
     return 1;
 }
 
-enum { FK_OUTPUTS_OK = 0, FK_OUTPUT_READ_ONLY = 1, FK_OUTPUT_OVERLAPS = 2 };
+enum { FK_OUTPUTS_OK = 0, FK_OUTPUT_READ_ONLY = 1, FK_OUTPUT_OVERLAPS = 2, FK_OUTPUTS_OVERLAP = 3 };
 
 /* fk_check_outputs' verdict once its quick pass found a read-only output or an overlap. */
 __attribute__((noinline))
@@ -115,15 +115,23 @@ static int fk_find_output_conflict(const fk_entry *entry, const fk_storage *stor
             *input = i;
             return FK_OUTPUT_OVERLAPS;
         }
+        for (int p = n_in; p < o; p++) {
+            const char *lo = (const char *)storage[p].data, *hi = lo + storage[p].nbytes;
+            if (numels[p] == 0 || lo >= out_hi || out_lo >= hi) continue;
+            *input = p - n_in;            /* the earlier output it overlaps */
+            return FK_OUTPUTS_OVERLAP;
+        }
     }
     return FK_OUTPUTS_OK;
 }
 
-/* May the kernel write its outputs?  Refused: a read-only output, and an output whose storage
- * range overlaps an input's (unless the kernel declares FK_CAP_INPLACE and the two are the same
- * view).  Empty operands address nothing.  Returns FK_OUTPUTS_OK or the first refusal, with the
- * output's index in *output and, for an overlap, the input's in *input.  The common case (no
- * conflict) is one branch-free pass; any hit is re-examined out of line. */
+/* May the kernel write its outputs?  Refused: a read-only output, an output whose storage range
+ * overlaps an input's (unless the kernel declares FK_CAP_INPLACE and the two are the same view),
+ * and two outputs whose ranges overlap (never allowed: the kernel writes both).  Empty operands
+ * address nothing.  Returns FK_OUTPUTS_OK or the first refusal, with the output's index in
+ * *output and, for an overlap, the input's (FK_OUTPUT_OVERLAPS) or the earlier output's
+ * (FK_OUTPUTS_OVERLAP) in *input.  The common case (no conflict) is one branch-free pass; any hit
+ * is re-examined out of line. */
 static inline int fk_check_outputs(const fk_entry *entry, const fk_storage *storage,
                                    const fk_layout *layouts, const int64_t *numels, int n_in,
                                    int n_out, int *output, int *input) {
@@ -135,13 +143,18 @@ static inline int fk_check_outputs(const fk_entry *entry, const fk_storage *stor
             const char *in_lo = (const char *)storage[i].data, *in_hi = in_lo + storage[i].nbytes;
             hit |= (in_lo < out_hi) & (out_lo < in_hi);
         }
+        for (int p = n_in; p < o; p++) {
+            const char *lo = (const char *)storage[p].data, *hi = lo + storage[p].nbytes;
+            hit |= (lo < out_hi) & (out_lo < hi);
+        }
     }
     if (__builtin_expect(!hit, 1)) return FK_OUTPUTS_OK;
     return fk_find_output_conflict(entry, storage, layouts, numels, n_in, n_out, output, input);
 }
 
-/* Run the kernel on described operands (inputs, then outputs), without the GIL when the first
- * output has at least `nogil_min` elements; returns its status.  Small calls call the kernel
+/* Run the kernel on described operands (inputs, then outputs), without the GIL when an operand
+ * has at least `nogil_min` elements (a reduction's output is small, its input is not); returns
+ * its status.  Small calls call the kernel
  * directly rather than through fk_call, which clears the thread's error state first (a
  * thread-local write costs as much as the rest of a small call's bookkeeping): the caller keeps
  * that state clear, since every error it raises consumes the message, and it only uses a message
@@ -150,7 +163,10 @@ static inline int fk_run_described(const fk_entry *entry, fk_storage *storage, c
                                    const int64_t *numels, int n_in, int n_out,
                                    const fk_params *params, int64_t nogil_min) {
     int status;
-    if (numels[n_in] < nogil_min)
+    int64_t largest = 0;
+    for (int i = 0; i < n_in + n_out; i++)
+        largest = numels[i] > largest ? numels[i] : largest;
+    if (largest < nogil_min)
         return entry->kernel(storage, n_in, &storage[n_in], n_out, layouts, params);
     Py_BEGIN_ALLOW_THREADS
     status = fk_call(entry, storage, n_in, &storage[n_in], n_out, layouts, params);

@@ -339,6 +339,14 @@ static int validate_key(const fk_key *key) {
         fk_set_error(FK_ERR_INVALID, "a key lists 1 to %d operand dtypes, not %d", FK_MAX_OPERANDS, key->ndtypes);
         return FK_ERR_INVALID;
     }
+    if (key->kind == FK_KEY_STATIC) {
+        int n_out = fk_key_outputs(key), lo = fk_op_min_outputs[key->id], hi = fk_op_max_outputs[key->id];
+        if (n_out < lo || n_out > hi || key->ndtypes <= n_out) {
+            fk_set_error(FK_ERR_INVALID, "op code %u writes %d to %d outputs after at least one input; a key of "
+                         "%d dtypes does not fit", key->id, lo, hi, key->ndtypes);
+            return FK_ERR_INVALID;
+        }
+    }
     for (int i = 0; i < key->ndtypes; i++)
         if (key->dtypes[i] >= FK_DTYPE_COUNT) {
             fk_set_error(FK_ERR_INVALID, "operand %d has unknown dtype code %d", i, key->dtypes[i]);
@@ -537,6 +545,16 @@ fk_cost fk_unknown_cost(const fk_layout *layouts, int n_layouts, const fk_dtypes
     return none;
 }
 
+int fk_key_outputs(const fk_key *key) {
+    if (key->kind != FK_KEY_STATIC) return 1;
+    if (key->id >= FK_OP_COUNT) {
+        fk_set_error(FK_ERR_INVALID, "unknown op code %u", key->id);
+        return -1;
+    }
+    if (fk_op_min_outputs[key->id] == fk_op_max_outputs[key->id]) return fk_op_max_outputs[key->id];
+    return key->ndtypes - fk_op_fixed_inputs[key->id];      /* optional outputs: the key's length says */
+}
+
 /* ---- the API table ------------------------------------------------------------------------ */
 static const fk_api g_api = {
     FK_ABI_VERSION, (int32_t)sizeof(fk_api),
@@ -545,7 +563,7 @@ static const fk_api g_api = {
     fk_lookup, fk_lookup_with_caps, fk_call,
     fk_txn_begin, fk_txn_register, fk_txn_register_manifest, fk_txn_drop_runtime_fused,
     fk_txn_commit, fk_txn_abort, fk_new_runtime_fused_id, fk_claim_backend, fk_unknown_cost,
-    fk_parallel_for, fk_get_num_threads,
+    fk_parallel_for, fk_get_num_threads, fk_key_outputs,
 };
 const fk_api *fk_core_api(void) { return &g_api; }
 

@@ -51,5 +51,6 @@ int fk_claim_backend(const char *name);
 const char *fk_backend_name(int backend);
 
 fk_cost fk_unknown_cost(const fk_layout *layouts, int n_layouts, const fk_dtypes *dtypes, const fk_params *params);
+int fk_key_outputs(const fk_key *key);
 
 #endif

@@ -116,31 +116,47 @@ class Graph(GeneratedBuilders):
 
     # ---- ops
     def op(self, op: OpLike, *inputs: Value, params: Optional[_dispatch.OpParams] = None,
-           out_dtype: Optional[DTypeLike] = None, backend: Optional[BackendLike] = None) -> Value:
-        """Add a node running `op` (an OpKind or a name) on `inputs`; returns its output Value."""
+           out_dtype: Optional[DTypeLike] = None, backend: Optional[BackendLike] = None,
+           outputs: Optional[int] = None) -> Any:
+        """Add a node running `op` (an OpKind or a name) on `inputs`; returns its output Value, or
+        the tuple of output Values of an op with several.  `out_dtype` names the output dtype of a
+        one-output op whose schema does not infer it (CAST); `outputs` asks an op with optional
+        outputs for them too (FLASH_ATTN's log-sum-exp: outputs=2)."""
         op = OpKind.parse(op)
         operands = [self._own(v) for v in inputs]
         _check_params(params, op)
         schema = ops.schema(op)
         if schema.n_inputs is not None and len(operands) != schema.n_inputs:
             raise OperandCountError(f"{op.short_name} takes {schema.n_inputs} inputs, got {len(operands)}")
-        shape = ops.infer_output_shape(op, [v.shape for v in operands], params)
-        if out_dtype is None:
-            out_dtype = ops.infer_output_dtype(op, [v.dtype for v in operands], params)
-        dtypes = tuple(v.dtype for v in operands) + (DType.parse(out_dtype),)
-        return self._add_node(op, operands, params, dtypes, shape, backend)
+        n_out = schema.min_outputs if outputs is None else outputs
+        if isinstance(n_out, bool) or not isinstance(n_out, int) or not schema.min_outputs <= n_out <= schema.n_outputs:
+            raise OperandCountError(f"{op.short_name} writes {schema.min_outputs} to {schema.n_outputs} outputs, "
+                                    f"not {outputs!r}")
+        shapes = ops.infer_output_shapes(op, [v.shape for v in operands], params)[:n_out]
+        if out_dtype is not None and n_out != 1:
+            raise ParamsError(f"{op.short_name} writes {n_out} outputs whose dtypes its schema "
+                              f"infers; out_dtype names the dtype of a one-output op")
+        out_dtypes = (DType.parse(out_dtype),) if out_dtype is not None else \
+            ops.infer_output_dtypes(op, [v.dtype for v in operands], params)[:n_out]
+        dtypes = tuple(v.dtype for v in operands) + tuple(out_dtypes)
+        values = self._add_node(op, operands, params, dtypes, shapes, backend)
+        return values[0] if n_out == 1 else tuple(values)
 
     def _add_node(self, key: Union[OpKind, BindingKey], inputs: List[Value], params: Optional[_dispatch.OpParams],
-                  dtypes: tuple[DType, ...], shape: tuple[int, ...], backend: Optional[BackendLike]) -> Value:
+                  dtypes: tuple[DType, ...], shapes: Sequence[tuple[int, ...]],
+                  backend: Optional[BackendLike]) -> List[Value]:
+        """A node of `key` on `inputs`, checked against the table; its output Values, one per
+        shape in `shapes` (their dtypes are the last of `dtypes`)."""
         backend = self.target_backend if backend is None else _backend_id(backend)
         table = _dispatch.bindings()
         if not table.supports(key, dtypes, backend):
             table.lookup(key, dtypes, backend)          # raises NoKernelError with the nearest keys
         node = Node(len(self.nodes), key, list(inputs), params, dtypes, backend)
-        buffer = self._buffer("node", shape, dtypes[-1])
-        node.output = Value(self, buffer, shape, _contiguous_strides(shape), 0, dtypes[-1], producer=node)
+        for shape, dtype in zip(shapes, dtypes[len(dtypes) - len(shapes):]):
+            buffer = self._buffer("node", shape, dtype)
+            node.outputs.append(Value(self, buffer, shape, _contiguous_strides(shape), 0, dtype, producer=node))
         self.nodes.append(node)
-        return node.output
+        return node.outputs
 
     def cast(self, x: Value, dtype: DTypeLike, backend: Optional[BackendLike] = None) -> Value:
         """x converted to `dtype` (ints wrap, floats to ints truncate and saturate, NaN -> 0)."""
@@ -159,10 +175,11 @@ class Graph(GeneratedBuilders):
         candidates = [d for d, _ in fused.kernels if d[:-1] == dtypes]
         if not candidates:
             raise NoKernelError(f"fused op {fused.name} has no kernel for inputs {[d.short_name for d in dtypes]}")
-        return self._add_node(BindingKey.runtime_fused(fused.id), operands, None, candidates[0], shape, backend)
+        return self._add_node(BindingKey.runtime_fused(fused.id), operands, None, candidates[0], [shape],
+                              backend)[0]
 
     def _node(self, op: OpKind, inputs: Sequence[Value], params: Optional[_dispatch.OpParams] = None, *,
-              backend: Optional[BackendLike] = None, **fields: Any) -> Value:
+              backend: Optional[BackendLike] = None, **fields: Any) -> Any:
         """The node every op builder makes: `op` on `inputs` with `params`, or with the params that
         `fields` (keywords of the op's fuel_kernel.params constructor; None: not given) build."""
         given = {name: value for name, value in fields.items() if value is not None}
@@ -298,6 +315,17 @@ class Graph(GeneratedBuilders):
         if not x.is_contiguous:
             x = self.op(OpKind.CONTIGUIZE, x)
         return Value(self, x.buffer, checked, _contiguous_strides(checked), x.offset, x.dtype, x.producer)
+
+    # ---- gradients
+    def grad(self, loss: Value, wrt: Union[Value, Iterable[Value]], seed: Optional[Value] = None) -> List[Value]:
+        """Add the reverse-mode nodes computing the gradient of `loss` with respect to each of
+        `wrt` (inputs, constants or node outputs), from the registered backward kernels; returns
+        one gradient Value per `wrt` (zeros where the loss does not depend on it).  A loss that is
+        not a scalar is weighted by `seed` (default ones).  compile([loss, *grads]) then runs the
+        forward and backward passes as one plan.  A node whose op has no gradient rule, or whose
+        backward has no kernel for its dtypes, raises NoKernelError here (see graph/autodiff.py)."""
+        from .autodiff import grad
+        return grad(self, loss, wrt, seed)
 
     # ---- compile
     def compile(self, outputs: Union[Value, Iterable[Value]], *, fuse: bool = True, measure: bool = False,

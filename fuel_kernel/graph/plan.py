@@ -127,7 +127,7 @@ class Plan:
             members = getattr(step, "members", None)
             if members is None:
                 self._program.add_step(step.kernel, step.node_id, step.name,
-                                       [operand(v) for v in step.inputs] + [operand(step.output)], step.params)
+                                       [operand(v) for v in step.inputs + step.outputs], step.params)
                 continue
             self._program.add_group(
                 step.node_id, step.name, step.shape, step.tile_axis, step.tile_len, step.tile_bytes,

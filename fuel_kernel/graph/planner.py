@@ -22,10 +22,15 @@ class _Step:
     node_id: int
     name: str
     inputs: List[Value]
-    output: Value
+    outputs: List[Value]
     params: object
     explain: list
     alone: str = ""                  # why it is not in an elementwise group (compile(fuse=True))
+
+    @property
+    def output(self) -> Value:
+        """The first (for most steps the only) output."""
+        return self.outputs[0]
 
     @property
     def reads(self) -> List[Value]:
@@ -33,7 +38,7 @@ class _Step:
 
     @property
     def writes(self) -> List[Value]:
-        return [self.output]
+        return self.outputs
 
 
 # ---- elementwise groups ------------------------------------------------------------------------------
@@ -141,7 +146,7 @@ def group_steps(steps: List[_Step], output_values: List[Value]) -> List[Any]:
     would be a cycle.  `needs` holds, per group, the groups its members depend on through steps
     outside it, and `after`, per step outside every group, the groups it depends on; a join is
     refused for every group in the transitive closure of what the joined group would need."""
-    producer = {s.output.buffer.id: i for i, s in enumerate(steps)}
+    producer = {o.buffer.id: i for i, s in enumerate(steps) for o in s.outputs}
     parent: Dict[int, int] = {}                  # union-find over group ids (a group: its first step)
     group_of: Dict[int, int] = {}                # step index -> group id (find() gives the group)
     members: Dict[int, List[int]] = {}
@@ -324,11 +329,11 @@ class _Planner:
             stack.extend(v.producer for v in node.inputs if v.producer is not None)
         return [n for n in self.graph.nodes if n.id in needed]
 
-    def choose(self, key: Any, inputs: Sequence[Value], output_shape: Sequence[int], params: Any,
+    def choose(self, key: Any, inputs: Sequence[Value], outputs: Sequence[Value], params: Any,
                dtypes: Sequence[Any], backend: Any, label: str) -> Any:
         alternatives = self.table.alternatives(key, dtypes, backend)
-        operands = [v.shape for v in inputs] + [tuple(output_shape)]
-        broadcast = any(v.has_broadcast or v.shape != tuple(output_shape) for v in inputs)
+        operands = [v.shape for v in inputs] + [v.shape for v in outputs]
+        broadcast = any(v.has_broadcast or v.shape != outputs[0].shape for v in inputs)
         return route.pick(alternatives, operands, params, broadcast_inputs=broadcast,
                           max_ulp=self.max_ulp, measure=self.measure, describe=label)
 
@@ -358,19 +363,18 @@ class _Planner:
                     continue
                 if fused.interiors.get((dtypes, int(node.backend))) != interior:
                     continue                     # same structure, other intermediate dtypes
-                shape = node.output.shape
-                fused_choice = self.choose(key, bound, shape, None, dtypes, node.backend, fused.name)
+                fused_choice = self.choose(key, bound, node.outputs, None, dtypes, node.backend, fused.name)
                 fused_ns = min(v.estimate_ns for v in fused_choice.verdicts if v.estimate_ns is not None)
                 unfused_ns = 0.0
                 for n in covered:
-                    c = self.choose(n.key, n.inputs, n.output.shape, n.params, n.dtypes, n.backend, n.label)
+                    c = self.choose(n.key, n.inputs, n.outputs, n.params, n.dtypes, n.backend, n.label)
                     unfused_ns += min(v.estimate_ns for v in c.verdicts if v.estimate_ns is not None)
                 verdict = "fused" if fused_ns < unfused_ns else "kept unfused"
                 self.explain_lines.append(
                     f"fusion {fused.name} at node {node.id}: {fused_ns:.0f} ns fused vs {unfused_ns:.0f} ns "
                     f"for nodes {[n.id for n in covered]} -> {verdict}")
                 if fused_ns < unfused_ns:
-                    fused_node = Node(node.id, key, bound, None, dtypes, node.backend, node.output,
+                    fused_node = Node(node.id, key, bound, None, dtypes, node.backend, [node.output],
                                       name=fused.name)
                     replaced[node.id] = fused_node
                     absorbed.update(n.id for n in covered if n.id != node.id)
@@ -385,7 +389,8 @@ class _Planner:
 
         def match(pattern_index: int, node: Node) -> bool:
             op, params_key, refs = fused.pattern[pattern_index]
-            if node.key != op or _params_key(node.params) != params_key or len(refs) != len(node.inputs):
+            if node.key != op or _params_key(node.params) != params_key or len(refs) != len(node.inputs) \
+                    or len(node.outputs) != 1:
                 return False
             if node.id in absorbed:
                 return False
@@ -426,7 +431,7 @@ class _Planner:
         steps: List[_Step] = []
         contiguize = {}
         for node in nodes:
-            choice = self.choose(node.key, node.inputs, node.output.shape, node.params, node.dtypes,
+            choice = self.choose(node.key, node.inputs, node.outputs, node.params, node.dtypes,
                                  node.backend, node.label)
             kernel = choice.kernel
             inputs = []
@@ -435,12 +440,12 @@ class _Planner:
                     value = self._materialize(value, node.backend, steps, contiguize,
                                               reason=f"input {position} of node {node.id} ({node.label})")
                 inputs.append(value)
-            steps.append(_Step(kernel, node.id, node.name or node.label, inputs, node.output,
+            steps.append(_Step(kernel, node.id, node.name or node.label, inputs, node.outputs,
                                node.params, choice.verdicts))
         # outputs the caller gets must be fresh arrays: views, inputs and constants are copied
         output_values = []
         for value in self.outputs:
-            producer_step = next((s for s in steps if s.output.buffer is value.buffer), None)
+            producer_step = next((s for s in steps if any(o.buffer is value.buffer for o in s.outputs)), None)
             if value.buffer.kind == "node" and value.is_whole_buffer and producer_step is not None \
                     and value.buffer not in [v.buffer for v in output_values]:
                 output_values.append(value)
@@ -462,7 +467,7 @@ class _Planner:
                                 f"{_dispatch.backend_name(backend)}") from None
         buffer = self.graph._buffer("node", value.shape, value.dtype)
         out = Value(self.graph, buffer, value.shape, _contiguous_strides(value.shape), 0, value.dtype)
-        steps.append(_Step(kernel, -1, f"contiguize for {reason}", [value], out, None,
+        steps.append(_Step(kernel, -1, f"contiguize for {reason}", [value], [out], None,
                            [route.Verdict(kernel.source, kernel.identity, None, f"inserted: {reason}")]))
         cache[key] = out
         return out

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, List, Optional, Tuple, Union
 
 import numpy as np
@@ -152,15 +152,20 @@ def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 @dataclass
 class Node:
-    """One op applied to Values; its result is `output`."""
+    """One op applied to Values; its results are `outputs` (one Value per output of the op)."""
     id: int
     key: Union[OpKind, BindingKey]      # BindingKey for a runtime fused op
     inputs: List[Value]
     params: Any                         # an OpParams, or None
-    dtypes: Tuple[DType, ...]
+    dtypes: Tuple[DType, ...]           # the inputs', then the outputs'
     backend: int
-    output: Optional[Value] = None
+    outputs: List[Value] = field(default_factory=list)
     name: str = ""
+
+    @property
+    def output(self) -> Value:
+        """The first (for most ops the only) output."""
+        return self.outputs[0]
 
     @property
     def label(self) -> str:

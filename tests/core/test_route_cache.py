@@ -165,6 +165,7 @@ class _FakeKernel:
         self.precision = precision if precision is not None else PrecisionGuarantee()
         self.caps = caps
         self.dtypes = (F32, F32)
+        self.n_outputs = 1
         self.identity = (source, revision, "fake(f32, f32) on cpu")
 
     def cost(self, *shapes, params=None):

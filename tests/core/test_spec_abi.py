@@ -86,7 +86,9 @@ def test_every_binding_is_for_a_spec_op_with_a_spec_operand_count():
     for k in static_bindings():
         o = by_name.get(k.op.name)
         lo, hi = input_range(o) if o else (None, None)
-        if o is None or not lo <= k.n_inputs <= hi or len(k.dtypes) != k.n_inputs + o.outputs:
+        out_lo, out_hi = spec.output_range(o) if o else (None, None)
+        if o is None or not lo <= k.n_inputs <= hi or not out_lo <= k.n_outputs <= out_hi \
+                or len(k.dtypes) != k.n_inputs + k.n_outputs:
             bad.append((k.op.name, k.n_inputs, tuple(d.name for d in k.dtypes)))
     assert not bad, f"bindings the spec does not allow: {bad}"
 

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define FK_ABI_VERSION 2
+#define FK_ABI_VERSION 3
 #define FK_MAX_DIMS 8
 #define FK_MAX_OPERANDS 8
 #define FK_SOURCE_LEN 16
@@ -115,6 +115,11 @@ typedef struct {
     int64_t window_left;
 } fk_paged_attn_params;
 
+typedef struct {
+    int64_t ignore_index;            /* a target equal to it: loss and gradient 0 */
+    double label_smoothing;          /* in [0, 1] */
+} fk_cross_entropy_params;
+
 typedef union {
     fk_reduce_params reduce;
     fk_matmul_params matmul;
@@ -134,6 +139,7 @@ typedef union {
     fk_rope_params rope;
     fk_flash_attn_params flash_attn;
     fk_paged_attn_params paged_attn;
+    fk_cross_entropy_params cross_entropy;
 } fk_params_union;
 
 typedef struct {
@@ -275,6 +281,11 @@ typedef struct {
      * order and placement are unspecified; nested and concurrent calls run serially. */
     int (*parallel_for)(int64_t n_tasks, fk_task_fn fn, void *context);
     int (*num_threads)(void);        /* the current setting (fuel_kernel.set_num_threads) */
+    /* operands (since ABI 3): how many of a key's dtypes are outputs (they come last): the op's
+     * output count for a static key (for an op with optional outputs, as FLASH_ATTN's log-sum-exp,
+     * the key's length minus its fixed input count), 1 for a runtime fused op; -1 (with the error
+     * set) for a static id past FK_OP_COUNT.  The rest are inputs. */
+    int (*key_outputs)(const fk_key *key);
 } fk_api;
 
 #define FK_API_CAPSULE_NAME "fuel_kernel._dispatch._C_API"
@@ -306,6 +317,7 @@ static const fk_api *fk_api_table __attribute__((unused)) = NULL;
 #define fk_unknown_cost (fk_api_table->unknown_cost)
 #define fk_parallel_for (fk_api_table->parallel_for)
 #define fk_num_threads (fk_api_table->num_threads)
+#define fk_key_outputs (fk_api_table->key_outputs)
 
 #ifdef Py_PYTHON_H
 /* Import the API table; returns 0, or -1 with a Python ImportError set.  Call with the GIL. */

@@ -353,48 +353,68 @@ __attribute__((noinline, cold)) static int fk_operands_error(const fk_storage *i
 }
 
 /* The one operand check every CPU kernel runs before it reads or writes anything: want_in inputs
- * and one output, all on the CPU, with the dtypes listed (inputs then the output; NULL, or
- * FK_ANY_DTYPE in a slot, leaves a dtype to the kernel), then the FK_CHECK_* checks asked for.
- * Counts, backends and dtypes are one branch-free pass (want_in and checks are constants at every
- * call site, so it unrolls and the unasked checks vanish). */
+ * and want_out outputs, all on the CPU, with the dtypes listed (inputs then outputs; NULL, or
+ * FK_ANY_DTYPE in a slot, leaves a dtype to the kernel), then the FK_CHECK_* checks asked for, on
+ * every output (DISJOINT also keeps the outputs apart from each other).  Counts, backends and
+ * dtypes are one branch-free pass (want_in, want_out and checks are constants at every call site,
+ * so it unrolls and the unasked checks vanish). */
 static inline __attribute__((always_inline))
-int fk_operands_check(const fk_storage *inputs, int n_in, const fk_storage *outputs, int n_out,
-                      const fk_layout *layouts, int want_in, const int *dtypes, unsigned checks) {
-    int bad = n_in != want_in || n_out != 1;
+int fk_operands_check_outputs(const fk_storage *inputs, int n_in, const fk_storage *outputs, int n_out,
+                              const fk_layout *layouts, int want_in, int want_out, const int *dtypes,
+                              unsigned checks) {
+    int bad = n_in != want_in || n_out != want_out;
     if (!bad) {
-        for (int k = 0; k <= want_in; k++) {
-            const fk_storage *st = k < want_in ? &inputs[k] : &outputs[0];
+        for (int k = 0; k < want_in + want_out; k++) {
+            const fk_storage *st = k < want_in ? &inputs[k] : &outputs[k - want_in];
             bad |= st->backend != FK_BACKEND_CPU;
             if (dtypes != NULL) bad |= (dtypes[k] != FK_ANY_DTYPE) & (st->dtype != dtypes[k]);
         }
     }
     if (__builtin_expect(bad, 0))
-        return fk_operands_error(inputs, n_in, outputs, n_out, want_in, 1, dtypes);
+        return fk_operands_error(inputs, n_in, outputs, n_out, want_in, want_out, dtypes);
     if (checks & FK_CHECK_LAYOUTS) {
-        for (int k = 0; k <= want_in; k++) {
-            int status = fk_layout_check(&layouts[k], k < want_in ? &inputs[k] : &outputs[0],
-                                         k < want_in ? "input" : "output", k < want_in ? k : 0);
+        for (int k = 0; k < want_in + want_out; k++) {
+            int status = fk_layout_check(&layouts[k], k < want_in ? &inputs[k] : &outputs[k - want_in],
+                                         k < want_in ? "input" : "output", k < want_in ? k : k - want_in);
             if (status) return status;
         }
     }
-    if ((checks & FK_CHECK_WRITABLE) && (outputs[0].flags & FK_STORAGE_READ_ONLY)) {
-        fk_set_error(FK_ERR_READ_ONLY, "output 0 is read-only");
-        return FK_ERR_READ_ONLY;
-    }
-    if ((checks & FK_CHECK_DISJOINT) && !fk_layout_empty(&layouts[want_in])) {
-        const char *out_lo = (const char *)outputs[0].data, *out_hi = out_lo + outputs[0].nbytes;
-        for (int k = 0; k < want_in; k++) {
-            const char *in_lo = (const char *)inputs[k].data, *in_hi = in_lo + inputs[k].nbytes;
-            if (inputs[k].nbytes && outputs[0].nbytes && in_lo < out_hi && out_lo < in_hi
-                && !fk_layout_empty(&layouts[k])) {
-                fk_set_error(FK_ERR_ALIAS, "output 0 overlaps input %d; this kernel needs disjoint memory", k);
-                return FK_ERR_ALIAS;
+    for (int o = 0; o < want_out; o++) {
+        const fk_layout *out_layout = &layouts[want_in + o];
+        if ((checks & FK_CHECK_WRITABLE) && (outputs[o].flags & FK_STORAGE_READ_ONLY)) {
+            fk_set_error(FK_ERR_READ_ONLY, "output %d is read-only", o);
+            return FK_ERR_READ_ONLY;
+        }
+        if ((checks & FK_CHECK_DISJOINT) && !fk_layout_empty(out_layout)) {
+            const char *out_lo = (const char *)outputs[o].data, *out_hi = out_lo + outputs[o].nbytes;
+            for (int k = 0; k < want_in + o; k++) {
+                const fk_storage *other = k < want_in ? &inputs[k] : &outputs[k - want_in];
+                const char *lo = (const char *)other->data, *hi = lo + other->nbytes;
+                if (other->nbytes && outputs[o].nbytes && lo < out_hi && out_lo < hi
+                    && !fk_layout_empty(&layouts[k])) {
+                    if (k < want_in)
+                        fk_set_error(FK_ERR_ALIAS, "output %d overlaps input %d; this kernel needs disjoint memory",
+                                     o, k);
+                    else
+                        fk_set_error(FK_ERR_ALIAS, "output %d overlaps output %d; each output needs its own memory",
+                                     o, k - want_in);
+                    return FK_ERR_ALIAS;
+                }
             }
         }
+        if (checks & FK_CHECK_SELF_OVERLAP) {
+            int status = fk_output_self_overlap_check(out_layout, o == 0 ? "output 0" : "output 1+");
+            if (status) return status;
+        }
     }
-    if (checks & FK_CHECK_SELF_OVERLAP)
-        return fk_output_self_overlap_check(&layouts[want_in], "output 0");
     return FK_OK;
+}
+
+/* fk_operands_check_outputs for the ops with one output. */
+static inline __attribute__((always_inline))
+int fk_operands_check(const fk_storage *inputs, int n_in, const fk_storage *outputs, int n_out,
+                      const fk_layout *layouts, int want_in, const int *dtypes, unsigned checks) {
+    return fk_operands_check_outputs(inputs, n_in, outputs, n_out, layouts, want_in, 1, dtypes, checks);
 }
 
 /* A row function: n elements from src (byte stride ss) to dst (byte stride ds). */

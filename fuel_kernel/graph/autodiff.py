@@ -1,0 +1,359 @@
+"""Reverse-mode gradients through a Graph: Graph.grad adds, to the same graph, the nodes computing
+the gradient of a loss with respect to chosen values, from the registered backward kernels (and
+forward ops where a backward is a forward op on other operands), so one compile() gives a plan
+returning the loss and every gradient.
+
+Each forward op with a gradient has a rule in RULES: (graph, node, output grads, which inputs
+need one) -> one gradient Value (or None) per input.  Gradients are kept per buffer: the gradient
+of a view (a transpose, a broadcast, a reshape of a contiguous value) is mapped back to its
+buffer's shape (summed over broadcast axes, permuted back); the gradient of any other view (a
+slice) is scattered into the buffer's gradient by flat index (SCATTER_ADD); the gradients of a
+buffer read by several nodes add up.  An op without a rule, or whose backward op has no kernel for the node's
+dtypes, fails at grad() time with a NoKernelError naming what is missing.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from .. import _dispatch, ops
+from .. import params as fk_params
+from ..errors import DTypeError, NoKernelError, OperandTypeError, ShapeError
+from ..types import OpKind
+from .values import Node, Value, _contiguous_strides
+
+if TYPE_CHECKING:
+    from .builders import Graph
+
+Grads = List[Optional[Value]]
+Rule = Callable[["Graph", Node, Grads, List[bool]], Grads]
+
+
+# ---- shape helpers ----------------------------------------------------------------------------
+def sum_to(graph: Graph, grad: Value, shape: Sequence[int]) -> Value:
+    """`grad` summed down to `shape`, which broadcasts to grad's shape (the backward of
+    broadcasting): leading dims and dims where `shape` has 1 are summed."""
+    shape = tuple(shape)
+    lead = grad.ndim - len(shape)
+    dims = list(range(lead)) + [lead + i for i, n in enumerate(shape) if n == 1 and grad.shape[lead + i] != 1]
+    if dims:
+        grad = graph.sum(grad, dims=dims, keepdim=True)
+    return grad if grad.shape == shape else graph.reshape(grad, shape)
+
+
+def view_grad(graph: Graph, value: Value, grad: Value) -> Optional[Value]:
+    """The gradient of value's buffer given the gradient of the view `value`, when the view maps
+    back without moving data: the whole buffer, a reshape of it, or a view whose non-zero strides
+    are a permutation of its buffer's axes (with broadcast, stride-0, and size-1 axes).  None for
+    any other view (a slice): accumulate() scatters those."""
+    buffer = value.buffer
+    if value.is_whole_buffer:
+        return grad
+    size = int(np.prod(buffer.shape, dtype=np.int64))
+    if value.offset == 0 and value.is_contiguous and int(np.prod(value.shape, dtype=np.int64)) == size:
+        return graph.reshape(grad, buffer.shape)
+    strides = _contiguous_strides(buffer.shape)
+    summed, kept, order = [], [], []
+    for axis, (extent, stride) in enumerate(zip(value.shape, value.strides)):
+        if extent == 1:
+            continue
+        if stride == 0:
+            summed.append(axis)
+            continue
+        match = [b for b in range(len(buffer.shape)) if strides[b] == stride and buffer.shape[b] == extent]
+        if not match:
+            return None
+        kept.append(axis)
+        order.append(match[0])
+    wanted = [b for b in range(len(buffer.shape)) if buffer.shape[b] > 1]
+    if value.offset != 0 or sorted(order) != wanted:
+        return None
+    if summed:
+        grad = graph.sum(grad, dims=summed, keepdim=True)
+    grad = graph.reshape(grad, [value.shape[a] for a in kept])
+    permutation = sorted(range(len(order)), key=lambda i: order[i])
+    if permutation != list(range(len(order))):
+        grad = graph.transpose(grad, permutation)
+    return graph.reshape(grad, buffer.shape)
+
+
+def view_indices(value: Value) -> np.ndarray:
+    """The flat buffer index of every element of the view `value` (its shape; C order)."""
+    index = np.full(value.shape, value.offset, dtype=np.int64)
+    for axis, (extent, stride) in enumerate(zip(value.shape, value.strides)):
+        shape = [1] * value.ndim
+        shape[axis] = extent
+        index = index + (np.arange(extent, dtype=np.int64) * stride).reshape(shape)
+    return index
+
+
+def _last_two_swapped(graph: Graph, x: Value) -> Value:
+    axes = list(range(x.ndim))
+    axes[-2], axes[-1] = axes[-1], axes[-2]
+    return graph.transpose(x, axes)
+
+
+def _zeros(graph: Graph, like: Value) -> Value:
+    return graph.broadcast_to(graph.constant(np.zeros((), like.dtype.numpy)), like.shape)
+
+
+# ---- rules ---------------------------------------------------------------------------------------
+def _backward_op(name: str, with_params: bool = True) -> Rule:
+    """(x, dy) -> dx through the backward op `name` (GELU_BACKWARD, ...), with the node's params."""
+    def rule(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
+        op = _op(name, node)
+        return [g.op(op, node.inputs[0], grads[0], params=node.params if with_params else None)]
+    return rule
+
+
+def _from_output(name: str) -> Rule:
+    """(y, dy) -> dx through the backward op `name` (SOFTMAX_LAST_DIM_BACKWARD, ...)."""
+    def rule(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
+        return [g.op(_op(name, node), node.output, grads[0], params=node.params)]
+    return rule
+
+
+def _op(name: str, node: Node) -> OpKind:
+    if name not in OpKind.__members__:
+        raise NoKernelError(f"grad: node {node.id} ({node.label}) needs {name}, which this build does not have")
+    return OpKind[name]
+
+
+def _elementwise(fn: Callable[[Graph, Value, Value, Node], Grads]) -> Rule:
+    """A rule computing from the forward values; each gradient is summed back to its input's shape."""
+    def rule(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
+        out = fn(g, grads[0], node.output, node)
+        return [sum_to(g, d, v.shape) if d is not None and need else None
+                for d, v, need in zip(out, node.inputs, needs)]
+    return rule
+
+
+def _matmul(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
+    if node.params is not None or len(node.inputs) != 2:
+        raise NoKernelError(f"grad: node {node.id} (matmul) has params or a run-time row count; only a plain "
+                            f"a @ b has a gradient")
+    a, b = node.inputs
+    da = sum_to(g, g.matmul(grads[0], _last_two_swapped(g, b)), a.shape) if needs[0] else None
+    db = sum_to(g, g.matmul(_last_two_swapped(g, a), grads[0]), b.shape) if needs[1] else None
+    return [da, db]
+
+
+def _reduction(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
+    x = node.inputs[0]
+    dims, _ = ops._reduced_dims(x.ndim, node.params)
+    grad = grads[0]
+    if node.key == OpKind.MEAN:
+        count = int(np.prod([x.shape[d] for d in dims], dtype=np.int64))
+        grad = g.affine(grad, mul=1.0 / max(count, 1))
+    grad = g.reshape(grad, [1 if d in dims else n for d, n in enumerate(x.shape)])
+    return [g.broadcast_to(grad, x.shape)]
+
+
+def _norm(name: str) -> Rule:
+    def rule(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
+        outs = g.op(_op(name, node), *node.inputs, grads[0], params=node.params)
+        return list(outs)
+    return rule
+
+
+def _cross_entropy(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
+    if grads[1] is not None:
+        raise NoKernelError(f"grad: node {node.id} (fused_softmax_cross_entropy): the log-sum-exp output "
+                            f"has no gradient rule; differentiate the loss output only")
+    logits, targets = node.inputs
+    dlogits = g.op(OpKind.FUSED_SOFTMAX_CROSS_ENTROPY_BACKWARD, logits, targets, node.outputs[1], grads[0],
+                   params=node.params)
+    return [dlogits, None]
+
+
+def _flash_attn(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
+    """FLASH_ATTN_BACKWARD from the forward's output and log-sum-exp: a forward node built without
+    its lse is given one (the same call then writes both), so nothing is recomputed."""
+    if len(node.outputs) == 1:
+        _add_optional_output(g, node)
+    elif grads[1] is not None:
+        raise NoKernelError(f"grad: node {node.id} (flash_attn): the log-sum-exp output has no gradient rule")
+    q, k, v = node.inputs
+    return list(g.op(_op("FLASH_ATTN_BACKWARD", node), q, k, v, node.outputs[0], node.outputs[1], grads[0],
+                     params=node.params))
+
+
+def _add_optional_output(g: Graph, node: Node) -> None:
+    """Give `node` the next optional output its op has (checked against the table as a new node)."""
+    assert isinstance(node.key, OpKind)
+    n_out = len(node.outputs) + 1
+    inputs = [v.shape for v in node.inputs]
+    shape = ops.infer_output_shapes(node.key, inputs, node.params)[n_out - 1]
+    dtype = ops.infer_output_dtypes(node.key, [v.dtype for v in node.inputs], node.params)[n_out - 1]
+    dtypes = node.dtypes + (dtype,)
+    table = _dispatch.bindings()
+    if not table.supports(node.key, dtypes, node.backend):
+        table.lookup(node.key, dtypes, node.backend)          # NoKernelError naming the key
+    buffer = g._buffer("node", shape, dtype)
+    node.outputs.append(Value(g, buffer, shape, _contiguous_strides(shape), 0, dtype, producer=node))
+    node.dtypes = dtypes
+
+
+def _where(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
+    cond, a, b = node.inputs
+    zeros = _zeros(g, grads[0])
+    return [None,
+            sum_to(g, g.where(cond, grads[0], zeros), a.shape) if needs[1] else None,
+            sum_to(g, g.where(cond, zeros, grads[0]), b.shape) if needs[2] else None]
+
+
+def _rope(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
+    x, cos, sin = node.inputs
+    return [g.op(OpKind.ROPE, grads[0], cos, g.neg(sin), params=node.params), None, None]
+
+
+def _cast(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
+    return [g.cast(grads[0], node.inputs[0].dtype)]
+
+
+def _index_backward(add_op: OpKind) -> Rule:
+    """INDEX_SELECT / GATHER: the gradient is INDEX_ADD / SCATTER_ADD of dy into zeros of x's shape."""
+    def rule(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
+        x, index = node.inputs
+        zeros = g.constant(np.zeros(x.shape, x.dtype.numpy))
+        axis = node.params.fields()["axis"] if node.params is not None else 0
+        family = "index_select" if add_op == OpKind.INDEX_ADD else "scatter"
+        return [g.op(add_op, zeros, index, grads[0], params=getattr(fk_params, family)(axis)), None]
+    return rule
+
+
+E = _elementwise
+RULES: Dict[OpKind, Rule] = {
+    OpKind.NEG: E(lambda g, d, y, n: [g.neg(d)]),
+    OpKind.ADD: E(lambda g, d, y, n: [d, d]),
+    OpKind.SUB: E(lambda g, d, y, n: [d, g.neg(d)]),
+    OpKind.MUL: E(lambda g, d, y, n: [g.mul(d, n.inputs[1]), g.mul(d, n.inputs[0])]),
+    OpKind.DIV: E(lambda g, d, y, n: [g.div(d, n.inputs[1]), g.neg(g.div(g.mul(d, y), n.inputs[1]))]),
+    OpKind.SQR: E(lambda g, d, y, n: [g.mul(d, g.affine(n.inputs[0], mul=2.0))]),
+    OpKind.SQRT: E(lambda g, d, y, n: [g.affine(g.div(d, y), mul=0.5)]),
+    OpKind.RSQRT: E(lambda g, d, y, n: [g.mul(d, g.affine(g.mul(g.sqr(y), y), mul=-0.5))]),
+    OpKind.RECIP: E(lambda g, d, y, n: [g.neg(g.mul(d, g.sqr(y)))]),
+    OpKind.EXP: E(lambda g, d, y, n: [g.mul(d, y)]),
+    OpKind.LOG: E(lambda g, d, y, n: [g.div(d, n.inputs[0])]),
+    OpKind.SIN: E(lambda g, d, y, n: [g.mul(d, g.cos(n.inputs[0]))]),
+    OpKind.COS: E(lambda g, d, y, n: [g.neg(g.mul(d, g.sin(n.inputs[0])))]),
+    OpKind.ABS: E(lambda g, d, y, n: [g.mul(d, g.sign(n.inputs[0]))]),
+    OpKind.AFFINE: E(lambda g, d, y, n: [g.affine(d, mul=n.params.fields()["mul"] if n.params else 1.0)]),
+    OpKind.TANH: _backward_op("TANH_BACKWARD", with_params=False),
+    OpKind.SIGMOID: _backward_op("SIGMOID_BACKWARD", with_params=False),
+    OpKind.RELU: _backward_op("RELU_BACKWARD", with_params=False),
+    OpKind.SILU: _backward_op("SILU_BACKWARD", with_params=False),
+    OpKind.GELU: _backward_op("GELU_BACKWARD", with_params=False),
+    OpKind.GELU_ERF: _backward_op("GELU_ERF_BACKWARD", with_params=False),
+    OpKind.POWI: _backward_op("POWI_BACKWARD"),
+    OpKind.SOFTMAX_LAST_DIM: _from_output("SOFTMAX_LAST_DIM_BACKWARD"),
+    OpKind.LOG_SOFTMAX_LAST_DIM: _from_output("LOG_SOFTMAX_LAST_DIM_BACKWARD"),
+    OpKind.RMS_NORM: _norm("RMS_NORM_BACKWARD"),
+    OpKind.LAYER_NORM: _norm("LAYER_NORM_BACKWARD"),
+    OpKind.MATMUL: _matmul,
+    OpKind.FLASH_ATTN: _flash_attn,
+    OpKind.SUM: _reduction,
+    OpKind.MEAN: _reduction,
+    OpKind.FUSED_SOFTMAX_CROSS_ENTROPY: _cross_entropy,
+    OpKind.WHERE: _where,
+    OpKind.ROPE: _rope,
+    OpKind.CAST: _cast,
+    OpKind.CONTIGUIZE: lambda g, node, grads, needs: [grads[0]],
+    OpKind.INDEX_SELECT: _index_backward(OpKind.INDEX_ADD),
+    OpKind.GATHER: _index_backward(OpKind.SCATTER_ADD),
+}
+
+
+# ---- the reverse pass -------------------------------------------------------------------------------
+def grad(graph: Graph, loss: Value, wrt: Sequence[Value], seed: Optional[Value] = None) -> List[Value]:
+    """Add the reverse-mode nodes computing d(sum(seed * loss))/d(each of wrt); seed defaults to
+    ones (so a scalar loss gives its plain gradient).  Returns one gradient Value per `wrt`, of its
+    shape and dtype (zeros where the loss does not depend on it)."""
+    loss = graph._own(loss)
+    wanted = [graph._own(w) for w in _as_list(wrt)]
+    for w in wanted + [loss]:
+        if not w.dtype.is_float:
+            raise DTypeError(f"grad: {w} is not a float value, so it has no gradient")
+    for w in wanted:
+        if not w.is_whole_buffer:
+            raise ShapeError(f"grad: ask for the gradient of a whole value (an input, a constant or a "
+                             f"node's output), not of the view {w}")
+    if seed is None:
+        seed = graph.broadcast_to(graph.constant(np.ones((), loss.dtype.numpy)), loss.shape)
+    else:
+        seed = graph._own(seed)
+        if seed.shape != loss.shape or seed.dtype != loss.dtype:
+            raise ShapeError(f"grad: the seed must match the loss ({loss.dtype.short_name}{list(loss.shape)}), "
+                             f"got {seed.dtype.short_name}{list(seed.shape)}")
+    nodes = _path(graph, loss, {w.buffer.id for w in wanted})
+    needs_grad = {w.buffer.id for w in wanted} | {o.buffer.id for n in nodes for o in n.outputs}
+    grads: Dict[int, Value] = {}
+    _accumulate(graph, grads, loss, seed)
+    for node in reversed(nodes):
+        out_grads = [grads.get(o.buffer.id) for o in node.outputs]
+        if all(d is None for d in out_grads):
+            continue
+        rule = RULES.get(node.key) if isinstance(node.key, OpKind) else None
+        if rule is None:
+            raise NoKernelError(f"grad: node {node.id} ({node.label}) has no backward: "
+                                f"{node.label.upper()} has no gradient rule")
+        needs = [v.buffer.id in needs_grad and v.dtype.is_float for v in node.inputs]
+        for value, d, need in zip(node.inputs, rule(graph, node, out_grads, needs), needs):
+            if need and d is not None:
+                _accumulate(graph, grads, value, d)
+    result = []
+    for w in wanted:
+        d = grads.get(w.buffer.id)
+        result.append(d if d is not None else _zeros(graph, w))
+    return result
+
+
+def _as_list(values: object) -> List[Value]:
+    if isinstance(values, Value):
+        return [values]
+    try:
+        return list(values)  # type: ignore[call-overload]
+    except TypeError:
+        raise OperandTypeError(f"grad: wrt is a Value or a list of Values, not {type(values).__name__}") from None
+
+
+def _path(graph: Graph, loss: Value, sources: set) -> List[Node]:
+    """The nodes, in graph order, that read (through other nodes) a source buffer and lead to loss."""
+    ancestors: set = set()
+    stack = [loss.producer] if loss.producer is not None else []
+    while stack:
+        node = stack.pop()
+        if node.id in ancestors:
+            continue
+        ancestors.add(node.id)
+        stack.extend(v.producer for v in node.inputs if v.producer is not None)
+    reached = set(sources)
+    path = []
+    for node in graph.nodes:
+        if node.id in ancestors and any(v.buffer.id in reached for v in node.inputs):
+            reached.update(o.buffer.id for o in node.outputs)
+            path.append(node)
+    return path
+
+
+def _accumulate(graph: Graph, grads: Dict[int, Value], value: Value, d: Value) -> None:
+    """Add the gradient `d` of the view `value` into its buffer's gradient."""
+    if d.dtype != value.dtype:
+        d = graph.cast(d, value.dtype)
+    if d.shape != value.shape:
+        d = sum_to(graph, d, value.shape)
+    key = value.buffer.id
+    mapped = view_grad(graph, value, d)
+    if mapped is not None:
+        grads[key] = mapped if key not in grads else graph.add(grads[key], mapped)
+        return
+    # any other view (a slice, a strided or reversed window): SCATTER_ADD its elements into the
+    # buffer's gradient so far (zeros for the first), by their flat buffer indices
+    shape = value.buffer.shape
+    size = int(np.prod(shape, dtype=np.int64))
+    base = grads[key] if key in grads else graph.constant(np.zeros(shape, value.dtype.numpy))
+    index = view_indices(value).reshape(-1)
+    flat = graph.scatter_add(graph.reshape(base, (size,)), graph.constant(index),
+                             graph.reshape(d, (index.size,)), axis=0)
+    grads[key] = graph.reshape(flat, shape)
