@@ -1148,6 +1148,26 @@ def _flash_attn(inputs, params, out_dtype, out_shape):
     return Accumulated(to(values, out_dtype), magnitude, sk + d + 2)
 
 
+@register([fk.OpKind.FLASH_ATTN_BACKWARD], kind="accumulate", strict=False)
+def _flash_attn_backward(inputs, params, out_dtype, out_shape):
+    """(dq, dk, dv) of FLASH_ATTN from the math (attention_backward_reference), rounded to the dtype;
+    the lse input is taken to be the forward's."""
+    need_params(params, "flash_attn")
+    q, k, v, lse, do = inputs
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4 or lse.ndim != 3 or do.ndim != 4:
+        raise ExpectError(fk.ShapeError)
+    b, hq, sq, _ = q.shape
+    hkv, sk = k.shape[1:3]
+    if (k.shape[0], k.shape[3], v.shape[0]) != (b, q.shape[3], b) or v.shape[1:3] != (hkv, sk) or hkv == 0 or hq % hkv:
+        raise ExpectError(fk.ShapeError)
+    if lse.shape != (b, hq, sq) or do.shape != (b, hq, sq, v.shape[3]):
+        raise ExpectError(fk.ShapeError)
+    f = params.fields()
+    _, _, grads, _ = attention_backward_reference(q, k, v, do, f["scale"], f["causal"], f["window_left"],
+                                                  f["window_right"], f["softcap"])
+    return tuple(to(g, out_dtype) for g in grads)
+
+
 def paged_sequence(q, k_cache, v_cache, block_table, context_lens, alibi, scale, block_size, softcap,
                    window_left, n):
     """Sequence n's scores [Hq, 1, T] (and their sum |terms|) over its T visible tokens, and those
