@@ -291,3 +291,18 @@ def test_flash_attn_backward_refusals_write_nothing(rng):
         kb(*ins, out=(outs[0], outs[1], self_overlap), params=p)
     assert (shared == 7.0).all() and all((x == 7.0).all() for x in outs)
 
+
+
+def test_graph_grad_of_flash_attn_runs_the_backward(rng):
+    """Graph.grad through FLASH_ATTN: the forward node gains its lse output and FLASH_ATTN_BACKWARD
+    gives the gradients of sum(seed * out)."""
+    from fuel_kernel import graph as fg
+    case = (1, 4, 2, 70, 90, 16, 8, True, -1, -1, 0.0)
+    q, k, v, do, p, args = case_operands(case, D.F32, rng)
+    g = fg.Graph()
+    qi, ki, vi, seed = g.input(q.shape, D.F32), g.input(k.shape, D.F32), g.input(v.shape, D.F32), g.input(do.shape, D.F32)
+    out = g.flash_attn(qi, ki, vi, params=p)
+    grads = g.grad(out, [qi, ki, vi], seed=seed)
+    got = g.compile(grads).run([q, k, v, do])
+    _, _, expected, mags = attention_backward_reference(q, k, v, do, *args)
+    assert_gradients(got, expected, mags, D.F32)
