@@ -306,3 +306,25 @@ def test_graph_grad_of_flash_attn_runs_the_backward(rng):
     got = g.compile(grads).run([q, k, v, do])
     _, _, expected, mags = attention_backward_reference(q, k, v, do, *args)
     assert_gradients(got, expected, mags, D.F32)
+
+
+@pytest.mark.parametrize("dtype", [D.F32, D.BF16])
+def test_several_output_calls_same_bits_for_every_thread_count(dtype, rng):
+    """FLASH_ATTN with its lse (cut by batch x kv-head group x query blocks) and FLASH_ATTN_BACKWARD
+    (cut by batch x kv head) run on the intra-op threads and give the same bits for every count."""
+    from fuel_kernel import _dispatch
+    q, k, v, do, p, _ = case_operands((2, 4, 2, 256, 256, 32, 32, True, 100, -1, 0.0), dtype, rng)
+    nd = np_dtype(dtype)
+    results = []
+    for threads in (1, 2, 3, 7):
+        o, lse = np.zeros(q.shape, nd), np.zeros(q.shape[:3], np.float32)
+        grads = tuple(np.zeros(x.shape, nd) for x in (q, k, v))
+        calls = _dispatch._parallel_calls()
+        with fk.threads(threads):
+            kernel(OP.FLASH_ATTN, [dtype] * 4 + [D.F32])(q, k, v, out=(o, lse), params=p)
+            kernel(OP.FLASH_ATTN_BACKWARD, backward_key(dtype))(q, k, v, lse, do, out=grads, params=p)
+        assert _dispatch._parallel_calls() >= calls + 2, "the calls ran whole: too small to cut"
+        results.append([f64(x) for x in (o, lse) + grads])
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            assert np.array_equal(a, b, equal_nan=True)
