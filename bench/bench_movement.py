@@ -70,7 +70,7 @@ def flash_attn_backward_case():
                                                                              params=params)},
                 baseline="numpy dense backward", target="fuel_kernel <= 1.0x numpy",
                 notes=f"{flops / 1e9:.2f} GFLOP per call (GFLOP/s = that / time); fuel_kernel scratch: "
-                      "K, V panels and dK, dV accumulators per kv head plus three 64x64 tiles")
+                      "K, V panels and dK, dV accumulators per kv head plus two 64x64 tiles")
 
 
 def index_cases():
