@@ -1,6 +1,7 @@
 """Movement, indexing and attention kernels against their peers with their performance targets, single thread.
 
-FLASH_ATTN f32 [1, 8, 1024, 64] causal against torch's scaled_dot_product_attention on the CPU, and
+FLASH_ATTN f32 [1, 8, 1024, 64] causal against torch's scaled_dot_product_attention on the CPU,
+FLASH_ATTN_BACKWARD on the same shape against a dense NumPy backward (the [S, S] matrices in full), and
 INDEX_SELECT / GATHER of 1M rows against numpy.take; every contender writes a preallocated output.
 """
 import numpy as np
@@ -41,6 +42,37 @@ def flash_attn_case():
                       "64x64 score tile; the 1024x1024 score matrix is never formed")
 
 
+def flash_attn_backward_case():
+    rng = np.random.default_rng(0)
+    shape = (1, 8, 1024, 64)
+    q, k, v, do = (rng.standard_normal(shape).astype(np.float32) for _ in range(4))
+    scale = np.float32(64 ** -0.5)
+    params = fk.params.flash_attn(float(scale), causal=True)
+    o, lse = np.empty(shape, np.float32), np.empty(shape[:3], np.float32)
+    _kernel(OP.FLASH_ATTN, [D.F32] * 5)(q, k, v, out=(o, lse), params=params)
+    grads = tuple(np.empty(shape, np.float32) for _ in range(3))
+    kernel = _kernel(OP.FLASH_ATTN_BACKWARD, [D.F32] * 3 + [D.F32] + [D.F32] * 4)
+    future = np.triu(np.ones(shape[2:3] * 2, bool), 1)
+
+    def numpy_backward():
+        s = np.matmul(q, k.swapaxes(-1, -2)) * scale
+        p = np.exp(s - lse[..., None])
+        p[..., future] = 0
+        ds = p * (np.matmul(do, v.swapaxes(-1, -2)) - (do * o).sum(-1, keepdims=True))
+        return np.matmul(ds, k) * scale, np.matmul(ds.swapaxes(-1, -2), q) * scale, np.matmul(p.swapaxes(-1, -2), do)
+
+    # flops: 5 matmuls of 2 S^2 D each over the visible half (causal), as FlashAttention counts them
+    # (fuel_kernel also recomputes two of them for rowsum(do * o), which it is not given)
+    flops = 5 * 2 * shape[0] * shape[1] * shape[2] * shape[2] * shape[3] / 2
+    return Case(name="FLASH_ATTN_BACKWARD f32 [1, 8, 1024, 64] causal",
+                contenders={"numpy dense backward": numpy_backward,
+                            "fuel_kernel FLASH_ATTN_BACKWARD": lambda: kernel(q, k, v, lse, do, out=grads,
+                                                                             params=params)},
+                baseline="numpy dense backward", target="fuel_kernel <= 1.0x numpy",
+                notes=f"{flops / 1e9:.2f} GFLOP per call (GFLOP/s = that / time); fuel_kernel scratch: "
+                      "K, V panels and dK, dV accumulators per kv head plus two 64x64 tiles")
+
+
 def index_cases():
     rng = np.random.default_rng(1)
     n = 1 << 20
@@ -69,4 +101,5 @@ def index_cases():
 
 def cases():
     yield flash_attn_case()
+    yield flash_attn_backward_case()
     yield from index_cases()

@@ -148,6 +148,16 @@ def flash_attn_dtype(dtypes: Sequence[DType], params: Optional[OpParams] = None)
     return dtypes[0], DType.F32
 
 
+def flash_attn_backward_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> tuple[Shape, ...]:
+    """FLASH_ATTN_BACKWARD's gradients (dq, dk, dv) have the shapes of q, k and v."""
+    return tuple(shapes[0]), tuple(shapes[1]), tuple(shapes[2])
+
+
+def flash_attn_backward_dtype(dtypes: Sequence[DType], params: Optional[OpParams] = None) -> tuple[DType, ...]:
+    """(dq, dk, dv) take the dtypes of (q, k, v)."""
+    return dtypes[0], dtypes[1], dtypes[2]
+
+
 def gather_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> Shape:
     """GATHER's output has the index tensor's shape."""
     return tuple(shapes[1])

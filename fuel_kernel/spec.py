@@ -298,6 +298,11 @@ OPS = (
     _op(88, "TANH_BACKWARD", 2, "none", "dy * (1 - tanh(x)^2)", args=("x", "dy")),
     _op(89, "RELU_BACKWARD", 2, "none", "0 where x <= 0, else dy (NaN x passes dy)", args=("x", "dy")),
     _op(90, "POWI_BACKWARD", 2, "powi", "dy * (exp * x ** (exp - 1)); exp 0 gives 0", args=("x", "dy")),
+    # attention training
+    _op(91, "FLASH_ATTN_BACKWARD", 5, "flash_attn",
+        "gradients (dq, dk, dv) of FLASH_ATTN from q, k, v, its lse and the output gradient do",
+        outputs=3, args=("q", "k", "v", "lse", "do"), shape="flash_attn_backward",
+        dtype="flash_attn_backward"),
 )
 
 # ---- threads --------------------------------------------------------------------------------------
@@ -321,6 +326,8 @@ SPLIT_RULES = {
     "CONV2D_BACKWARD_INPUT": "CONV2D_BACKWARD_INPUT", "CONV2D_BACKWARD_WEIGHT": "CONV2D_BACKWARD_WEIGHT",
     # ---- training
     "PAD_BACKWARD": "MOVEMENT",
+    # attention training
+    "FLASH_ATTN_BACKWARD": "ATTN_BACKWARD",
 }
 # integer kernels of these refuse a zero divisor or a negative exponent before writing anything
 _INTEGER_CHECKS_DATA = ("DIV", "REM", "POW")
@@ -701,11 +708,27 @@ CLAIMS["FLASH_ATTN_F64"] = Claim(0, "abs err <= 1e-12 * max|v| (f64 math, libm e
 CLAIMS["FLASH_ATTN_F16"] = Claim(0, "f32 math, one f16 rounding: abs err <= 2e-3 * max|v|", 0.0, 2e-3)
 CLAIMS["FLASH_ATTN_BF16"] = Claim(0, "f32 math, one bf16 rounding: abs err <= 1.6e-2 * max|v|", 0.0, 1.6e-2)
 _ATTN_CLAIMS = {name: "FLASH_ATTN_" + name for name in FLOAT}
+# attention training: FLASH_ATTN_BACKWARD [q, k, v, lse (F32), do, dq, dk, dv]; errors relative to
+# each gradient element's sum of |terms| (tests/cpu/attention/test_attention_backward.py); the F64
+# bound is set by the F32 lse the forward saves (p = exp(s - lse) inherits its rounding)
+CLAIMS["FLASH_ATTN_BACKWARD_F32"] = Claim(0, "f32 math, fast exp: abs err <= 1e-6 * sum |terms|", 0.0, 1e-6)
+CLAIMS["FLASH_ATTN_BACKWARD_F64"] = Claim(0, "f64 math from an f32 lse: abs err <= 2e-7 * sum |terms|", 0.0, 2e-7)
+CLAIMS["FLASH_ATTN_BACKWARD_F16"] = Claim(0, "f32 math, one f16 rounding: abs err <= 1e-3 * sum |terms|", 0.0, 1e-3)
+CLAIMS["FLASH_ATTN_BACKWARD_BF16"] = Claim(0, "f32 math, one bf16 rounding: abs err <= 8e-3 * sum |terms|",
+                                           0.0, 8e-3)
+_ATTN_BACKWARD_CLAIMS = {name: "FLASH_ATTN_BACKWARD_" + name for name in FLOAT}
+
 CPU_KERNELS["attention"] = (
     KernelRows(("ROPE",), same(FLOAT, 4), "fk_rope", "ROPE", "fk_rope_cost", "FK_ATTN_CAPS | FK_CAP_INPLACE"),
     KernelRows(("FLASH_ATTN",), same(FLOAT, 4), "fk_flash_attn", _ATTN_CLAIMS, "fk_flash_attn_cost", "FK_ATTN_CAPS"),
+    # FLASH_ATTN with its second output, the lse (F32 for every dtype)
+    KernelRows(("FLASH_ATTN",), tuple((n, n, n, n, "F32") for n in FLOAT), "fk_flash_attn", _ATTN_CLAIMS,
+               "fk_flash_attn_cost", "FK_ATTN_CAPS"),
     KernelRows(("PAGED_ATTN",), tuple((n, n, n, "I32", "I32", "F32", n) for n in FLOAT), "fk_paged_attn",
                _ATTN_CLAIMS, "fk_paged_attn_cost", "FK_ATTN_CAPS"),
+    # attention training
+    KernelRows(("FLASH_ATTN_BACKWARD",), tuple((n, n, n, "F32", n, n, n, n) for n in FLOAT),
+               "fk_flash_attn_backward", _ATTN_BACKWARD_CLAIMS, "fk_flash_attn_backward_cost", "FK_ATTN_CAPS"),
 )
 
 # unary: the unary elementwise ops and the params ops AFFINE, CLAMP, POWI (key [T, T]) on every
@@ -1117,7 +1140,7 @@ KERNEL_MODULES = (
     _module("movement", "CPU data-movement kernels: SLICE, CONCAT, FLIP, ROLL, TRIU, TRIL, PAD, "
             "MASKED_FILL, CUMSUM"),
     _module("index", "CPU indexing kernels: INDEX_SELECT, GATHER, SCATTER_ADD, INDEX_ADD"),
-    _module("attention", "CPU attention kernels: ROPE, FLASH_ATTN, PAGED_ATTN"),
+    _module("attention", "CPU attention kernels: ROPE, FLASH_ATTN, PAGED_ATTN, FLASH_ATTN_BACKWARD"),
     _module("reduce", "CPU reductions SUM/MAX/MIN/MEAN/PROD/ARGMAX/ARGMIN"),
     _module("matmul", "Native CPU MATMUL kernels (GEMM engine in gemm_core.h)"),
     _module("matmul_blas", "The BLAS MATMUL sibling: registers only when SciPy is importable",

@@ -1298,6 +1298,58 @@ def attention_reference(q, k, v, scale, causal=False, window_left=-1, window_rig
     return attend(s, s_abs, kv_for_query_heads(v, q.shape[1]), visible)
 
 
+def attention_lse(s, visible):
+    """The log of each row's softmax denominator over its visible scores: -inf for a row that sees
+    no key (or whose visible scores are all -inf)."""
+    with np.errstate(all="ignore"):
+        m = np.where(visible, s, -np.inf).max(-1, keepdims=True, initial=-np.inf)
+        total = np.where(visible, np.exp(s - np.where(m == -np.inf, 0.0, m)), 0.0).sum(-1, keepdims=True)
+        return np.where(m == -np.inf, -np.inf, m + np.log(total))[..., 0]
+
+
+def sum_group_heads(x, hkv):
+    """[B, Hq, ...] -> [B, Hkv, ...]: the sum over the query heads that share each kv head."""
+    b, hq = x.shape[:2]
+    return x.reshape((b, hkv, hq // hkv) + x.shape[2:]).sum(2)
+
+
+def attention_backward_reference(q, k, v, do, scale, causal=False, window_left=-1, window_right=-1,
+                                 softcap=0.0):
+    """FlashAttention's gradients in float64, from the math: with s = scale q.k (then t = softcap
+    tanh(s / softcap) under softcap), P = softmax(t) over the visible keys, o = P v,
+      dP = do v^T, D = rowsum(do * o), dt = P (dP - D), ds = dt (1 - tanh^2) (ds = dt without softcap),
+      dq = scale ds k, dk = scale ds^T q, dv = P^T do,
+    dk and dv summed over the query heads that share a kv head (D = rowsum(do * o) = sum_j P_j dP_j).  Returns (o, lse, (dq, dk, dv),
+    (dq, dk, dv) magnitudes): a magnitude is each element's sum of |terms|, each weight P taken as
+    P (1 + sum |scale q k| + |lse|) since an absolute error in a score or the lse is a relative one in
+    its weight."""
+    hq, hkv = q.shape[1], k.shape[1]
+    qf, kf, vf, dof = f64(q), kv_for_query_heads(k, hq), kv_for_query_heads(v, hq), f64(do)
+    visible = attention_visible(q.shape[2], k.shape[2], causal, window_left, window_right)
+    with np.errstate(all="ignore"):
+        s = np.einsum("...id,...jd->...ij", qf, kf) * scale
+        s_abs = np.einsum("...id,...jd->...ij", np.abs(qf), np.abs(kf)) * abs(scale)
+        t = softcap * np.tanh(s / softcap) if softcap > 0 else s
+        p = softmax_rows(t, visible)
+        lse = attention_lse(t, visible)
+        o = p @ vf
+        dp = dof @ np.swapaxes(vf, -1, -2)
+        di = (dof * o).sum(-1, keepdims=True)
+        ds = p * (dp - di)
+        if softcap > 0:
+            ds = ds * (1 - np.tanh(s / softcap) ** 2)
+        dq = scale * ds @ kf
+        dk = sum_group_heads(scale * np.swapaxes(ds, -1, -2) @ qf, hkv)
+        dv = sum_group_heads(np.swapaxes(p, -1, -2) @ dof, hkv)
+        w = p * (1 + s_abs + np.where(np.isfinite(lse), np.abs(lse), 0.0)[..., None])
+        dp_abs = np.abs(dof) @ np.abs(np.swapaxes(vf, -1, -2))
+        ds_abs = w * (dp_abs + (p * dp_abs).sum(-1, keepdims=True))      # D = sum_j p_j dp_j
+        mags = (abs(scale) * ds_abs @ np.abs(kf),
+                sum_group_heads(abs(scale) * np.swapaxes(ds_abs, -1, -2) @ np.abs(qf), hkv),
+                sum_group_heads(np.swapaxes(w, -1, -2) @ np.abs(dof), hkv))
+    return o, lse, (dq, dk, dv), mags
+
+
 def skip_infinite_values(v):
     # A zero weight times an infinite value is NaN in the kernels (as in any matmul-based
     # attention) but which zero weights meet which values (masked keys sharing a 64-key tile with
@@ -1323,6 +1375,26 @@ def _flash_attn(inputs, params, out_dtype, out_shape):
     visible = attention_visible(sq, sk, f["causal"], f["window_left"], f["window_right"])
     values, magnitude = attend(s, s_abs, kv_for_query_heads(v, hq), visible)
     return Accumulated(to(values, out_dtype), magnitude, sk + d + 2)
+
+
+@register([fk.OpKind.FLASH_ATTN_BACKWARD], kind="accumulate", strict=False)
+def _flash_attn_backward(inputs, params, out_dtype, out_shape):
+    """(dq, dk, dv) of FLASH_ATTN from the math (attention_backward_reference), rounded to the dtype;
+    the lse input is taken to be the forward's."""
+    need_params(params, "flash_attn")
+    q, k, v, lse, do = inputs
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4 or lse.ndim != 3 or do.ndim != 4:
+        raise ExpectError(fk.ShapeError)
+    b, hq, sq, _ = q.shape
+    hkv, sk = k.shape[1:3]
+    if (k.shape[0], k.shape[3], v.shape[0]) != (b, q.shape[3], b) or v.shape[1:3] != (hkv, sk) or hkv == 0 or hq % hkv:
+        raise ExpectError(fk.ShapeError)
+    if lse.shape != (b, hq, sq) or do.shape != (b, hq, sq, v.shape[3]):
+        raise ExpectError(fk.ShapeError)
+    f = params.fields()
+    _, _, grads, _ = attention_backward_reference(q, k, v, do, f["scale"], f["causal"], f["window_left"],
+                                                  f["window_right"], f["softcap"])
+    return tuple(to(g, out_dtype) for g in grads)
 
 
 def paged_sequence(q, k_cache, v_cache, block_table, context_lens, alibi, scale, block_size, softcap,

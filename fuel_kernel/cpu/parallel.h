@@ -16,7 +16,10 @@
  *   FK_SPLIT_CONV2D_BACKWARD_WEIGHT  blocks of dw's in-channels with x's (groups = 1; whole
  *                    otherwise: every image adds into every dw element)
  *   FK_SPLIT_ATTN    batch x kv-head groups x (causal only) blocks of 64-row query blocks, each
- *                    with the keys up to its last query's diagonal
+ *                    with the keys up to its last query's diagonal; FLASH_ATTN's second output
+ *                    (lse [B, Hq, Sq]) is cut as output 0's first three axes
+ *   FK_SPLIT_ATTN_BACKWARD  FLASH_ATTN_BACKWARD: batch x kv heads (each block the query heads of
+ *                    one kv head, dq's rows of them, that kv head's whole dk and dv)
  * The blocks are chosen from the shapes alone (a grain of work per task), never from the thread
  * count, and each output element is computed by the same serial code whatever thread runs its
  * block, so results are bitwise identical for every thread count.  Blocks never share output
@@ -40,7 +43,8 @@
 enum {
     FK_SPLIT_ROWS_0 = 0, FK_SPLIT_ROWS_1 = 1, FK_SPLIT_ROWS_2 = 2,
     FK_SPLIT_REDUCE = 8, FK_SPLIT_MATMUL = 9, FK_SPLIT_CONV2D = 10, FK_SPLIT_ATTN = 11,
-    FK_SPLIT_MOVEMENT = 12, FK_SPLIT_CONV2D_BACKWARD_INPUT = 13, FK_SPLIT_CONV2D_BACKWARD_WEIGHT = 14
+    FK_SPLIT_MOVEMENT = 12, FK_SPLIT_CONV2D_BACKWARD_INPUT = 13, FK_SPLIT_CONV2D_BACKWARD_WEIGHT = 14,
+    FK_SPLIT_ATTN_BACKWARD = 15
 };
 
 #define FK_SPLIT_GRAIN 32768               /* elements (element-visits for reductions) per task */
@@ -187,7 +191,16 @@ static int64_t fk_split_plan(fk_split *s) {
         for (d = 0; d < FK_MAX_DIMS; d++) s->axis[k][d] = -1;
     }
     if (!fk_split_writes_are_private(s)) return 1;
-    for (k = s->n_in; k < n; k++) {                   /* outputs share output 0's shape */
+    for (k = s->n_in; k < n && s->rule != FK_SPLIT_ATTN_BACKWARD; k++) {   /* outputs share output 0's shape */
+        if (s->rule == FK_SPLIT_ATTN && k == s->n_in + 1) {
+            /* FLASH_ATTN's lse [B, Hq, Sq]: cut as output 0's first three axes */
+            if (s->layouts[k].ndim != 3) return 1;
+            for (d = 0; d < 3; d++) {
+                if (s->layouts[k].shape[d] != out->shape[d]) return 1;
+                s->axis[k][d] = (int8_t)d;
+            }
+            continue;
+        }
         if (s->layouts[k].ndim != s->ndim) return 1;
         for (d = 0; d < s->ndim; d++) {
             if (s->layouts[k].shape[d] != out->shape[d]) return 1;
@@ -391,6 +404,30 @@ static int64_t fk_split_plan(fk_split *s) {
         s->chunk[3] = out->shape[3];
         break;
     }
+    case FK_SPLIT_ATTN_BACKWARD: {
+        /* [q, k, v, lse, do] -> [dq, dk, dv]: q, lse, do and dq cut on batch and query heads
+         * (a kv head's group), k, v, dk and dv on batch and that kv head (fk_split_call) */
+        const fk_layout *kl = &s->layouts[1];
+        int64_t b, hq, hk;
+        if (s->n_in != 5 || s->n_out != 3 || s->ndim != 4 || kl->ndim != 4 || s->params == NULL ||
+            s->params->kind != FK_PARAMS_FLASH_ATTN) return 1;
+        b = out->shape[0]; hq = out->shape[1]; hk = kl->shape[1];
+        if (hk <= 0 || hq % hk) return 1;
+        for (k = 0; k < n; k++) {
+            const fk_layout *l = &s->layouts[k];
+            int kv = k == 1 || k == 2 || k == s->n_in + 1 || k == s->n_in + 2;
+            if (l->ndim != (k == 3 ? 3 : 4) || l->shape[0] != b || l->shape[1] != (kv ? hk : hq)) return 1;
+            s->axis[k][0] = 0;
+            if (!kv) s->axis[k][1] = 1;
+        }
+        if (4.0 * (double)numel * (double)kl->shape[2] < 2 * FK_SPLIT_FLOPS) return 1;
+        s->group = hq / hk;
+        s->chunk[0] = 1;
+        s->chunk[1] = s->group;
+        s->chunk[2] = out->shape[2];
+        s->chunk[3] = out->shape[3];
+        break;
+    }
     default:
         return 1;
     }
@@ -434,6 +471,12 @@ static int fk_split_call(fk_split *s, int64_t task) {
             int64_t rows = mp->m_compute.value - lo[s->ndim - 2];
             mp->m_compute.value = rows < 0 ? 0 : rows > mp->m ? mp->m : rows;
         }
+    } else if (s->rule == FK_SPLIT_ATTN_BACKWARD) {
+        for (k = 0; k < n; k++)                    /* k, v, dk, dv: the block's kv head */
+            if (k == 1 || k == 2 || k == s->n_in + 1 || k == s->n_in + 2) {
+                layouts[k].offset += lo[1] / s->group * layouts[k].strides[1];
+                layouts[k].shape[1] = len[1] / s->group;
+            }
     } else if (s->rule == FK_SPLIT_ATTN) {
         /* the block's kv head; keys up to the diagonal of its last query (those past it are
          * masked for every query of the block), so query i keeps key position i + Sk - Sq */

@@ -168,8 +168,9 @@ def _cross_entropy(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Gra
 
 
 def _flash_attn(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
-    """FLASH_ATTN_BACKWARD from the forward's output and log-sum-exp: a forward node built without
-    its lse is given one (the same call then writes both), so nothing is recomputed."""
+    """FLASH_ATTN_BACKWARD from the forward's log-sum-exp: a forward node built without its lse is
+    given one (the same call then writes both).  The backward takes [q, k, v, lse, do] (the output
+    o would be a ninth operand) and recomputes rowsum(do * o) from the tiles."""
     if len(node.outputs) == 1:
         _add_optional_output(g, node)
     elif grads[1] is not None:

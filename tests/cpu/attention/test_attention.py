@@ -207,6 +207,9 @@ def test_paged_attn_shape_and_params_errors(rng):
 COVERED = (
     {(op, (d,) * 4) for op in (OP.ROPE, OP.FLASH_ATTN) for d in FLOAT_DTYPES}
     | {(OP.PAGED_ATTN, (d, d, d, D.I32, D.I32, D.F32, d)) for d in FLOAT_DTYPES}
+    # FLASH_ATTN with its lse and FLASH_ATTN_BACKWARD: test_attention_backward.py
+    | {(OP.FLASH_ATTN, (d,) * 4 + (D.F32,)) for d in FLOAT_DTYPES}
+    | {(OP.FLASH_ATTN_BACKWARD, (d,) * 3 + (D.F32,) + (d,) * 4) for d in FLOAT_DTYPES}
 )
 
 
