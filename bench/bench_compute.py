@@ -1,7 +1,6 @@
 """Compute kernels against NumPy and PyTorch, single-threaded: MATMUL, SUM, SOFTMAX, CONV2D and its
-gradients CONV2D_BACKWARD_INPUT and CONV2D_BACKWARD_WEIGHT.
-"""Compute kernels against NumPy and PyTorch, single-threaded: MATMUL, SUM, SOFTMAX, CONV2D, and the
-training ops FUSED_LINEAR and REDUCE_SUM_TO.
+gradients CONV2D_BACKWARD_INPUT and CONV2D_BACKWARD_WEIGHT, and the training ops FUSED_LINEAR and
+REDUCE_SUM_TO.
 
 Every peer runs on one thread: torch.set_num_threads(1), and NumPy's/SciPy's BLAS through the
 OPENBLAS_NUM_THREADS=1 pin that `python -m bench` sets before they load (or threadpoolctl when

@@ -1,7 +1,8 @@
 """Movement, indexing and attention kernels against their peers with their performance targets, single thread.
 
 FLASH_ATTN f32 [1, 8, 1024, 64] causal against torch's scaled_dot_product_attention on the CPU,
-FLASH_ATTN_BACKWARD on the same shape against a dense NumPy backward (the [S, S] matrices in full), and
+FLASH_ATTN_BACKWARD on the same shape against torch's SDPA backward and a dense NumPy backward (the
+[S, S] matrices in full), and
 INDEX_SELECT / GATHER of 1M rows against numpy.take; every contender writes a preallocated output.
 """
 import numpy as np
@@ -64,11 +65,22 @@ def flash_attn_backward_case():
     # flops: 5 matmuls of 2 S^2 D each over the visible half (causal), as FlashAttention counts them
     # (fuel_kernel also recomputes two of them for rowsum(do * o), which it is not given)
     flops = 5 * 2 * shape[0] * shape[1] * shape[2] * shape[2] * shape[3] / 2
-    return Case(name="FLASH_ATTN_BACKWARD f32 [1, 8, 1024, 64] causal",
-                contenders={"numpy dense backward": numpy_backward,
-                            "fuel_kernel FLASH_ATTN_BACKWARD": lambda: kernel(q, k, v, lse, do, out=grads,
-                                                                             params=params)},
-                baseline="numpy dense backward", target="fuel_kernel <= 1.0x numpy",
+    contenders = {"numpy dense backward": numpy_backward,
+                  "fuel_kernel FLASH_ATTN_BACKWARD": lambda: kernel(q, k, v, lse, do, out=grads, params=params)}
+    skipped, baseline, target = {}, "numpy dense backward", "fuel_kernel <= 1.0x numpy"
+    torch, reason = optional_import("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
+        tq, tk, tv = (torch.from_numpy(a.copy()).requires_grad_() for a in (q, k, v))
+        tout = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=True)
+        tdo = torch.from_numpy(do)
+        contenders["torch sdpa backward (1 thread)"] = lambda: torch.autograd.grad(
+            tout, (tq, tk, tv), tdo, retain_graph=True)
+        baseline, target = "torch sdpa backward (1 thread)", "fuel_kernel <= 1.0x torch sdpa backward"
+    else:
+        skipped["torch sdpa backward (1 thread)"] = reason
+    return Case(name="FLASH_ATTN_BACKWARD f32 [1, 8, 1024, 64] causal", contenders=contenders,
+                baseline=baseline, target=target, skipped=skipped,
                 notes=f"{flops / 1e9:.2f} GFLOP per call (GFLOP/s = that / time); fuel_kernel scratch: "
                       "K, V panels and dK, dV accumulators per kv head plus two 64x64 tiles")
 
