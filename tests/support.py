@@ -137,3 +137,14 @@ def ulp_of(values, dtype):
         exp = np.floor(np.log2(np.where(v > 0, v, 1.0)))
     exp = np.maximum(exp, min_exp)
     return 2.0 ** (exp - mant)
+
+
+def central_difference(loss, x, h=1e-6):
+    """d loss / d x by central differences in F64: loss(x) -> float, x an F64 array (not changed)."""
+    numeric = np.empty_like(x)
+    for i in np.ndindex(x.shape):
+        up, down = x.copy(), x.copy()
+        up[i] += h
+        down[i] -= h
+        numeric[i] = (loss(up) - loss(down)) / (2 * h)
+    return numeric

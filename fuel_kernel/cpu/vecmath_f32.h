@@ -293,14 +293,9 @@ FK_VM_INLINE float fk_fast_gelu_erff(float x) {
     return fk_keep_nan(x, y);
 }
 
-/* ---- GELU (tanh form) -----------------------------------------------------------------------------
- * GELU = 0.5 x (1 + tanh(c (x + k x^3))) = x sigmoid(w), w = C1 x + C3 x^3 (C1 = 2 sqrt(2/pi),
- * C3 = C1 k, k = 0.044715).  For x < 0 the result is about x exp(w) with |w| up to 104, so w is
- * carried as a two-float sum (error-free products and sum, constants in two parts): the result
- * keeps its relative accuracy, where rounding w once would cost up to |w| ulp. */
-FK_VM_INLINE float fk_fast_geluf(float x) {
-    float xc = x > -12.0f ? x : -12.0f;               /* |w| > 104 past 12: sigmoid is 0 or 1 */
-    xc = xc < 12.0f ? xc : 12.0f;
+/* GELU's inner argument w = 2 sqrt(2/pi) (x + 0.044715 x^3) of a clamped x as two floats, wh + *wl
+ * (the forward and its derivative share it: rounding w once would cost up to |w| ulp in the tails). */
+FK_VM_INLINE float fk_gelu_inner_f32(float xc, float *wl) {
     float x2h = xc * xc, x2l = fmaf(xc, xc, -x2h);
     float x3h = x2h * xc, x3l = fmaf(x2h, xc, -x3h) + x2l * xc;
     float p3h = 7.135481387e-02f * x3h;
@@ -309,7 +304,19 @@ FK_VM_INLINE float fk_fast_geluf(float x) {
     float p1l = fmaf(1.595769167e+00f, xc, -p1h) + -4.534068054e-08f * xc;
     float wh = p1h + p3h;
     float bb = wh - p1h;
-    float wl = ((p1h - (wh - bb)) + (p3h - bb)) + (p1l + p3l);
+    *wl = ((p1h - (wh - bb)) + (p3h - bb)) + (p1l + p3l);
+    return wh;
+}
+
+/* ---- GELU (tanh form) -----------------------------------------------------------------------------
+ * GELU = 0.5 x (1 + tanh(c (x + k x^3))) = x sigmoid(w), w = C1 x + C3 x^3 (C1 = 2 sqrt(2/pi),
+ * C3 = C1 k, k = 0.044715).  For x < 0 the result is about x exp(w) with |w| up to 104, so w is
+ * carried as a two-float sum (error-free products and sum, constants in two parts): the result
+ * keeps its relative accuracy, where rounding w once would cost up to |w| ulp. */
+FK_VM_INLINE float fk_fast_geluf(float x) {
+    float xc = x > -12.0f ? x : -12.0f;               /* |w| > 104 past 12: sigmoid is 0 or 1 */
+    xc = xc < 12.0f ? xc : 12.0f;
+    float wl, wh = fk_gelu_inner_f32(xc, &wl);
     /* sigmoid(w) from t = exp(-|w|), with the low part: exp(-|wh| -+ wl) */
     float u = fk_expf_dd_scaled(-fabsf(wh), x < 0.0f ? wl : -wl, 64);   /* t * 2^64 */
     float d = 1.0f + u * FK_TWO_POW_M64;
@@ -501,15 +508,8 @@ FK_VM_INLINE float fk_silu_grad_f32(float x) {
 FK_VM_INLINE float fk_gelu_grad_f32(float x) {
     float xc = x > -12.0f ? x : -12.0f;
     xc = xc < 12.0f ? xc : 12.0f;
-    float x2h = xc * xc, x2l = fmaf(xc, xc, -x2h);
-    float x3h = x2h * xc, x3l = fmaf(x2h, xc, -x3h) + x2l * xc;
-    float p3h = 7.135481387e-02f * x3h;
-    float p3l = fmaf(7.135481387e-02f, x3h, -p3h) + (7.135481387e-02f * x3l + 2.398832466e-09f * x3h);
-    float p1h = 1.595769167e+00f * xc;
-    float p1l = fmaf(1.595769167e+00f, xc, -p1h) + -4.534068054e-08f * xc;
-    float wh = p1h + p3h;
-    float bb = wh - p1h;
-    float wl = ((p1h - (wh - bb)) + (p3h - bb)) + (p1l + p3l);
+    float wl, wh = fk_gelu_inner_f32(xc, &wl);
+    float x2h = xc * xc;                                                  /* as in the inner argument */
     float t = fk_expf_dd_scaled(-fabsf(wh), xc < 0.0f ? wl : -wl, 0);     /* exp(-|w|) */
     float d = 1.0f + t;
     float s = (xc >= 0.0f ? 1.0f : t) / d;

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import fuel_kernel as fk
-from support import ALL_DTYPES, LAYOUTS, make_operand, random_values
+from support import ALL_DTYPES, LAYOUTS, central_difference, make_operand, random_values
 
 OPS = (fk.OpKind.SUM, fk.OpKind.PROD, fk.OpKind.MEAN, fk.OpKind.MAX, fk.OpKind.MIN,
        fk.OpKind.ARGMAX, fk.OpKind.ARGMIN)
@@ -415,12 +415,7 @@ def test_reduce_max_to_backward_is_the_gradient_of_reduce_max_to(rng):
     got = np.empty_like(x)
     kernel(x, dy, out=got, params=fk.params.reduce_to((4, 1)))
     loss = lambda v: float(np.sum(dy * np.max(v, axis=(0, 2)).reshape(4, 1)))
-    numeric = np.empty_like(x)
-    for i in np.ndindex(x.shape):
-        up, down = x.copy(), x.copy()
-        up[i] += 1e-6
-        down[i] -= 1e-6
-        numeric[i] = (loss(up) - loss(down)) / 2e-6
+    numeric = central_difference(loss, x)
     np.testing.assert_allclose(got, numeric, rtol=1e-6, atol=1e-9)
 
 
