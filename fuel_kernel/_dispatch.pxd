@@ -16,6 +16,7 @@ cdef class Kernel:
     cdef const fk_snapshot *snapshot
     cdef const fk_entry *entry
     cdef fk_key key
+    cdef int n_out                     # fk_key_outputs(&key), kept so a call does not ask again
 
     @staticmethod
     cdef Kernel wrap(const fk_snapshot *snapshot, const fk_entry *entry, const fk_key *key)

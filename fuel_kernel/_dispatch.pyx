@@ -765,7 +765,7 @@ cdef object kernel_vectorcall(object self, PyObject **args, size_t nargsf, PyObj
         fk_call_keywords(kwnames, args + nargs, <PyObject *>OUT_NAME, <PyObject *>PARAMS_NAME, &out, &params)
         if out == <PyObject *>None:      # out=None allocates, as Kernel.__call__ does
             out = NULL
-    if out == NULL or nargs != key.ndtypes - 1 or key_outputs(key) != 1 or type(<object>out) is tuple \
+    if out == NULL or nargs != key.ndtypes - 1 or (<Kernel>self).n_out != 1 or type(<object>out) is tuple \
             or type(<object>out) is list:
         inputs = tuple([<object>args[i] for i in range(nargs)])
         return call_result(key, run_entry((<Kernel>self).snapshot, entry, key, inputs,
@@ -821,6 +821,7 @@ cdef class Kernel:
         k.snapshot = snapshot
         k.entry = entry
         k.key = key[0]
+        k.n_out = key_outputs(key)
         return k
 
     def __call__(self, *inputs, out=None, params=None):
