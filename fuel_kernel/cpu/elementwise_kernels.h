@@ -55,6 +55,18 @@ static inline uint64_t fk_ipow_u64(uint64_t base, uint64_t exp) {
 
 #define FK_CHUNK 256            /* elements per F16/BF16 conversion chunk (stack buffers) */
 
+/* The elements of a contiguous row before its output reaches a 64-byte boundary.  Row functions run
+ * that head as its own short call so that the vector loop's stores never straddle two cache lines
+ * (NumPy's large buffers start 16 bytes past a line: every second 256-bit store and every 512-bit
+ * store would split).  0 for short rows, aligned outputs and outputs not aligned to their element
+ * size.  Elementwise results do not depend on where a row is split. */
+#define FK_ALIGN_MIN_ROW 1024
+FK_INLINE int64_t fk_align_head(const void *out, int64_t n, int64_t itemsize) {
+    uint64_t misalign = (uint64_t)(uintptr_t)out & 63u;
+    if (n < FK_ALIGN_MIN_ROW || misalign == 0 || misalign % (uint64_t)itemsize) return 0;
+    return (int64_t)((64u - misalign) / (uint64_t)itemsize);
+}
+
 /* ---- validation prologue ---------------------------------------------------------------------- */
 static inline int fk_check_params_kind(const fk_params *params, int kind, const char *op) {
     int got = params ? params->kind : FK_PARAMS_NONE;
@@ -214,7 +226,10 @@ static inline void fk_store_bool_row(const uint8_t *src, char *dst, int64_t ds, 
         const int64_t es = (int64_t)sizeof(T);                                                   \
         (void)ctx;                                                                               \
         if (s[2] == (int64_t)sizeof(OT) && (s[0] == es || s[0] == 0) && (s[1] == es || s[1] == 0)) { \
-            fk_vec_##OP##_##D((const T *)p[0], s[0] != 0, (const T *)p[1], s[1] != 0, (OT *)p[2], n); \
+            const T *a = (const T *)p[0], *b = (const T *)p[1];                                  \
+            int64_t ia = s[0] != 0, ib = s[1] != 0, h = fk_align_head(p[2], n, sizeof(OT));      \
+            if (h) fk_vec_##OP##_##D(a, ia, b, ib, (OT *)p[2], h);                               \
+            fk_vec_##OP##_##D(a + ia * h, ia, b + ib * h, ib, (OT *)p[2] + h, n - h);            \
             return;                                                                              \
         }                                                                                        \
         for (int64_t i = 0; i < n; i++) {                                                        \
@@ -270,8 +285,10 @@ FK_INLINE float fk_bf16_load(uint16_t h) { return fk_bits_f32((uint32_t)h << 16)
     FK_BINARY_ROW_HALF(OP, BF16_chunked, fk_load_bf16_row, fk_vec_##OP##_F32, OBUF, STORE_ROW)   \
     static void fk_row_##OP##_BF16(char *const *p, const int64_t *s, int64_t n, const void *ctx) { \
         if (s[2] == (int64_t)sizeof(OT) && (s[0] == 2 || s[0] == 0) && (s[1] == 2 || s[1] == 0)) { \
-            fk_vec_##OP##_BF16((const uint16_t *)p[0], s[0] != 0, (const uint16_t *)p[1], s[1] != 0, \
-                               (OT *)p[2], n);                                                   \
+            const uint16_t *a = (const uint16_t *)p[0], *b = (const uint16_t *)p[1];             \
+            int64_t ia = s[0] != 0, ib = s[1] != 0, h = fk_align_head(p[2], n, sizeof(OT));      \
+            if (h) fk_vec_##OP##_BF16(a, ia, b, ib, (OT *)p[2], h);                              \
+            fk_vec_##OP##_BF16(a + ia * h, ia, b + ib * h, ib, (OT *)p[2] + h, n - h);           \
             return;                                                                              \
         }                                                                                        \
         fk_row_##OP##_BF16_chunked(p, s, n, ctx);                                                \

@@ -265,6 +265,42 @@ def test_in_place_over_first_input(kernel, rng):
     check(kernel, before, inputs[0], params, "in place")
 
 
+LONG_ROW = 3000          # past the row length from which contiguous rows align their output
+
+
+def output_at(n, dtype, offset_bytes):
+    """A 1-D output of n elements starting offset_bytes past a 64-byte boundary."""
+    isz = dtype.numpy.itemsize
+    raw = np.empty(n * isz + 128, np.uint8)
+    start = (-raw.ctypes.data) % 64 + offset_bytes
+    return raw[start:start + n * isz].view(dtype.numpy)
+
+
+@pytest.mark.parametrize("kernel", BINDINGS, ids=IDS)
+def test_long_rows_give_the_same_bits_at_every_output_alignment(kernel, rng):
+    """A long contiguous row runs its head up to the output's next 64-byte boundary as a separate
+    call: the result must be bit for bit that of short rows (which never split), at each offset."""
+    dtypes = kernel.dtypes
+    n_in = kernel.n_inputs
+    params = params_for(kernel.op, dtypes[-1])
+    out_dtype = dtypes[-1]
+    for broadcast_last in (False, True):
+        shapes = [(LONG_ROW,)] * n_in
+        if broadcast_last and n_in > 1:
+            shapes[-1] = ()
+        elif broadcast_last:
+            continue
+        inputs = [np.asarray(values(kernel.op, i, shapes[i], dtypes[i], rng)) for i in range(n_in)]
+        pieces = np.empty(LONG_ROW, out_dtype.numpy)
+        for start in range(0, LONG_ROW, 500):   # rows shorter than the alignment threshold
+            part = [x if x.ndim == 0 else x[start:start + 500] for x in inputs]
+            kernel(*part, out=pieces[start:start + 500], params=params)
+        for offset in sorted({0, out_dtype.numpy.itemsize, 16, 32, 64 - out_dtype.numpy.itemsize}):
+            out = output_at(LONG_ROW, out_dtype, offset)
+            kernel(*inputs, out=out, params=params)
+            assert out.tobytes() == pieces.tobytes(), f"output {offset} bytes past a line, broadcast={broadcast_last}"
+
+
 def test_every_binding_has_a_case(rng):
     """Each elementwise binding in the table has an oracle (a new binding without one fails)."""
     missing = []
