@@ -52,8 +52,16 @@ def _member_named_or_numbered(members: Any, value: Any) -> Any:
     return None
 
 
+def _member_repr(member: enum.Enum) -> str:
+    """DType.F32, not <DType.F32: 9>: an expression that gives the member back, so signatures
+    and the reprs of records that hold members read as code."""
+    return f"{type(member).__name__}.{member.name}"
+
+
 class _DTypeBase(enum.IntEnum, metaclass=_SuggestingEnumMeta):
     """The members (BOOL = 0, U8 = 1, ...) come from fuel_kernel/spec.py (DTYPES)."""
+
+    __repr__ = _member_repr
 
     @property
     def short_name(self) -> str:
@@ -126,6 +134,8 @@ _FROM_NUMPY: dict[np.dtype, DType] = {dt: DType(code) for code, dt in _NUMPY_DTY
 class _OpKindBase(enum.IntEnum, metaclass=_SuggestingEnumMeta):
     """The members (CAST = 0, CONTIGUIZE = 1, ...) come from fuel_kernel/spec.py (OPS)."""
 
+    __repr__ = _member_repr
+
     @property
     def short_name(self) -> str:
         """The lower-case name the API accepts in place of the member ("add", "cpu")."""
@@ -169,6 +179,8 @@ class Backend(enum.IntEnum):
 
     EXTENSION_FIRST = 64
     EXTENSION_LAST = 255
+
+    __repr__ = _member_repr
 
     @property
     def short_name(self) -> str:

@@ -89,3 +89,12 @@ def test_transaction_says_whether_it_is_open_and_how_much_it_holds():
     assert repr(tx) == "<Transaction open: 1 registrations>"
     tx.abort()
     assert repr(tx) == "<Transaction closed: committed or aborted>"
+
+
+def test_enum_members_repr_as_the_expression_that_names_them():
+    import inspect
+    for member in (fk.DType.F32, fk.OpKind.ADD, fk.Backend.CPU):
+        assert repr(member) == f"{type(member).__name__}.{member.name}"
+        assert eval(repr(member), {type(member).__name__: type(member)}) is member
+    assert "backend=Backend.CPU)" in str(inspect.signature(fk.dispatch))
+    assert repr([fk.DType.BF16]) == "[DType.BF16]"
