@@ -88,14 +88,20 @@ FK_VM_INLINE float fk_expm1_reduced(float r) {
  * to x = -131 for scale 64), for a caller that multiplies further and scales back in one final
  * rounding.  Below -126 the argument is clamped (exp(-126) 2^64 is far below any use). */
 FK_VM_INLINE float fk_expf_scaled(float x, int32_t scale) {
-    /* two plain selects (maxps/minps); a nested ternary makes GCC mask the whole polynomial */
-    float xc = x > -126.0f ? x : -126.0f;
-    xc = xc < 89.0f ? xc : 89.0f;
-    float n = (xc * 1.44269504088896341f + FK_ROUND_MAGIC) - FK_ROUND_MAGIC;
+    /* The clamps select on two flags of x.  Chained on xc (x > -126 ? x : -126, then xc < 89 ...),
+     * GCC threads the clamp constants through the whole polynomial as masked copies of every step:
+     * 20% slower on AVX-512 and AVX2, same bits.  A NaN x passes through as NaN (kept below). */
+    int below = x < -126.0f, above = x > 89.0f;
+    float xc = above ? 89.0f : x;
+    xc = below ? -126.0f : xc;
+    float k = xc * 1.44269504088896341f + FK_ROUND_MAGIC;
+    float n = k - FK_ROUND_MAGIC;
     float r = fmaf(n, -0.693359375f, xc);
     r = fmaf(n, 2.12194440e-4f, r);
     float y = fk_expm1_reduced(r) + 1.0f;
-    int32_t ni = (int32_t)n + scale, n1 = ni >> 1, n2 = ni - n1;   /* both factors stay normal */
+    /* n as an integer from the rounding sum's bits (k is in [2^23, 2^24), where its mantissa's low
+     * bits are n): no float-to-int conversion, which a NaN would make undefined */
+    int32_t ni = (int32_t)(fk_f32_bits(k) - 0x4B400000u) + scale, n1 = ni >> 1, n2 = ni - n1;   /* both factors stay normal */
     y = y * fk_pow2i_f32(n1) * fk_pow2i_f32(n2);
     return fk_keep_nan(x, y);
 }
