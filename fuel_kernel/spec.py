@@ -31,7 +31,7 @@ them), backends and kernel caps (abi.h, types.py), and the per-family kernel tab
 from __future__ import annotations
 
 from collections import namedtuple
-from typing import Any, Optional, Union
+from typing import Any, Optional, Sequence, Union
 
 # ---- dtypes --------------------------------------------------------------------------------------
 # code: the fk_dtype value; name: FK_<name> in C, DType.<name> in Python; short: the lower-case
@@ -333,7 +333,7 @@ SPLIT_RULES = {
 _INTEGER_CHECKS_DATA = ("DIV", "REM", "POW")
 
 
-def split_rule(op: str, signature: tuple[str, ...], source: str) -> Optional[str]:
+def split_rule(op: str, signature: Sequence[str], source: str) -> Optional[str]:
     """The parallel.h rule (FK_SPLIT_<rule>) a kernel row runs under, or None: whole calls only.
     BLAS-backed siblings thread inside the BLAS library."""
     kinds = {d.name: d.kind for d in DTYPES}

@@ -56,7 +56,8 @@ def threads(n: int) -> Iterator[int]:
 def _scipy_blas_controllers() -> list[Any]:
     """threadpoolctl's controllers of the BLAS libraries SciPy ships (the BLAS sibling's), or []."""
     try:
-        import threadpoolctl
+        # optional (the ImportError below), and without type information when it is installed
+        import threadpoolctl  # type: ignore[import-not-found, import-untyped]
     except ImportError:
         return []
     controller = threadpoolctl.ThreadpoolController()

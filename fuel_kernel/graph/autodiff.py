@@ -13,7 +13,7 @@ dtypes, fails at grad() time with a NoKernelError naming what is missing.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -98,19 +98,28 @@ def _zeros(graph: Graph, like: Value) -> Value:
     return graph.broadcast_to(graph.constant(np.zeros((), like.dtype.numpy)), like.shape)
 
 
+def _output_grad(grads: Grads) -> Value:
+    """The gradient of a node's first output, which every rule has: grad() calls a rule only when
+    some output of its node has a gradient, and the rules of the ops with a second output
+    (flash_attn, fused_softmax_cross_entropy) refuse a gradient on that one before asking."""
+    dy = grads[0]
+    assert dy is not None
+    return dy
+
+
 # ---- rules ---------------------------------------------------------------------------------------
 def _backward_op(name: str, with_params: bool = True) -> Rule:
     """(x, dy) -> dx through the backward op `name` (GELU_BACKWARD, ...), with the node's params."""
     def rule(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
         op = _op(name, node)
-        return [g.op(op, node.inputs[0], grads[0], params=node.params if with_params else None)]
+        return [g.op(op, node.inputs[0], _output_grad(grads), params=node.params if with_params else None)]
     return rule
 
 
 def _from_output(name: str) -> Rule:
     """(y, dy) -> dx through the backward op `name` (SOFTMAX_LAST_DIM_BACKWARD, ...)."""
     def rule(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
-        return [g.op(_op(name, node), node.output, grads[0], params=node.params)]
+        return [g.op(_op(name, node), node.output, _output_grad(grads), params=node.params)]
     return rule
 
 
@@ -123,7 +132,7 @@ def _op(name: str, node: Node) -> OpKind:
 def _elementwise(fn: Callable[[Graph, Value, Value, Node], Grads]) -> Rule:
     """A rule computing from the forward values; each gradient is summed back to its input's shape."""
     def rule(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
-        out = fn(g, grads[0], node.output, node)
+        out = fn(g, _output_grad(grads), node.output, node)
         return [sum_to(g, d, v.shape) if d is not None and need else None
                 for d, v, need in zip(out, node.inputs, needs)]
     return rule
@@ -134,15 +143,16 @@ def _matmul(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
         raise NoKernelError(f"grad: node {node.id} (matmul) has params or a run-time row count; only a plain "
                             f"a @ b has a gradient")
     a, b = node.inputs
-    da = sum_to(g, g.matmul(grads[0], _last_two_swapped(g, b)), a.shape) if needs[0] else None
-    db = sum_to(g, g.matmul(_last_two_swapped(g, a), grads[0]), b.shape) if needs[1] else None
+    dy = _output_grad(grads)
+    da = sum_to(g, g.matmul(dy, _last_two_swapped(g, b)), a.shape) if needs[0] else None
+    db = sum_to(g, g.matmul(_last_two_swapped(g, a), dy), b.shape) if needs[1] else None
     return [da, db]
 
 
 def _reduction(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
     x = node.inputs[0]
     dims, _ = ops._reduced_dims(x.ndim, node.params)
-    grad = grads[0]
+    grad = _output_grad(grads)
     if node.key == OpKind.MEAN:
         count = int(np.prod([x.shape[d] for d in dims], dtype=np.int64))
         grad = g.affine(grad, mul=1.0 / max(count, 1), add=0.0)
@@ -152,7 +162,7 @@ def _reduction(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
 
 def _norm(name: str) -> Rule:
     def rule(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
-        outs = g.op(_op(name, node), *node.inputs, grads[0], params=node.params)
+        outs = g.op(_op(name, node), *node.inputs, _output_grad(grads), params=node.params)
         return list(outs)
     return rule
 
@@ -162,8 +172,8 @@ def _cross_entropy(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Gra
         raise NoKernelError(f"grad: node {node.id} (fused_softmax_cross_entropy): the log-sum-exp output "
                             f"has no gradient rule; differentiate the loss output only")
     logits, targets = node.inputs
-    dlogits = g.op(OpKind.FUSED_SOFTMAX_CROSS_ENTROPY_BACKWARD, logits, targets, node.outputs[1], grads[0],
-                   params=node.params)
+    dlogits = g.op(OpKind.FUSED_SOFTMAX_CROSS_ENTROPY_BACKWARD, logits, targets, node.outputs[1],
+                   _output_grad(grads), params=node.params)
     return [dlogits, None]
 
 
@@ -176,7 +186,8 @@ def _flash_attn(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
     elif grads[1] is not None:
         raise NoKernelError(f"grad: node {node.id} (flash_attn): the log-sum-exp output has no gradient rule")
     q, k, v = node.inputs
-    return list(g.op(_op("FLASH_ATTN_BACKWARD", node), q, k, v, node.outputs[1], grads[0], params=node.params))
+    return list(g.op(_op("FLASH_ATTN_BACKWARD", node), q, k, v, node.outputs[1], _output_grad(grads),
+                     params=node.params))
 
 
 def _add_optional_output(g: Graph, node: Node) -> None:
@@ -197,9 +208,10 @@ def _add_optional_output(g: Graph, node: Node) -> None:
 
 def _fused_linear(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
     x, w, b = node.inputs
-    return [g.matmul(grads[0], w.T) if needs[0] else None,
-            g.matmul(x.T, grads[0]) if needs[1] else None,
-            g.sum(grads[0], dims=[0]) if needs[2] else None]
+    dy = _output_grad(grads)
+    return [g.matmul(dy, w.T) if needs[0] else None,
+            g.matmul(x.T, dy) if needs[1] else None,
+            g.sum(dy, dims=[0]) if needs[2] else None]
 
 
 def _conv2d(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
@@ -208,7 +220,7 @@ def _conv2d(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
     x, w = node.inputs[0], node.inputs[1]
     fields = node.params.fields() if node.params is not None and node.params.kind == "conv2d" else {}
     params = fk_params.conv2d_backward(input_size=x.shape[2:], kernel_size=w.shape[2:], **fields)
-    dy = grads[0]
+    dy = _output_grad(grads)
     result: Grads = [g.op(_op("CONV2D_BACKWARD_INPUT", node), dy, w, params=params) if needs[0] else None,
                      g.op(_op("CONV2D_BACKWARD_WEIGHT", node), x, dy, params=params) if needs[1] else None]
     if len(node.inputs) == 3:
@@ -221,25 +233,26 @@ def _max(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
     x = node.inputs[0]
     dims, _ = ops._reduced_dims(x.ndim, node.params)
     kept = [1 if d in dims else n for d, n in enumerate(x.shape)]
-    return [g.op(_op("REDUCE_MAX_TO_BACKWARD", node), x, g.reshape(grads[0], kept),
+    return [g.op(_op("REDUCE_MAX_TO_BACKWARD", node), x, g.reshape(_output_grad(grads), kept),
                  params=fk_params.reduce_to(kept))]
 
 
 def _where(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
     cond, a, b = node.inputs
-    zeros = _zeros(g, grads[0])
+    dy = _output_grad(grads)
+    zeros = _zeros(g, dy)
     return [None,
-            sum_to(g, g.where(cond, grads[0], zeros), a.shape) if needs[1] else None,
-            sum_to(g, g.where(cond, zeros, grads[0]), b.shape) if needs[2] else None]
+            sum_to(g, g.where(cond, dy, zeros), a.shape) if needs[1] else None,
+            sum_to(g, g.where(cond, zeros, dy), b.shape) if needs[2] else None]
 
 
 def _rope(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
     x, cos, sin = node.inputs
-    return [g.op(OpKind.ROPE, grads[0], cos, g.neg(sin), params=node.params), None, None]
+    return [g.op(OpKind.ROPE, _output_grad(grads), cos, g.neg(sin), params=node.params), None, None]
 
 
 def _cast(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
-    return [g.cast(grads[0], node.inputs[0].dtype)]
+    return [g.cast(_output_grad(grads), node.inputs[0].dtype)]
 
 
 def _index_backward(add_op: OpKind) -> Rule:
@@ -248,7 +261,7 @@ def _index_backward(add_op: OpKind) -> Rule:
         x, index = node.inputs
         zeros = g.constant(np.zeros(x.shape, x.dtype.numpy))
         axis = node.params.fields()["axis"] if node.params is not None else 0
-        return [g.op(add_op, zeros, index, grads[0], params=fk_params.scatter(axis)), None]
+        return [g.op(add_op, zeros, index, _output_grad(grads), params=fk_params.scatter(axis)), None]
     return rule
 
 
@@ -285,9 +298,11 @@ RULES: Dict[OpKind, Rule] = {
     OpKind.CONV2D: _conv2d,
     OpKind.MAX: _max,
     OpKind.REDUCE_MAX_TO: lambda g, node, grads, needs: [
-        g.op(OpKind.REDUCE_MAX_TO_BACKWARD, node.inputs[0], grads[0], params=node.params)],
-    OpKind.REDUCE_SUM_TO: lambda g, node, grads, needs: [g.broadcast_to(grads[0], node.inputs[0].shape)],
-    OpKind.PAD: lambda g, node, grads, needs: [g.op(OpKind.PAD_BACKWARD, grads[0], params=node.params)],
+        g.op(OpKind.REDUCE_MAX_TO_BACKWARD, node.inputs[0], _output_grad(grads), params=node.params)],
+    OpKind.REDUCE_SUM_TO: lambda g, node, grads, needs: [
+        g.broadcast_to(_output_grad(grads), node.inputs[0].shape)],
+    OpKind.PAD: lambda g, node, grads, needs: [
+        g.op(OpKind.PAD_BACKWARD, _output_grad(grads), params=node.params)],
     OpKind.FLASH_ATTN: _flash_attn,
     OpKind.SUM: _reduction,
     OpKind.MEAN: _reduction,
@@ -302,7 +317,8 @@ RULES: Dict[OpKind, Rule] = {
 
 
 # ---- the reverse pass -------------------------------------------------------------------------------
-def grad(graph: Graph, loss: Value, wrt: Sequence[Value], seed: Optional[Value] = None) -> List[Value]:
+def grad(graph: Graph, loss: Value, wrt: Union[Value, Iterable[Value]],
+         seed: Optional[Value] = None) -> List[Value]:
     """Add the reverse-mode nodes computing d(sum(seed * loss))/d(each of wrt); seed defaults to
     ones (so a scalar loss gives its plain gradient).  Returns one gradient Value per `wrt`, of its
     shape and dtype (zeros where the loss does not depend on it)."""
@@ -345,11 +361,11 @@ def grad(graph: Graph, loss: Value, wrt: Sequence[Value], seed: Optional[Value] 
     return result
 
 
-def _as_list(values: object) -> List[Value]:
+def _as_list(values: Union[Value, Iterable[Value]]) -> List[Value]:
     if isinstance(values, Value):
         return [values]
     try:
-        return list(values)  # type: ignore[call-overload]
+        return list(values)
     except TypeError:
         raise OperandTypeError(f"grad: wrt is a Value or a list of Values, not {type(values).__name__}") from None
 

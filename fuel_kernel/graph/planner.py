@@ -16,9 +16,13 @@ from .values import Node, Value, _contiguous_strides
 
 
 # ---- the planner -------------------------------------------------------------------------------------
+# One view of a buffer: (buffer id, shape, strides, offset)
+_ViewKey = Tuple[int, Tuple[int, ...], Tuple[int, ...], int]
+
+
 @dataclass
 class _Step:
-    kernel: object
+    kernel: _dispatch.Kernel
     node_id: int
     name: str
     inputs: List[Value]
@@ -226,9 +230,10 @@ def group_steps(steps: List[_Step], output_values: List[Value]) -> List[Any]:
         members[group].append(i)
         group_of[i] = group
 
-    # items: a group of two or more steps, or one step; emitted in dependency order, each at its
-    # last step's place when it is free to run there (Kahn's algorithm, least place first)
-    item_of = {}
+    # items: a group of two or more steps ("group", group id), or one step ("step", step index);
+    # emitted in dependency order, each at its last step's place when it is free to run there
+    # (Kahn's algorithm, least place first)
+    item_of: Dict[int, Tuple[str, int]] = {}
     for i in range(len(steps)):
         if i in group_of and len(members[find(group_of[i])]) > 1:
             item_of[i] = ("group", find(group_of[i]))
@@ -236,11 +241,11 @@ def group_steps(steps: List[_Step], output_values: List[Value]) -> List[Any]:
             item_of[i] = ("step", i)
             if i in group_of and i not in reasons:
                 reasons[i] = "no elementwise neighbour of its shape to group with"
-    place = {}
+    place: Dict[Tuple[str, int], int] = {}
     for i, item in item_of.items():
         place[item] = max(place.get(item, i), i)
-    waiting = {item: set() for item in place}
-    users = {item: set() for item in place}
+    waiting: Dict[Tuple[str, int], Set[Tuple[str, int]]] = {item: set() for item in place}
+    users: Dict[Tuple[str, int], Set[Tuple[str, int]]] = {item: set() for item in place}
     for i, step in enumerate(steps):
         for v in step.inputs:
             p = producer.get(v.buffer.id)
@@ -250,7 +255,7 @@ def group_steps(steps: List[_Step], output_values: List[Value]) -> List[Any]:
     ready = [(place[item], item) for item, deps in waiting.items() if not deps]
     heapq.heapify(ready)
     output_buffers = {v.buffer.id for v in output_values}
-    ordered = []
+    ordered: List[Union[_Step, _Group]] = []
     while ready:
         _, item = heapq.heappop(ready)
         kind, key = item
@@ -258,9 +263,9 @@ def group_steps(steps: List[_Step], output_values: List[Value]) -> List[Any]:
             ordered.append(steps[key])
         else:
             indices = sorted(members[key])
-            group = _Group(steps[indices[0]].output.shape, [steps[m] for m in indices])
-            _lay_out(group, set(indices), steps, output_buffers)
-            ordered.append(group)
+            tiled_group = _Group(steps[indices[0]].output.shape, [steps[m] for m in indices])
+            _lay_out(tiled_group, set(indices), steps, output_buffers)
+            ordered.append(tiled_group)
         for user in users[item]:
             waiting[user].discard(item)
             if not waiting[user]:
@@ -280,7 +285,7 @@ def _lay_out(group: "_Group", member_indices: Set[int], steps: List[Any], output
         if j not in member_indices:
             used_outside.update(v.buffer.id for v in step.inputs)
     last_use = {}
-    seen_reads = {}
+    seen_reads: Dict[_ViewKey, Value] = {}
     for k, m in enumerate(group.members):
         for v in m.inputs:
             if v.buffer.id in made:
@@ -346,7 +351,7 @@ class _Planner:
                     consumers[v.producer.id] = consumers.get(v.producer.id, 0) + 1
         outputs_of_graph = {v.producer.id for v in self.outputs if v.producer is not None}
         replaced: Dict[int, Node] = {}       # root node id -> fused node
-        absorbed = set()
+        absorbed: Set[int] = set()
         with _fused_lock:
             fused_ops = list(_fused_by_id.values())
         for node in reversed(nodes):
@@ -429,7 +434,7 @@ class _Planner:
         if self.fuse:
             nodes = self.fuse_nodes(nodes)
         steps: List[_Step] = []
-        contiguize = {}
+        contiguize: Dict[_ViewKey, Value] = {}
         for node in nodes:
             choice = self.choose(node.key, node.inputs, node.outputs, node.params, node.dtypes,
                                  node.backend, node.label)
@@ -443,7 +448,7 @@ class _Planner:
             steps.append(_Step(kernel, node.id, node.name or node.label, inputs, node.outputs,
                                node.params, choice.verdicts))
         # outputs the caller gets must be fresh arrays: views, inputs and constants are copied
-        output_values = []
+        output_values: List[Value] = []
         for value in self.outputs:
             producer_step = next((s for s in steps if any(o.buffer is value.buffer for o in s.outputs)), None)
             if value.buffer.kind == "node" and value.is_whole_buffer and producer_step is not None \
@@ -454,8 +459,8 @@ class _Planner:
                                                        reason="graph output", force=True))
         return steps, output_values
 
-    def _materialize(self, value: Value, backend: Any, steps: List[_Step], cache: Dict[Any, Value], reason: str,
-                     force: bool = False) -> Value:
+    def _materialize(self, value: Value, backend: Any, steps: List[_Step], cache: Dict[_ViewKey, Value],
+                     reason: str, force: bool = False) -> Value:
         key = (value.buffer.id, value.shape, value.strides, value.offset)
         if key in cache and not force:
             return cache[key]

@@ -1,6 +1,7 @@
-"""The package's type information: mypy accepts correct use of the public API and reports the
-usual mistakes (a misspelled attribute, an extra positional argument, a misspelled keyword)
-through the shipped stubs and annotations; inspect.signature reads every public function."""
+"""The package's type information: mypy finds no error in the package's own code, accepts correct
+use of the public API and reports the usual mistakes (a misspelled attribute, an extra positional
+argument, a misspelled keyword) through the shipped stubs and annotations; inspect.signature reads
+every public function."""
 import importlib.machinery
 import importlib.util
 import inspect
@@ -165,6 +166,20 @@ def mypy_report(tmp_path_factory):
 def test_correct_use_of_the_public_api_type_checks(mypy_report):
     errors, output, _ = mypy_report
     assert errors["correct_use"] == [], output
+
+
+def test_the_package_itself_type_checks(tmp_path_factory):
+    """mypy finds no error in the imported package's own code (the directory the tests import,
+    checked against its own stubs), so its annotations agree with how it uses them."""
+    if importlib.util.find_spec("mypy") is None:
+        pytest.skip("mypy is not installed (pip install -e '.[test]')")
+    folder = tmp_path_factory.mktemp("package_typing")
+    command = [sys.executable, "-m", "mypy", "--show-error-codes", "--cache-dir", str(folder / ".mypy_cache"),
+               str(PACKAGE)]
+    result = subprocess.run(command, cwd=folder, env=_mypy_environment(), capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Success: no issues found" in result.stdout, result.stdout + result.stderr
 
 
 @pytest.mark.parametrize("name", sorted(MISTAKES))
