@@ -63,6 +63,15 @@ FK_VM_INLINE float fk_keep_nan(float x, float y) {
     return fk_bits_f32((fk_f32_bits(x) & nan_mask) | (fk_f32_bits(y) & ~nan_mask));
 }
 
+/* x clamped to [lo, hi] (a NaN x stays NaN; callers keep it with fk_keep_nan).  Both selects test
+ * x itself: chained through the clamped value (x > lo ? x : lo, then that < hi ? ...), GCC threads
+ * the clamp constants through the caller's polynomial as masked copies of every step, 7-20% slower
+ * on AVX-512 and AVX2 for the same bits. */
+FK_VM_INLINE float fk_clamp_f32(float x, float lo, float hi) {
+    float c = x < lo ? lo : x;
+    return x > hi ? hi : c;
+}
+
 /* 1.5 * 2^23: adding and removing it rounds |v| < 2^22 to the nearest integer (ties to even), and
  * unlike roundevenf it vectorizes on every ISA */
 #define FK_ROUND_MAGIC 12582912.0f
@@ -88,12 +97,7 @@ FK_VM_INLINE float fk_expm1_reduced(float r) {
  * to x = -131 for scale 64), for a caller that multiplies further and scales back in one final
  * rounding.  Below -126 the argument is clamped (exp(-126) 2^64 is far below any use). */
 FK_VM_INLINE float fk_expf_scaled(float x, int32_t scale) {
-    /* The clamps select on two flags of x.  Chained on xc (x > -126 ? x : -126, then xc < 89 ...),
-     * GCC threads the clamp constants through the whole polynomial as masked copies of every step:
-     * 20% slower on AVX-512 and AVX2, same bits.  A NaN x passes through as NaN (kept below). */
-    int below = x < -126.0f, above = x > 89.0f;
-    float xc = above ? 89.0f : x;
-    xc = below ? -126.0f : xc;
+    float xc = fk_clamp_f32(x, -126.0f, 89.0f);
     float k = xc * 1.44269504088896341f + FK_ROUND_MAGIC;
     float n = k - FK_ROUND_MAGIC;
     float r = fmaf(n, -0.693359375f, xc);
@@ -266,8 +270,7 @@ FK_VM_INLINE float fk_erfc_tail(float a, float al, int32_t scale) {
 FK_VM_INLINE float fk_fast_erff(float x) {
     float a = fabsf(x);
     float small = fmaf(x, fk_erf_small_poly(x * x), x);
-    float ac = a > 1.0f ? a : 1.0f;
-    ac = ac < 4.0f ? ac : 4.0f;                        /* erf rounds to 1 from 3.92 on */
+    float ac = fk_clamp_f32(a, 1.0f, 4.0f);            /* erf rounds to 1 from 3.92 on */
     float big = copysignf(1.0f - fk_erfc_tail(ac, 0.0f, 0), x);
     float y = a < 1.0f ? small : big;
     return fk_keep_nan(x, y);
@@ -283,8 +286,7 @@ FK_VM_INLINE float fk_fast_gelu_erff(float x) {
     float a = fabsf(uh);
     float al = x < 0.0f ? -ul : ul;
     float p = fk_erf_small_poly(a * a);
-    float ac = a > 1.0f ? a : 1.0f;
-    ac = ac < 10.5f ? ac : 10.5f;
+    float ac = fk_clamp_f32(a, 1.0f, 10.5f);
     float tail = fk_erfc_tail(ac, a > 1.0f && a < 10.5f ? al : 0.0f, 64);   /* erfc(a) 2^64 */
     /* x < 0: 0.5 x erfc(a), the tail kept 2^64 larger until the last rounding */
     /* below 1, erfc(a + al) = (1 - a) - a P(a^2) - al erf'(a); erf'(a) = 2/sqrt(pi) exp(-a^2) by
@@ -320,8 +322,7 @@ FK_VM_INLINE float fk_gelu_inner_f32(float xc, float *wl) {
  * carried as a two-float sum (error-free products and sum, constants in two parts): the result
  * keeps its relative accuracy, where rounding w once would cost up to |w| ulp. */
 FK_VM_INLINE float fk_fast_geluf(float x) {
-    float xc = x > -12.0f ? x : -12.0f;               /* |w| > 104 past 12: sigmoid is 0 or 1 */
-    xc = xc < 12.0f ? xc : 12.0f;
+    float xc = fk_clamp_f32(x, -12.0f, 12.0f);        /* |w| > 104 past 12: sigmoid is 0 or 1 */
     float wl, wh = fk_gelu_inner_f32(xc, &wl);
     /* sigmoid(w) from t = exp(-|w|), with the low part: exp(-|wh| -+ wl) */
     float u = fk_expf_dd_scaled(-fabsf(wh), x < 0.0f ? wl : -wl, 64);   /* t * 2^64 */
@@ -499,8 +500,7 @@ FK_VM_INLINE float fk_tanh_grad_f32(float x) {
 /* SiLU'(x) = sigmoid(x) + x sigmoid'(x); past |x| = 120, t is 0 in F32, so x is clamped there (the
  * limits 1 at +inf and 0 at -inf come out of the same formula) */
 FK_VM_INLINE float fk_silu_grad_f32(float x) {
-    float xc = x > -120.0f ? x : -120.0f;
-    xc = xc < 120.0f ? xc : 120.0f;
+    float xc = fk_clamp_f32(x, -120.0f, 120.0f);
     float t = fk_fast_expf(-fabsf(xc));
     float d = 1.0f + t;
     float s = (xc >= 0.0f ? 1.0f : t) / d;
@@ -512,8 +512,7 @@ FK_VM_INLINE float fk_silu_grad_f32(float x) {
  * in fk_fast_geluf (so sigmoid(w), sigmoid'(w) keep their relative accuracy in the tail), w' = C1
  * + 3 C3 x^2.  Past x = 12 the derivative rounds to 1; below x = -12 it is below 1e-42 and is 0. */
 FK_VM_INLINE float fk_gelu_grad_f32(float x) {
-    float xc = x > -12.0f ? x : -12.0f;
-    xc = xc < 12.0f ? xc : 12.0f;
+    float xc = fk_clamp_f32(x, -12.0f, 12.0f);
     float wl, wh = fk_gelu_inner_f32(xc, &wl);
     float x2h = xc * xc;                                                  /* as in the inner argument */
     float t = fk_expf_dd_scaled(-fabsf(wh), xc < 0.0f ? wl : -wl, 0);     /* exp(-|w|) */
@@ -530,8 +529,7 @@ FK_VM_INLINE float fk_gelu_grad_f32(float x) {
  * division; 1/2 for |x| < 2^-60), phi(x) = exp(-x^2/2) / sqrt(2 pi) with x^2 in two floats.  x is
  * clamped to +-15, where Phi is 0 or 1 and x phi(x) is 0 in F32. */
 FK_VM_INLINE float fk_gelu_erf_grad_f32(float x) {
-    float xc = x > -15.0f ? x : -15.0f;
-    xc = xc < 15.0f ? xc : 15.0f;
+    float xc = fk_clamp_f32(x, -15.0f, 15.0f);
     float g = fk_fast_gelu_erff(xc);
     float cdf = fabsf(xc) < 8.67361738e-19f ? 0.5f : g / xc;
     float h = xc * xc, l = fmaf(xc, xc, -h);
