@@ -6,7 +6,8 @@ the softmax backward ops at 4096x1024 f32.
 for the case's shapes; "fk native-f64" is the F64-compute sibling a caller gets by asking for a
 tight max_ulp.  Every fuel_kernel contender writes into a preallocated output.  The NumPy
 references compute in f32 (bf16 inputs are widened to f32 and the result rounded to bf16 through
-ml_dtypes).  PyTorch, when importable, runs on one thread and allocates its outputs.
+ml_dtypes).  PyTorch, when importable, runs on one thread over the same input arrays as fuel_kernel
+and allocates its outputs (layer_norm and rms_norm have no out=).
 
 Measured 2026-12-01 on the shared 2-core Xeon (AVX-512) dev VM under heavy load (NumPy's own times
 moved 2x between runs; ratios to NumPy from 3 runs each; "F64 rows" is the former default, now the
@@ -106,8 +107,10 @@ def cases():
                             o, *[v.astype(np.float32) for v in i], *([None] * (3 - len(i)))).astype(npdt))
                 skipped = {}
                 if torch is not None:
-                    tdt = torch.float32 if dtype == fk.DType.F32 else torch.bfloat16
-                    tx, tw, tb = (torch.from_numpy(v).to(tdt) for v in (x32, w32, b32))
+                    # over the very arrays fuel_kernel reads (BF16 through an int16 view)
+                    tx, tw, tb = (torch.from_numpy(v) if dtype == fk.DType.F32
+                                  else torch.from_numpy(v.view(np.int16)).view(torch.bfloat16)
+                                  for v in (x, w, b))
                     contenders["torch"] = _torch_call(torch, op, tx, tw, tb)
                 else:
                     skipped["torch"] = torch_missing
