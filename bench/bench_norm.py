@@ -29,7 +29,7 @@ Backward, f32 4096x1024 (3 --quick runs, 2026-12-01): SOFTMAX_LAST_DIM_BACKWARD 
 import numpy as np
 
 import fuel_kernel as fk
-from bench.harness import Case, optional_import
+from bench.harness import Case, optional_import, torch_view
 
 SHAPES = ((4096, 1024), (128, 768))
 EPS = 1e-5
@@ -107,10 +107,7 @@ def cases():
                             o, *[v.astype(np.float32) for v in i], *([None] * (3 - len(i)))).astype(npdt))
                 skipped = {}
                 if torch is not None:
-                    # over the very arrays fuel_kernel reads (BF16 through an int16 view)
-                    tx, tw, tb = (torch.from_numpy(v) if dtype == fk.DType.F32
-                                  else torch.from_numpy(v.view(np.int16)).view(torch.bfloat16)
-                                  for v in (x, w, b))
+                    tx, tw, tb = (torch_view(torch, v) for v in (x, w, b))   # fuel_kernel's arrays
                     contenders["torch"] = _torch_call(torch, op, tx, tw, tb)
                 else:
                     skipped["torch"] = torch_missing

@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 import fuel_kernel as fk
-from bench.harness import case_with_peer, optional_import
+from bench.harness import case_with_peer, optional_import, torch_view
 
 N = 4 * 1024 * 1024
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -117,14 +117,6 @@ def _torch_ops(torch):
     return table, fallback
 
 
-def _torch_view(torch, array):
-    """A tensor over the NumPy array's own memory (BF16 through an int16 view: torch.from_numpy
-    does not take ml_dtypes' bfloat16)."""
-    if array.dtype == fk.DType.BF16.numpy:
-        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(array)
-
-
 def cases():
     Op = fk.OpKind
     D = fk.DType
@@ -163,7 +155,7 @@ def cases():
             if torch is not None:
                 # the very buffers fuel_kernel reads and writes: tensors of their own (fresh, 64-byte
                 # aligned, other pages) made memory-bound ops such as ABS read 1.7x slower
-                tx, tout = _torch_view(torch, x), _torch_view(torch, out)
+                tx, tout = torch_view(torch, x), torch_view(torch, out)
                 fn, peer_label = torch_ops[op], "torch, 1 thread"
                 try:
                     fn(tx, tout)

@@ -39,6 +39,15 @@ def optional_import(name):
         return None, f"{name} not installed ({type(exc).__name__})"
 
 
+def torch_view(torch, array):
+    """A PyTorch tensor over the NumPy array's own memory, so both libraries read and write the same
+    buffers (BF16 through an int16 view: torch.from_numpy does not take ml_dtypes' bfloat16)."""
+    import ml_dtypes
+    if array.dtype == ml_dtypes.bfloat16:
+        return torch.from_numpy(array.view("int16")).view(torch.bfloat16)
+    return torch.from_numpy(array)
+
+
 def case_with_peer(name, contenders, target, peer_label, peer_call, peer_missing, skipped=None):
     """A Case timed against its first contender, plus the optional peer package's contender
     `peer_label`: peer_call, or, when the package is not importable (peer_call None), peer_missing --

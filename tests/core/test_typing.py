@@ -139,11 +139,17 @@ def _mypy_environment():
     return env
 
 
+def _require_mypy():
+    """mypy is a test dependency (the [test] extra): without it these checks fail, not skip, so a
+    test environment that lost it cannot pass silently."""
+    if importlib.util.find_spec("mypy") is None:
+        pytest.fail("mypy is not installed; it is in the test dependencies: pip install -e '.[test]'")
+
+
 @pytest.fixture(scope="module")
 def mypy_report(tmp_path_factory):
     """One mypy run over the correct script and every planted mistake: {file stem: [(line, code)]}."""
-    if importlib.util.find_spec("mypy") is None:
-        pytest.skip("mypy is not installed (pip install -e '.[test]')")
+    _require_mypy()
     folder = tmp_path_factory.mktemp("typing")
     scripts = {"correct_use": CORRECT_USE}
     scripts.update({name: source for name, (source, _) in MISTAKES.items()})
@@ -172,8 +178,7 @@ def test_correct_use_of_the_public_api_type_checks(mypy_report):
 def test_the_package_itself_type_checks(tmp_path_factory):
     """mypy finds no error in the imported package's own code (the directory the tests import,
     checked against its own stubs), so its annotations agree with how it uses them."""
-    if importlib.util.find_spec("mypy") is None:
-        pytest.skip("mypy is not installed (pip install -e '.[test]')")
+    _require_mypy()
     folder = tmp_path_factory.mktemp("package_typing")
     # mypy is given a copy of the package's Python files and stubs: given the installed directory
     # itself, it takes site-packages for a source root, where typing_extensions.py then "shadows"
