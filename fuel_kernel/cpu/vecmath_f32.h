@@ -43,6 +43,7 @@
 #include <stdint.h>
 
 #include "fuel_kernel/half.h"
+#include "compute_common.h"       /* FK_HAVE_ISA_V4 */
 
 #define FK_VM_INLINE static inline __attribute__((always_inline))
 
@@ -536,5 +537,104 @@ FK_VM_INLINE float fk_gelu_erf_grad_f32(float x) {
     float pdf = 3.989422804e-01f * fk_expf_dd_scaled(-0.5f * h, -0.5f * l, 0);
     return fk_keep_nan(x, fmaf(xc, pdf, cdf));
 }
+
+/* ---- exp, sigmoid and SiLU on 16 AVX-512 lanes ----------------------------------------------------
+ * GCC does not vectorize ldexpf, so the portable exp builds 2^n from integer bit operations and
+ * applies it as two exact power-of-two factors (9 of its ~27 vector operations).  AVX-512's vscalefps
+ * does it in one: y 2^n rounded once, overflowing to inf and underflowing gradually, which is the one
+ * rounding the two factors give.  These are the 16-lane forms of fk_expf_scaled, fk_fast_sigmoidf
+ * and fk_fast_siluf, step for step, and return the same bits for every F32 input (compared on all
+ * 2^32); the contiguous EXP, SIGMOID and SILU loops and the softmax rows run them on x86-64-v4 CPUs
+ * (FK_ISA_PICK) and the portable functions elsewhere.  fk_v4_map_f32 / fk_v4_map_bf16 apply one to
+ * a row, the tail through masked loads and stores (the lanes past the end compute on zeros and are
+ * not stored). */
+#if FK_HAVE_ISA_V4
+#include <immintrin.h>
+#define FK_V4_INLINE static inline __attribute__((always_inline, target("arch=x86-64-v4")))
+
+FK_V4_INLINE __m512 fk_v4_keep_nan(__m512 x, __m512 y) {
+    return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
+}
+
+/* fk_expf_scaled: the same clamp, reduction and polynomial; 2^(n + scale) by vscalefps */
+FK_V4_INLINE __m512 fk_v4_expf_scaled(__m512 x, float scale) {
+    __m512 xc = _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_LT_OQ),
+                                   _mm512_set1_ps(-126.0f));
+    xc = _mm512_mask_mov_ps(xc, _mm512_cmp_ps_mask(x, _mm512_set1_ps(89.0f), _CMP_GT_OQ), _mm512_set1_ps(89.0f));
+    __m512 k = _mm512_add_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)), _mm512_set1_ps(FK_ROUND_MAGIC));
+    __m512 n = _mm512_sub_ps(k, _mm512_set1_ps(FK_ROUND_MAGIC));
+    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), xc);
+    r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+    y = _mm512_scalef_ps(y, scale == 0.0f ? n : _mm512_add_ps(n, _mm512_set1_ps(scale)));
+    return fk_v4_keep_nan(x, y);
+}
+FK_V4_INLINE __m512 fk_v4_expf(__m512 x) { return fk_v4_expf_scaled(x, 0.0f); }
+
+/* fk_fast_sigmoidf: (x >= 0 ? 1 : t) / (1 + t), t = exp(-|x|) */
+FK_V4_INLINE __m512 fk_v4_sigmoidf(__m512 x) {
+    __m512 t = fk_v4_expf(-_mm512_abs_ps(x));
+    __m512 d = _mm512_add_ps(_mm512_set1_ps(1.0f), t);
+    __mmask16 pos = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ);
+    return _mm512_div_ps(_mm512_mask_mov_ps(t, pos, _mm512_set1_ps(1.0f)), d);
+}
+
+/* fk_fast_siluf: x / d (x >= 0) or (x u / d) 2^-64 (x < 0), u = exp(-|x|) 2^64, d = 1 + u 2^-64,
+ * -0 below -120; one division serves both sides (the numerator is chosen first) */
+FK_V4_INLINE __m512 fk_v4_siluf(__m512 x) {
+    __m512 u = fk_v4_expf_scaled(-_mm512_abs_ps(x), 64.0f);
+    __m512 d = _mm512_add_ps(_mm512_set1_ps(1.0f), _mm512_mul_ps(u, _mm512_set1_ps(FK_TWO_POW_M64)));
+    __mmask16 pos = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ);
+    __m512 q = _mm512_div_ps(_mm512_mask_mov_ps(_mm512_mul_ps(x, u), pos, x), d);
+    __m512 y = _mm512_mask_mov_ps(_mm512_mul_ps(q, _mm512_set1_ps(FK_TWO_POW_M64)), pos, q);
+    y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, _mm512_set1_ps(-120.0f), _CMP_LT_OQ), _mm512_set1_ps(-0.0f));
+    return fk_v4_keep_nan(x, y);
+}
+
+/* 16 BF16 values widened to F32, and 16 F32 values rounded to BF16 as fk_f32_to_bf16_branchless
+ * (to nearest even; a NaN keeps its sign and top payload bits, made quiet) */
+FK_V4_INLINE __m512 fk_v4_bf16_widen(__m256i h) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+FK_V4_INLINE __m256i fk_v4_bf16_round(__m512 f) {
+    __m512i x = _mm512_castps_si512(f);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
+    __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+    __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40));
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
+                                            _mm512_set1_epi32(0x7f800000));
+    return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, quiet));
+}
+
+/* o[i] = F(a[i]) for i < n (a == o allowed) */
+#define fk_v4_map_f32(F, a, o, n)                                                                  \
+    do {                                                                                           \
+        int64_t i_ = 0;                                                                            \
+        for (; i_ + 16 <= (n); i_ += 16) _mm512_storeu_ps((o) + i_, F(_mm512_loadu_ps((a) + i_)));  \
+        if (i_ < (n)) {                                                                            \
+            __mmask16 m_ = (__mmask16)((1u << ((n) - i_)) - 1u);                                   \
+            _mm512_mask_storeu_ps((o) + i_, m_, F(_mm512_maskz_loadu_ps(m_, (a) + i_)));          \
+        }                                                                                          \
+    } while (0)
+/* the same over BF16 storage: widen, F, round once */
+#define fk_v4_map_bf16(F, a, o, n)                                                                 \
+    do {                                                                                           \
+        int64_t i_ = 0;                                                                            \
+        for (; i_ + 16 <= (n); i_ += 16)                                                           \
+            _mm256_storeu_si256((__m256i *)((o) + i_),                                             \
+                                fk_v4_bf16_round(F(fk_v4_bf16_widen(_mm256_loadu_si256((const __m256i *)((a) + i_)))))); \
+        if (i_ < (n)) {                                                                            \
+            __mmask16 m_ = (__mmask16)((1u << ((n) - i_)) - 1u);                                   \
+            _mm256_mask_storeu_epi16((o) + i_, m_,                                                 \
+                                     fk_v4_bf16_round(F(fk_v4_bf16_widen(_mm256_maskz_loadu_epi16(m_, (a) + i_))))); \
+        }                                                                                          \
+    } while (0)
+#endif /* FK_HAVE_ISA_V4 */
 
 #endif /* FUEL_KERNEL_CPU_VECMATH_F32_H */
