@@ -538,13 +538,14 @@ FK_VM_INLINE float fk_gelu_erf_grad_f32(float x) {
     return fk_keep_nan(x, fmaf(xc, pdf, cdf));
 }
 
-/* ---- exp, sigmoid and SiLU on 16 AVX-512 lanes ----------------------------------------------------
+/* ---- exp, log, sigmoid and SiLU on 16 AVX-512 lanes -----------------------------------------------
  * GCC does not vectorize ldexpf, so the portable exp builds 2^n from integer bit operations and
  * applies it as two exact power-of-two factors (9 of its ~27 vector operations).  AVX-512's vscalefps
  * does it in one: y 2^n rounded once, overflowing to inf and underflowing gradually, which is the one
  * rounding the two factors give.  These are the 16-lane forms of fk_expf_scaled, fk_fast_sigmoidf
- * and fk_fast_siluf, step for step, and return the same bits for every F32 input (compared on all
- * 2^32); the contiguous EXP, SIGMOID and SILU loops and the softmax rows run them on x86-64-v4 CPUs
+ * and fk_fast_siluf, step for step (fk_v4_logf: fk_fast_logf with the exponent split by vgetexpps and
+ * vgetmantps), and return the same bits for every F32 input (compared on all 2^32); the contiguous
+ * EXP, LOG, SIGMOID and SILU loops and the softmax rows run them on x86-64-v4 CPUs
  * (FK_ISA_PICK) and the portable functions elsewhere.  fk_v4_map_f32 / fk_v4_map_bf16 apply one to
  * a row, the tail through masked loads and stores (the lanes past the end compute on zeros and are
  * not stored). */
@@ -595,6 +596,36 @@ FK_V4_INLINE __m512 fk_v4_siluf(__m512 x) {
     __m512 y = _mm512_mask_mov_ps(_mm512_mul_ps(q, _mm512_set1_ps(FK_TWO_POW_M64)), pos, q);
     y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, _mm512_set1_ps(-120.0f), _CMP_LT_OQ), _mm512_set1_ps(-0.0f));
     return fk_v4_keep_nan(x, y);
+}
+
+/* fk_fast_logf with x = 2^e m from vgetexpps / vgetmantps (which handle subnormals themselves):
+ * m1 in [1, 2) and e1 exactly, then m = m1 / 2, e = e1 + 1 where m1 >= 2 c (c = 0x3f3504f3, about
+ * sqrt(1/2)): the same m in [c, 2c) and e as the portable bit arithmetic, so the same result */
+FK_V4_INLINE __m512 fk_v4_logf(__m512 x) {
+    __m512 m = _mm512_getmant_ps(x, _MM_MANT_NORM_1_2, _MM_MANT_SIGN_src);
+    __m512 e = _mm512_getexp_ps(x);
+    __mmask16 high = _mm512_cmp_ps_mask(m, _mm512_castsi512_ps(_mm512_set1_epi32(0x3fb504f3)), _CMP_GE_OQ);
+    m = _mm512_mask_mul_ps(m, high, m, _mm512_set1_ps(0.5f));
+    e = _mm512_mask_add_ps(e, high, e, _mm512_set1_ps(1.0f));
+    __m512 f = _mm512_sub_ps(m, _mm512_set1_ps(1.0f));
+    __m512 z = _mm512_mul_ps(f, f);
+    __m512 p = _mm512_set1_ps(7.0376836292e-2f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(-1.1514610310e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.1676998740e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(-1.2420140846e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.4249322787e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(-1.6668057665e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.0000714765e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(-2.4999993993e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(3.3333331174e-1f));
+    __m512 y = _mm512_mul_ps(_mm512_mul_ps(p, f), z);
+    y = _mm512_fmadd_ps(e, _mm512_set1_ps(-2.12194440e-4f), y);
+    y = _mm512_fmadd_ps(_mm512_set1_ps(-0.5f), z, y);
+    __m512 r = _mm512_fmadd_ps(e, _mm512_set1_ps(0.693359375f), _mm512_add_ps(f, y));
+    r = _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(x, _mm512_set1_ps(INFINITY), _CMP_EQ_OQ), x);
+    r = _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_EQ_OQ), _mm512_set1_ps(-INFINITY));
+    r = _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ), _mm512_set1_ps(NAN));
+    return fk_v4_keep_nan(x, r);
 }
 
 /* 16 BF16 values widened to F32, and 16 F32 values rounded to BF16 as fk_f32_to_bf16_branchless
