@@ -21,8 +21,9 @@
  *   FK_SPLIT_ATTN_BACKWARD  FLASH_ATTN_BACKWARD: batch x kv heads (each block the query heads of
  *                    one kv head, dq's rows of them, that kv head's whole dk and dv)
  * The blocks are chosen from the shapes alone (a grain of work per task), never from the thread
- * count, and each output element is computed by the same serial code whatever thread runs its
- * block, so results are bitwise identical for every thread count.  Blocks never share output
+ * count (but for one thread MATMUL runs whole: its element bits do not depend on the blocks), and
+ * each output element is computed by the same serial code whatever thread runs its block, so
+ * results are bitwise identical for every thread count.  Blocks never share output
  * memory.  Calls below the grain run the serial kernel directly (no pool, no extra cost beyond
  * counting the output).
  *
@@ -287,6 +288,11 @@ static int64_t fk_split_plan(fk_split *s) {
         kk = A->shape[A->ndim - 1];
         if (A->shape[A->ndim - 2] != m || B->shape[B->ndim - 1] != nn || B->shape[B->ndim - 2] != kk) return 1;
         if (2.0 * (double)numel * (double)kk < 2 * FK_SPLIT_FLOPS) return 1;
+        /* One thread runs the product whole: each block would pack its own A and B panels again
+         * (at 128 x 768 x 768, 24 blocks repacked A 12 times: half the time).  Cutting C changes no
+         * element's bits (gemm_core.h.in: fk_gemm_kstep_*), so this is the one rule that may look
+         * at the thread count. */
+        if (fk_num_threads() <= 1) return 1;
         for (k = 0; k < 2; k++) {                      /* batch axes right-aligned */
             const fk_layout *op = &s->layouts[k];
             int shift = (s->ndim - 2) - (op->ndim - 2);

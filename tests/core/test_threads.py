@@ -224,18 +224,44 @@ def test_threaded_bindings_same_bits_for_every_thread_count(op):
         layout = LAYOUTS[index % len(LAYOUTS)]
         case = make_case(op, dtypes, rule, layout, seed=index)
         fresh = case.output.root.copy()
-        calls = _dispatch._parallel_calls()
         with fk.threads(1):
             run_case(case, call=lambda views, out, params: kernel(*views, out=out, params=params))
-        assert _dispatch._parallel_calls() > calls, \
-            f"{op.name}{[D(d).name for d in dtypes]} ({kernel.source}) ran whole: the case is too small to cut"
         want = case.output.root.copy()
         for threads in counts[1:]:
             case.output.root[...] = fresh
+            calls = _dispatch._parallel_calls()
             with fk.threads(threads):
                 kernel(*[o.view for o in case.inputs], out=case.output.view, params=case.params)
+            assert _dispatch._parallel_calls() > calls, \
+                f"{op.name}{[D(d).name for d in dtypes]} ({kernel.source}) ran whole: the case is too small to cut"
             assert np.array_equal(case.output.root, want), \
                 f"{op.name}{[D(d).name for d in dtypes]} ({kernel.source}, {layout}): {threads} threads differ from 1"
+
+
+@pytest.mark.parametrize("rows", [260, (384, 130)])
+@pytest.mark.parametrize("dtype", [D.F32, D.F64])
+def test_matmul_blocks_of_few_rows_give_the_whole_products_bits(rows, dtype):
+    """One thread runs MATMUL whole; more cut C into row blocks, and a last block of at most 4 rows
+    (260 = 128 + 128 + 4; or 130 rows computed of 384 in blocks of 128) takes the few-rows path.  With K = 300 (two
+    K blocks) that path must still add the blocks as the GEMM engine does: the same bits."""
+    m, count = (rows, rows) if isinstance(rows, int) else rows
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((m, 300)).astype(dtype.numpy)
+    b = rng.standard_normal((300, 64)).astype(dtype.numpy)
+    kernel, = [k for k in fk.bindings().alternatives("MATMUL", [dtype] * 3) if k.source == "native"]
+    params = P.matmul(m, 64, 300, m_compute=fk.MatmulM.rows(count))
+    results = []
+    for threads in (1, 2, 3):
+        out = np.full((m, 64), np.nan, dtype.numpy)
+        calls = _dispatch._parallel_calls()
+        with fk.threads(threads):
+            kernel(a, b, out=out, params=params)
+        assert (_dispatch._parallel_calls() > calls) == (threads > 1)
+        results.append(out)
+    assert all(r.tobytes() == results[0].tobytes() for r in results[1:])
+    want = a[:count].astype(np.float64) @ b.astype(np.float64)
+    assert np.allclose(results[0][:count], want, rtol=1e-4 if dtype == D.F32 else 1e-12, atol=1e-4)
+    assert not results[0][count:].any()
 
 
 def test_every_rule_is_exercised():
