@@ -2,9 +2,11 @@
  * (tanh form), GELU (erf form), erf, rsqrt, pow and integer pow.  F16 and BF16 kernels call the
  * same functions on the widened value and round the F32 result once; F64 kernels use the C library.
  *
- * Every function is branch-free inline code (selects, no calls; fmaf is one instruction in the
- * x86-64-v3/v4 builds and the exactly rounded C fmaf in the baseline build, so every build returns
- * the same bits), which GCC vectorizes inside the FK_MV_COMPUTE loops of elementwise_kernels.h.
+ * Every function is branch-free inline code (selects and table lookups, no calls; fmaf is one
+ * instruction in the x86-64-v3/v4 builds and the exactly rounded C fmaf in the baseline build, so
+ * every build returns the same bits), which GCC vectorizes inside the FK_MV_COMPUTE loops of
+ * elementwise_kernels.h (the table lookups of erf and GELU_ERF as gathers, so their baseline-build
+ * loops stay scalar).
  * The one exception is sin/cos of |x| > FK_TRIG_FAST_MAX (rare): the kernels send those elements
  * to the C library in F64, in a separate scalar pass (see fk_trig_needs_slow_path).
  *
@@ -233,28 +235,47 @@ static inline float fk_cosf_any(float x) {
 }
 
 /* ---- erf, GELU (erf form) -------------------------------------------------------------------------
- * Both are piecewise polynomials on unit-spaced intervals, picked per element by an index from the
- * argument's integer part (16 intervals, so AVX-512 looks a coefficient up for 16 lanes with one
- * vpermps; the portable loops index the table).  No division, one polynomial per element.
+ * Both are piecewise polynomials: 16 equal intervals, the one of each element picked by an index, so
+ * that on AVX-512 one vpermps looks a coefficient up for 16 lanes (the portable loops gather from the
+ * table; the x86-64-v3 clones vectorize with vgatherdps).  One polynomial per element, no division.
+ * The coefficients were fitted in F64 to the relative error (the absolute one for erf(a)/a - 1) at
+ * Chebyshev nodes, rounded to F32 from the constant term up, each step refitting the rest.
  *
- * erf on a = |x| < 4, interval k = floor(4a), u = a - k/4 in [0, 1/4], a degree-5 polynomial p(u):
- * below 1 (k < 4) p = erf(a)/a - 1 and erf(x) = x + x p (relative, down to the subnormals); from 1 on
- * p = erfc(a) and erf(x) = +-(1 - p) (erfc / erf <= 0.19 there, so p's relative error shrinks five-
- * fold or more in the result).  a is clamped to 3.99, past which erf rounds to +-1.  Fit errors: p
- * within 4e-9 absolute below 1, erfc within 2.1e-8 relative on [1, 1.25] and 2.6e-5 at 4 (where
- * erfc / erf is 1.5e-8); measured over every F32 input: at most 1 ulp.
+ * erf: a = |x| clamped to 3.99 (past 3.92 erf rounds to +-1), interval k = floor(4a), u = a - k/4 in
+ * [0, 1/4], a degree-5 polynomial p(u).  Below 1 (k < 4) p = erf(a)/a - 1 (fit within 4e-9) and
+ * erf(x) = x + x p, one rounding, relative down to the subnormals; from 1 on p = erfc(a) (relative fit
+ * error 2.1e-8 at 1, growing to 2.6e-5 at 4) and erf(x) = +-(1 - p), where erfc/erf <= 0.19 shrinks
+ * p's error five-fold and more (erfc/erf = 1.5e-8 at 4).  Measured over every F32 input: at most 1 ulp.
  *
- * GELU_ERF(x) = x Phi(x), Phi the normal CDF; z = |x| clamped to 15.5 (NaN and inf included), where
- * Phi(-z) = exp(-z^2/2) R(z).  R(z) = erfcx(z/sqrt 2)/2 is smooth, from 1/2 at 0 down to 0.026:
- * interval k = floor(z), u = z - k in [0, 1), a degree-7 polynomial (relative error 6e-8 with F32
- * coefficients).  exp(-z^2/2) takes z^2 as an exact two-float product (the argument reaches -120,
- * where rounding it once would cost up to 120 ulp), scaled by 2^64 so Phi(-z) stays normal.
- * x < 0 (and -0): x Phi(-z), rounded into the subnormals last (below about -14.9 it is -0, -inf
- * included); x > 0: x (1 - Phi(-z)) as one fma, x itself past 5.5.  Measured over every F32 input:
- * at most 3 ulp. */
+ * GELU_ERF(x) = x Phi(x), Phi the normal CDF.  z = |x| clamped to 15.5 (inf and NaN too), where
+ * Phi(-z) = exp(-z^2/2) R(z), R(z) = erfcx(z/sqrt 2)/2 smooth from 1/2 at 0 down to 0.026: interval
+ * k = floor(z), u = z - k in [0, 1], R by a degree-7 polynomial (relative fit error 6e-8, R(0) = 1/2
+ * exactly).  -z^2/2 = w + wl exactly (the argument reaches -120, where rounding it once would cost up
+ * to 120 ulp); exp(w + wl) = 2^n (1 + s) with s = e + wl (1 + e), e = expm1(w - n ln2) as in exp, and
+ * Phi(-z) 2^64 = fma(R, s, R) 2^(n+64): exp and the product round once together, and the 2^64 keeps
+ * Phi(-z) normal.  x <= 0: x Phi(-z), then the 2^-64, so a subnormal result rounds once more (below
+ * about -14.9 it is -0, -inf included); x > 0: x - x Phi(-z) as one fma (x itself from 5.5 on, +inf
+ * included).  Error: R's fit and evaluation plus one rounding each for the fma, the product and the
+ * scaling; measured over every F32 input: at most 2 ulp. */
+
+/* min(a, c) of a >= 0 (or a NaN, which gives c) and c > 0, compared as bits (ordered like the values
+ * there): the float select a < c ? a : c feeding a table index keeps GCC from vectorizing the loop */
+FK_VM_INLINE float fk_min_nonneg_f32(float a, float c) {
+    uint32_t ab = fk_f32_bits(a), cb = fk_f32_bits(c);
+    return fk_bits_f32(ab < cb ? ab : cb);
+}
+/* The interval of 0 <= v < 16: floor(v) as a float (v - 1/2 rounded to an integer, so an integer v
+ * may take the interval below, at its upper end), and *k the same as an index from the bits of the
+ * rounding sum (a float-to-int conversion there keeps GCC from vectorizing; a NaN v gives some k in
+ * 0..15).  *k is signed: GCC does not gather with an unsigned index. */
+FK_VM_INLINE float fk_interval_f32(float v, int32_t *k) {
+    float m = (v - 0.5f) + FK_ROUND_MAGIC;
+    *k = (int32_t)(fk_f32_bits(m) & 15u);
+    return m - FK_ROUND_MAGIC;
+}
 #define FK_ERF_DEGREE 5
 #define FK_GELU_ERF_DEGREE 7
-/* fk_erf_tab[j][k]: the coefficient of u^(5-j) on interval k (rows 0-3: erf(a)/a - 1, then erfc) */
+/* fk_erf_tab[j][k]: the coefficient of u^(5-j) on interval k (k < 4: of erf(a)/a - 1, then of erfc) */
 static const float fk_erf_tab[6][16] = {
     {-1.907413639e-02f, -4.605611786e-02f, -4.652833939e-02f, -2.549511008e-02f, 6.101588160e-02f, 3.015303053e-02f, 1.940525486e-03f, -1.146455295e-02f, -1.238842029e-02f, -8.238130249e-03f, -4.138342105e-03f, -1.674209721e-03f, -5.612701061e-04f, -1.586098952e-04f, -3.815833043e-05f, -7.871621165e-06f},
     {1.179525629e-01f, 9.147200733e-02f, 3.106409684e-02f, -2.847005613e-02f, -6.649094075e-02f, 1.113766432e-02f, 4.816935211e-02f, 4.933072254e-02f, 3.414558619e-02f, 1.835251600e-02f, 8.051278070e-03f, 2.953700023e-03f, 9.184406954e-04f, 2.442614641e-04f, 5.588675413e-05f, 1.104920921e-05f},
@@ -275,22 +296,23 @@ static const float fk_gelu_erf_tab[8][16] = {
 
 FK_VM_INLINE float fk_fast_erff(float x) {
     float a = fabsf(x);
-    float ac = a < 3.99f ? a : 3.99f;                          /* NaN too (kept below) */
-    int32_t k = (int32_t)(ac * 4.0f);
-    float u = fmaf((float)k, -0.25f, ac);                       /* exact */
+    float ac = fk_min_nonneg_f32(a, 3.99f);                    /* NaN too (kept below) */
+    int32_t k;
+    float n = fk_interval_f32(4.0f * ac, &k);
+    float u = fmaf(n, -0.25f, ac);                              /* exact */
     float p = fk_erf_tab[0][k];
 #pragma GCC unroll 8
     for (int j = 1; j <= FK_ERF_DEGREE; j++) p = fmaf(p, u, fk_erf_tab[j][k]);
-    float y = k < 4 ? fmaf(x, p, x) : copysignf(1.0f - p, x);
+    float y = n < 4.0f ? fmaf(x, p, x) : copysignf(1.0f - p, x);
     return fk_keep_nan(x, y);
 }
 
 FK_VM_INLINE float fk_fast_gelu_erff(float x) {
     float z = fabsf(x);
-    float zc = z < 15.5f ? z : 15.5f;                           /* NaN too (kept below) */
+    float zc = fk_min_nonneg_f32(z, 15.5f);                     /* NaN too (kept below) */
     float xc = copysignf(zc, x);
-    int32_t k = (int32_t)zc;
-    float u = zc - (float)k;                                    /* exact */
+    int32_t k;
+    float u = zc - fk_interval_f32(zc, &k);                     /* exact */
     float r = fk_gelu_erf_tab[0][k];
 #pragma GCC unroll 8
     for (int j = 1; j <= FK_GELU_ERF_DEGREE; j++) r = fmaf(r, u, fk_gelu_erf_tab[j][k]);
@@ -298,9 +320,10 @@ FK_VM_INLINE float fk_fast_gelu_erff(float x) {
      * as in exp; R (1 + s) is one fma, so neither exp nor the product rounds on its own */
     float zn = -0.5f * zc;
     float w = zn * zc, wl = fmaf(zn, zc, -w);
-    float n = fmaf(w, 1.44269504088896341f, FK_ROUND_MAGIC) - FK_ROUND_MAGIC;
-    float e = fk_expm1_reduced(fmaf(n, 2.12194440e-4f, fmaf(n, -0.693359375f, w)));
-    float q = fmaf(r, e + fmaf(e, wl, wl), r) * fk_pow2i_f32((int32_t)n + 64);   /* Phi(-z) 2^64 */
+    float m = fmaf(w, 1.44269504088896341f, FK_ROUND_MAGIC);  /* as in exp: n = m - 1.5 * 2^23 */
+    float e = fk_expm1_reduced(fmaf(m - FK_ROUND_MAGIC, 2.12194440e-4f, fmaf(m - FK_ROUND_MAGIC, -0.693359375f, w)));
+    int32_t ni = (int32_t)(fk_f32_bits(m) - 0x4B400000u);
+    float q = fmaf(r, e + fmaf(e, wl, wl), r) * fk_pow2i_f32(ni + 64);   /* Phi(-z) 2^64 */
     float y = x > 0.0f ? fmaf(-xc, q * FK_TWO_POW_M64, x) : (xc * q) * FK_TWO_POW_M64;
     return fk_keep_nan(x, y);
 }
@@ -541,14 +564,15 @@ FK_VM_INLINE float fk_gelu_erf_grad_f32(float x) {
     return fk_keep_nan(x, fmaf(xc, pdf, cdf));
 }
 
-/* ---- exp, sigmoid and SiLU on 16 AVX-512 lanes ----------------------------------------------------
+/* ---- exp, sigmoid, SiLU, erf and GELU (erf form) on 16 AVX-512 lanes -------------------------------
  * GCC does not vectorize ldexpf, so the portable exp builds 2^n from integer bit operations and
  * applies it as two exact power-of-two factors (9 of its ~27 vector operations).  AVX-512's vscalefps
  * does it in one: y 2^n rounded once, overflowing to inf and underflowing gradually, which is the one
- * rounding the two factors give.  These are the 16-lane forms of fk_expf_scaled, fk_fast_sigmoidf
- * and fk_fast_siluf, step for step, and return the same bits for every F32 input (compared on all
- * 2^32); the contiguous EXP, SIGMOID and SILU loops and the softmax rows run them on x86-64-v4 CPUs
- * (FK_ISA_PICK) and the portable functions elsewhere.  fk_v4_map_f32 / fk_v4_map_bf16 apply one to
+ * rounding the two factors give.  erf and GELU_ERF look their coefficients up with vpermps where the
+ * portable loops gather.  These are the 16-lane forms of fk_expf_scaled, fk_fast_sigmoidf,
+ * fk_fast_siluf, fk_fast_erff and fk_fast_gelu_erff, step for step, and return the same bits for every
+ * F32 input (compared on all 2^32); the contiguous EXP, SIGMOID, SILU, ERF and GELU_ERF loops and the
+ * softmax rows run them on x86-64-v4 CPUs (FK_ISA_PICK) and the portable functions elsewhere.  fk_v4_map_f32 / fk_v4_map_bf16 apply one to
  * a row, the tail through masked loads and stores (the lanes past the end compute on zeros and are
  * not stored). */
 #if FK_HAVE_ISA_V4
@@ -557,6 +581,17 @@ FK_VM_INLINE float fk_gelu_erf_grad_f32(float x) {
 
 FK_V4_INLINE __m512 fk_v4_keep_nan(__m512 x, __m512 y) {
     return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
+}
+
+/* fk_expm1_reduced */
+FK_V4_INLINE __m512 fk_v4_expm1_reduced(__m512 r) {
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    return _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r);
 }
 
 /* fk_expf_scaled: the same clamp, reduction and polynomial; 2^(n + scale) by vscalefps */
@@ -568,13 +603,7 @@ FK_V4_INLINE __m512 fk_v4_expf_scaled(__m512 x, float scale) {
     __m512 n = _mm512_sub_ps(k, _mm512_set1_ps(FK_ROUND_MAGIC));
     __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), xc);
     r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+    __m512 y = _mm512_add_ps(fk_v4_expm1_reduced(r), _mm512_set1_ps(1.0f));
     y = _mm512_scalef_ps(y, scale == 0.0f ? n : _mm512_add_ps(n, _mm512_set1_ps(scale)));
     return fk_v4_keep_nan(x, y);
 }
@@ -604,6 +633,12 @@ FK_V4_INLINE __m512 fk_v4_siluf(__m512 x) {
 FK_V4_INLINE __m512 fk_v4_lookup(const float *row, __m512i k) {
     return _mm512_permutexvar_ps(k, _mm512_loadu_ps(row));
 }
+/* fk_interval_f32; the index is the rounding sum's bits, of which vpermps reads the low 4 */
+FK_V4_INLINE __m512 fk_v4_interval(__m512 v, __m512i *k) {
+    __m512 m = _mm512_add_ps(_mm512_sub_ps(v, _mm512_set1_ps(0.5f)), _mm512_set1_ps(FK_ROUND_MAGIC));
+    *k = _mm512_castps_si512(m);
+    return _mm512_sub_ps(m, _mm512_set1_ps(FK_ROUND_MAGIC));
+}
 FK_V4_INLINE __m512 fk_v4_copysign(__m512 mag, __m512 sgn) {
     return _mm512_castsi512_ps(_mm512_ternarylogic_epi32(_mm512_castps_si512(mag), _mm512_castps_si512(sgn),
                                                          _mm512_set1_epi32(0x7fffffff), 0xe4));
@@ -613,12 +648,13 @@ FK_V4_INLINE __m512 fk_v4_copysign(__m512 mag, __m512 sgn) {
 FK_V4_INLINE __m512 fk_v4_erff(__m512 x) {
     __m512 a = _mm512_abs_ps(x);
     __m512 ac = _mm512_mask_mov_ps(_mm512_set1_ps(3.99f), _mm512_cmp_ps_mask(a, _mm512_set1_ps(3.99f), _CMP_LT_OQ), a);
-    __m512i k = _mm512_cvttps_epi32(_mm512_mul_ps(ac, _mm512_set1_ps(4.0f)));
-    __m512 u = _mm512_fmadd_ps(_mm512_cvtepi32_ps(k), _mm512_set1_ps(-0.25f), ac);
+    __m512i k;
+    __m512 n = fk_v4_interval(_mm512_mul_ps(_mm512_set1_ps(4.0f), ac), &k);
+    __m512 u = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.25f), ac);
     __m512 p = fk_v4_lookup(fk_erf_tab[0], k);
     for (int j = 1; j <= FK_ERF_DEGREE; j++) p = _mm512_fmadd_ps(p, u, fk_v4_lookup(fk_erf_tab[j], k));
     __m512 big = fk_v4_copysign(_mm512_sub_ps(_mm512_set1_ps(1.0f), p), x);
-    __mmask16 small = _mm512_cmplt_epi32_mask(k, _mm512_set1_epi32(4));
+    __mmask16 small = _mm512_cmp_ps_mask(n, _mm512_set1_ps(4.0f), _CMP_LT_OQ);
     __m512 y = _mm512_mask_mov_ps(big, small, _mm512_fmadd_ps(x, p, x));
     return fk_v4_keep_nan(x, y);
 }
@@ -628,8 +664,8 @@ FK_V4_INLINE __m512 fk_v4_gelu_erff(__m512 x) {
     __m512 z = _mm512_abs_ps(x);
     __m512 zc = _mm512_mask_mov_ps(_mm512_set1_ps(15.5f), _mm512_cmp_ps_mask(z, _mm512_set1_ps(15.5f), _CMP_LT_OQ), z);
     __m512 xc = fk_v4_copysign(zc, x);
-    __m512i k = _mm512_cvttps_epi32(zc);
-    __m512 u = _mm512_sub_ps(zc, _mm512_cvtepi32_ps(k));
+    __m512i k;
+    __m512 u = _mm512_sub_ps(zc, fk_v4_interval(zc, &k));
     __m512 r = fk_v4_lookup(fk_gelu_erf_tab[0], k);
     for (int j = 1; j <= FK_GELU_ERF_DEGREE; j++) r = _mm512_fmadd_ps(r, u, fk_v4_lookup(fk_gelu_erf_tab[j], k));
     __m512 zn = _mm512_mul_ps(_mm512_set1_ps(-0.5f), zc);
@@ -638,13 +674,7 @@ FK_V4_INLINE __m512 fk_v4_gelu_erff(__m512 x) {
                              _mm512_set1_ps(FK_ROUND_MAGIC));
     __m512 rr = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), w);
     rr = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), rr);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, rr, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, rr, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, rr, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, rr, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, rr, _mm512_set1_ps(5.0000001201e-1f));
-    __m512 e = _mm512_fmadd_ps(p, _mm512_mul_ps(rr, rr), rr);
+    __m512 e = fk_v4_expm1_reduced(rr);
     __m512 q = _mm512_fmadd_ps(r, _mm512_add_ps(e, _mm512_fmadd_ps(e, wl, wl)), r);
     q = _mm512_scalef_ps(q, _mm512_add_ps(n, _mm512_set1_ps(64.0f)));
     __m512 m64 = _mm512_set1_ps(FK_TWO_POW_M64);
