@@ -556,7 +556,7 @@ FK_VM_INLINE float fk_gelu_grad_f32(float x) {
  * division; 1/2 for |x| < 2^-60), phi(x) = exp(-x^2/2) / sqrt(2 pi) with x^2 in two floats.  x is
  * clamped to +-15, where Phi is 0 or 1 and x phi(x) is 0 in F32. */
 FK_VM_INLINE float fk_gelu_erf_grad_f32(float x) {
-    float xc = fk_clamp_f32(x, -15.0f, 15.0f);
+    float xc = copysignf(fk_min_nonneg_f32(fabsf(x), 15.0f), x);       /* NaN too (kept below) */
     float g = fk_fast_gelu_erff(xc);
     float cdf = fabsf(xc) < 8.67361738e-19f ? 0.5f : g / xc;
     float h = xc * xc, l = fmaf(xc, xc, -h);
