@@ -751,9 +751,9 @@ CLAIMS.update({
                                "via F64 C library"),
     "UNARY_SILU_F32": Claim(3, "vectorized: x exp(-|x|) / (1 + exp(-|x|)), scaled past the subnormals"),
     "UNARY_GELU_F32": Claim(3, "vectorized: x sigmoid(w), w as a two-float sum"),
-    "UNARY_GELU_ERF_F32": Claim(4, "vectorized: 0.5x erfc(-x/sqrt 2), erfc tail exp(-a^2) erfcx(a) with a^2 "
-                                   "in two floats"),
-    "UNARY_ERF_F32": Claim(1, "vectorized: odd polynomial below 1, 1 - exp(-x^2) erfcx(x) above"),
+    "UNARY_GELU_ERF_F32": Claim(4, "vectorized: x Phi(x), Phi(-|x|) = exp(-x^2/2) R(|x|), x^2 in two "
+                                   "floats, R piecewise"),
+    "UNARY_ERF_F32": Claim(1, "vectorized: piecewise polynomial, x + x p below 1, 1 - erfc above"),
     "UNARY_POWI_F32": Claim(1, "vectorized: exact for exp 1, 2, -1; two-float powers for 3..8; else "
                                "two-float exp2(exp log2|x|)"),
     "UNARY_LIBM_F64": Claim(2, "C library in F64 (glibc documents <= 2 ulp for tanh, erf)"),

@@ -2,9 +2,11 @@
  * (tanh form), GELU (erf form), erf, rsqrt, pow and integer pow.  F16 and BF16 kernels call the
  * same functions on the widened value and round the F32 result once; F64 kernels use the C library.
  *
- * Every function is branch-free inline code (selects, no calls; fmaf is one instruction in the
- * x86-64-v3/v4 builds and the exactly rounded C fmaf in the baseline build, so every build returns
- * the same bits), which GCC vectorizes inside the FK_MV_COMPUTE loops of elementwise_kernels.h.
+ * Every function is branch-free inline code (selects and table lookups, no calls; fmaf is one
+ * instruction in the x86-64-v3/v4 builds and the exactly rounded C fmaf in the baseline build, so
+ * every build returns the same bits), which GCC vectorizes inside the FK_MV_COMPUTE loops of
+ * elementwise_kernels.h (the table lookups of erf and GELU_ERF as gathers, so their baseline-build
+ * loops stay scalar).
  * The one exception is sin/cos of |x| > FK_TRIG_FAST_MAX (rare): the kernels send those elements
  * to the C library in F64, in a separate scalar pass (see fk_trig_needs_slow_path).
  *
@@ -233,72 +235,97 @@ static inline float fk_cosf_any(float x) {
 }
 
 /* ---- erf, GELU (erf form) -------------------------------------------------------------------------
- * |x| < 1: erf(x) = x + x P(x^2) (P(0) = 2/sqrt(pi) - 1, a least-squares fit with F32 coefficients,
- * relative error 3.2e-9).  a = |x| >= 1: erfc(a) = exp(-a^2) erfcx(a), erfcx fitted on [1, 10.5]
- * and exp(-a^2) with a^2 as an exact two-float product, so erfc keeps its relative accuracy deep
- * into the tail (GELU's negative side needs it). */
-FK_VM_INLINE float fk_erf_small_poly(float z) {       /* erf(x)/x - 1, z = x^2 <= 1 */
-    static const float erf_p[] = {-9.631385183e-06f, 1.124984628e-04f, -8.481259574e-04f,
-                                  5.220786668e-03f, -2.686531842e-02f, 1.128377989e-01f,
-                                  -3.761263788e-01f, 1.283791661e-01f};
-    return fk_horner_f32(z, erf_p, 8);
+ * Both are piecewise polynomials: 16 equal intervals, the one of each element picked by an index, so
+ * that on AVX-512 one vpermps looks a coefficient up for 16 lanes (the portable loops gather from the
+ * table; the x86-64-v3 clones vectorize with vgatherdps).  One polynomial per element, no division.
+ * The coefficients were fitted in F64 to the relative error (the absolute one for erf(a)/a - 1) at
+ * Chebyshev nodes, rounded to F32 from the constant term up, each step refitting the rest.
+ *
+ * erf: a = |x| clamped to 3.99 (past 3.92 erf rounds to +-1), interval k = floor(4a), u = a - k/4 in
+ * [0, 1/4], a degree-5 polynomial p(u).  Below 1 (k < 4) p = erf(a)/a - 1 (fit within 4e-9) and
+ * erf(x) = x + x p, one rounding, relative down to the subnormals; from 1 on p = erfc(a) (relative fit
+ * error 2.1e-8 at 1, growing to 2.6e-5 at 4) and erf(x) = +-(1 - p), where erfc/erf <= 0.19 shrinks
+ * p's error five-fold and more (erfc/erf = 1.5e-8 at 4).  Measured over every F32 input: at most 1 ulp.
+ *
+ * GELU_ERF(x) = x Phi(x), Phi the normal CDF.  z = |x| clamped to 15.5 (inf and NaN too), where
+ * Phi(-z) = exp(-z^2/2) R(z), R(z) = erfcx(z/sqrt 2)/2 smooth from 1/2 at 0 down to 0.026: interval
+ * k = floor(z), u = z - k in [0, 1], R by a degree-7 polynomial (relative fit error 6e-8, R(0) = 1/2
+ * exactly).  -z^2/2 = w + wl exactly (the argument reaches -120, where rounding it once would cost up
+ * to 120 ulp); exp(w + wl) = 2^n (1 + s) with s = e + wl (1 + e), e = expm1(w - n ln2) as in exp, and
+ * Phi(-z) 2^64 = fma(R, s, R) 2^(n+64): exp and the product round once together, and the 2^64 keeps
+ * Phi(-z) normal.  x <= 0: x Phi(-z), then the 2^-64, so a subnormal result rounds once more (below
+ * about -14.9 it is -0, -inf included); x > 0: x - x Phi(-z) as one fma (x itself from 5.5 on, +inf
+ * included).  Error: R's fit and evaluation plus one rounding each for the fma, the product and the
+ * scaling; measured: at most 3 ulp (56 inputs near x = -0.8 and -1.8; every input with
+ * 2^-30 <= |x| < 16 checked, every 8th elsewhere, where the result is x, -0 or about x/2). */
+
+/* min(a, c) of a >= 0 (or a NaN, which gives c) and c > 0, compared as bits (ordered like the values
+ * there): the float select a < c ? a : c feeding a table index keeps GCC from vectorizing the loop */
+FK_VM_INLINE float fk_min_nonneg_f32(float a, float c) {
+    uint32_t ab = fk_f32_bits(a), cb = fk_f32_bits(c);
+    return fk_bits_f32(ab < cb ? ab : cb);
 }
-/* erfc(a) * 2^scale for 1 <= a <= 10.5, a + al being the argument to about 2^-48 relative:
- * exp(-a^2) R with R = erfcx(a) = t S(v), t = 1/(a + 2) and S a degree-8 fit in v = t - 0.206666663
- * (relative error 5e-8 in F64).  t, the last Horner step and the product t S are carried in two
- * floats, which keeps R within about 1e-7 where one-float steps lose 3e-7. */
-FK_VM_INLINE float fk_erfc_tail(float a, float al, int32_t scale) {
-    float dh = a + 2.0f, dl = a - (dh - 2.0f);                 /* a + 2 exactly */
-    float th = 1.0f / dh;
-    float tl = (fmaf(-th, dh, 1.0f) - th * dl) * th;            /* t = th + tl (tl to 2^-24 of itself) */
-    float v = (th - 0.206666663f) + tl;
-    float p = -1.931370354e+01f;
-    p = fmaf(p, v, 2.387323952e+01f);
-    p = fmaf(p, v, 6.275999069e+00f);
-    p = fmaf(p, v, -9.165616035e+00f);
-    p = fmaf(p, v, -3.761174679e+00f);
-    p = fmaf(p, v, 3.143532991e+00f);
-    p = fmaf(p, v, 4.112325668e+00f);
-    p = fmaf(p, v, 2.375911474e+00f);
-    float sh = fmaf(p, v, 9.106633067e-01f);
-    float sl = fmaf(p, v, 9.106633067e-01f - sh);              /* S = sh + sl */
-    float r = fmaf(th, sh, th * sl + tl * sh);                  /* R = t S */
-    float h = a * a;
-    float l = fmaf(a, a, -h) + 2.0f * a * al;                   /* a^2 = h + l */
-    return fk_expf_dd_scaled(-h, -l, scale) * r;
+/* The interval of 0 <= v < 16: floor(v) as a float (v - 1/2 rounded to an integer, so an integer v
+ * may take the interval below, at its upper end), and *k the same as an index from the bits of the
+ * rounding sum (a float-to-int conversion there keeps GCC from vectorizing; a NaN v gives some k in
+ * 0..15).  *k is signed: GCC does not gather with an unsigned index. */
+FK_VM_INLINE float fk_interval_f32(float v, int32_t *k) {
+    float m = (v - 0.5f) + FK_ROUND_MAGIC;
+    *k = (int32_t)(fk_f32_bits(m) & 15u);
+    return m - FK_ROUND_MAGIC;
 }
+#define FK_ERF_DEGREE 5
+#define FK_GELU_ERF_DEGREE 7
+/* fk_erf_tab[j][k]: the coefficient of u^(5-j) on interval k (k < 4: of erf(a)/a - 1, then of erfc) */
+static const float fk_erf_tab[6][16] = {
+    {-1.907413639e-02f, -4.605611786e-02f, -4.652833939e-02f, -2.549511008e-02f, 6.101588160e-02f, 3.015303053e-02f, 1.940525486e-03f, -1.146455295e-02f, -1.238842029e-02f, -8.238130249e-03f, -4.138342105e-03f, -1.674209721e-03f, -5.612701061e-04f, -1.586098952e-04f, -3.815833043e-05f, -7.871621165e-06f},
+    {1.179525629e-01f, 9.147200733e-02f, 3.106409684e-02f, -2.847005613e-02f, -6.649094075e-02f, 1.113766432e-02f, 4.816935211e-02f, 4.933072254e-02f, 3.414558619e-02f, 1.835251600e-02f, 8.051278070e-03f, 2.953700023e-03f, 9.184406954e-04f, 2.442614641e-04f, 5.588675413e-05f, 1.104920921e-05f},
+    {-6.244762917e-04f, 1.044430509e-01f, 1.670839190e-01f, 1.698195636e-01f, -1.387361288e-01f, -1.682082862e-01f, -1.392224729e-01f, -9.031353146e-02f, -4.817606136e-02f, -2.162192948e-02f, -8.271187544e-03f, -2.718705451e-03f, -7.719240384e-04f, -1.900609059e-04f, -4.069179704e-05f, -7.591990652e-06f},
+    {-3.760933578e-01f, -3.353372514e-01f, -2.299248725e-01f, -1.002462134e-01f, 4.151284099e-01f, 2.956927121e-01f, 1.784240156e-01f, 9.236569703e-02f, 4.133084044e-02f, 1.606357098e-02f, 5.440611392e-03f, 1.609572791e-03f, 4.166472645e-04f, 9.449128993e-05f, 1.879354750e-05f, 3.280689725e-06f},
+    {-5.401044518e-07f, -1.811659336e-01f, -3.244341314e-01f, -4.070346057e-01f, -4.151078463e-01f, -2.365220487e-01f, -1.189309284e-01f, -5.277521536e-02f, -2.066691220e-02f, -7.142156363e-03f, -2.178158145e-03f, -5.862105754e-04f, -1.392252016e-04f, -2.917961319e-05f, -5.396766483e-06f, -8.807979839e-07f},
+    {1.283791661e-01f, 1.053055599e-01f, 4.099975526e-02f, -5.179249123e-02f, 1.572992057e-01f, 7.709987462e-02f, 3.389485553e-02f, 1.332832966e-02f, 4.677734803e-03f, 1.462715911e-03f, 4.069514689e-04f, 1.006216335e-04f, 2.209037302e-05f, 4.302737125e-06f, 7.430861615e-07f, 1.137242975e-07f}};
+/* fk_gelu_erf_tab[j][k]: the coefficient of u^(7-j) of R on [k, k + 1] */
+static const float fk_gelu_erf_tab[8][16] = {
+    {-1.064413576e-03f, -1.051355575e-04f, -1.001362853e-05f, -2.290917564e-06f, -2.314432777e-06f, 2.483915978e-06f, 2.938613534e-06f, 1.699828886e-06f, 3.612347541e-07f, -5.367851372e-07f, 1.742774884e-06f, -3.918812865e-07f, -1.737671823e-06f, 3.691329766e-07f, -5.666614129e-07f, 8.107798521e-07f},
+    {6.973649841e-03f, 7.504144451e-04f, 9.766893345e-05f, 2.200075141e-05f, 1.242878625e-05f, -8.160904144e-06f, -1.061998137e-05f, -6.212770131e-06f, -1.272649911e-06f, 2.061987288e-06f, -6.533636224e-06f, 1.485905386e-06f, 6.540495178e-06f, -1.382871801e-06f, 2.131991096e-06f, -3.044957793e-06f},
+    {-2.402943559e-02f, -2.965214895e-03f, -4.995844210e-04f, -1.218772377e-04f, -4.626329974e-05f, 2.312548304e-06f, 1.187466569e-05f, 7.467715932e-06f, 9.716134173e-07f, -3.607338840e-06f, 9.553283235e-06f, -2.403254939e-06f, -9.943735677e-06f, 2.013721769e-06f, -3.248599342e-06f, 4.549277946e-06f},
+    {6.138200313e-02f, 9.167077951e-03f, 1.944282325e-03f, 5.523684667e-04f, 1.997194922e-04f, 6.642423250e-05f, 2.271234916e-05f, 1.054756103e-05f, 8.218078619e-06f, 8.003599760e-06f, -4.115987394e-06f, 3.898507202e-06f, 8.985750355e-06f, -6.120414469e-07f, 3.140756235e-06f, -3.016863047e-06f},
+    {-1.327107698e-01f, -2.506415732e-02f, -6.692823954e-03f, -2.309169155e-03f, -9.616579046e-04f, -4.516226763e-04f, -2.357753692e-04f, -1.350188832e-04f, -8.362852532e-05f, -5.510088158e-05f, -3.316275615e-05f, -2.587197378e-05f, -2.108916851e-05f, -1.253374103e-05f, -1.088813224e-05f, -6.105330613e-06f},
+    {2.499682307e-01f, 6.210460514e-02f, 2.131050639e-02f, 9.156076238e-03f, 4.606524948e-03f, 2.594233956e-03f, 1.589328167e-03f, 1.038424089e-03f, 7.134910556e-04f, 5.102835130e-04f, 3.759915417e-04f, 2.858720836e-04f, 2.223744232e-04f, 1.752713288e-04f, 1.413113059e-04f, 1.148502561e-04f},
+    {-3.989409804e-01f, -1.373638809e-01f, -6.273808330e-02f, -3.440041468e-02f, -2.129977569e-02f, -1.434565894e-02f, -1.026628725e-02f, -7.687842008e-03f, -5.961897783e-03f, -4.753199406e-03f, -3.875277936e-03f, -3.218508326e-03f, -2.714688424e-03f, -2.319879131e-03f, -2.005052753e-03f, -1.749917166e-03f},
+    {5.000000000e-01f, 2.615782917e-01f, 1.681019962e-01f, 1.215139478e-01f, 9.441064298e-02f, 7.691930234e-02f, 6.477931142e-02f, 5.589348078e-02f, 4.912254587e-02f, 4.379878938e-02f, 3.950669244e-02f, 3.597488999e-02f, 3.301897272e-02f, 3.050941415e-02f, 2.835266106e-02f, 2.647948824e-02f}};
 
 FK_VM_INLINE float fk_fast_erff(float x) {
     float a = fabsf(x);
-    float small = fmaf(x, fk_erf_small_poly(x * x), x);
-    float ac = fk_clamp_f32(a, 1.0f, 4.0f);            /* erf rounds to 1 from 3.92 on */
-    float big = copysignf(1.0f - fk_erfc_tail(ac, 0.0f, 0), x);
-    float y = a < 1.0f ? small : big;
+    float ac = fk_min_nonneg_f32(a, 3.99f);                    /* NaN too (kept below) */
+    int32_t k;
+    float n = fk_interval_f32(4.0f * ac, &k);
+    float u = fmaf(n, -0.25f, ac);                              /* exact */
+    float p = fk_erf_tab[0][k];
+#pragma GCC unroll 8
+    for (int j = 1; j <= FK_ERF_DEGREE; j++) p = fmaf(p, u, fk_erf_tab[j][k]);
+    float y = n < 4.0f ? fmaf(x, p, x) : copysignf(1.0f - p, x);
     return fk_keep_nan(x, y);
 }
 
-/* GELU_ERF = 0.5 x erfc(-x/sqrt 2).  With u = x/sqrt 2 (as a two-float value) and a = |u|:
- * x >= 0: 0.5 x (1 + erf(a)); x < 0: 0.5 x erfc(a), with erfc(a) = (1 - a) - a P(a^2) below 1
- * (no cancellation: erfc >= 0.157 there) and the tail formula above (past a = 10.5 the result
- * is below the smallest subnormal). */
 FK_VM_INLINE float fk_fast_gelu_erff(float x) {
-    float uh = x * 7.071067691e-01f;
-    float ul = fmaf(x, 7.071067691e-01f, -uh) + x * 1.210161749e-08f;
-    float a = fabsf(uh);
-    float al = x < 0.0f ? -ul : ul;
-    float p = fk_erf_small_poly(a * a);
-    float ac = fk_clamp_f32(a, 1.0f, 10.5f);
-    float tail = fk_erfc_tail(ac, a > 1.0f && a < 10.5f ? al : 0.0f, 64);   /* erfc(a) 2^64 */
-    /* x < 0: 0.5 x erfc(a), the tail kept 2^64 larger until the last rounding */
-    /* below 1, erfc(a + al) = (1 - a) - a P(a^2) - al erf'(a); erf'(a) = 2/sqrt(pi) exp(-a^2) by
-     * its Taylor polynomial (the al term matters: erfc(a) is down to 0.157 there) */
-    float z = a * a;
-    float d = 1.128379167e+00f * (1.0f - z * (1.0f - z * (0.5f - z * (1.666666716e-01f - z * 4.166666791e-02f))));
-    float erfc_small = fmaf(-a, p, (1.0f - a) - al * d);
-    float neg = a < 1.0f ? 0.5f * x * erfc_small : (0.5f * x * tail) * FK_TWO_POW_M64;
-    neg = a < 10.5f ? neg : -0.0f;                            /* -inf included */
-    float erf_a = a < 1.0f ? fmaf(a, p, a) : 1.0f - tail * FK_TWO_POW_M64;
-    float y = x < 0.0f ? neg : 0.5f * x * (1.0f + erf_a);
+    float z = fabsf(x);
+    float zc = fk_min_nonneg_f32(z, 15.5f);                     /* NaN too (kept below) */
+    float xc = copysignf(zc, x);
+    int32_t k;
+    float u = zc - fk_interval_f32(zc, &k);                     /* exact */
+    float r = fk_gelu_erf_tab[0][k];
+#pragma GCC unroll 8
+    for (int j = 1; j <= FK_GELU_ERF_DEGREE; j++) r = fmaf(r, u, fk_gelu_erf_tab[j][k]);
+    /* -z^2/2 = w + wl exactly; exp(w + wl) = 2^n (1 + s), s = e + wl (1 + e), e = expm1(w - n ln2)
+     * as in exp; R (1 + s) is one fma, so neither exp nor the product rounds on its own */
+    float zn = -0.5f * zc;
+    float w = zn * zc, wl = fmaf(zn, zc, -w);
+    float m = fmaf(w, 1.44269504088896341f, FK_ROUND_MAGIC);  /* as in exp: n = m - 1.5 * 2^23 */
+    float e = fk_expm1_reduced(fmaf(m - FK_ROUND_MAGIC, 2.12194440e-4f, fmaf(m - FK_ROUND_MAGIC, -0.693359375f, w)));
+    int32_t ni = (int32_t)(fk_f32_bits(m) - 0x4B400000u);
+    float q = fmaf(r, e + fmaf(e, wl, wl), r) * fk_pow2i_f32(ni + 64);   /* Phi(-z) 2^64 */
+    float y = x > 0.0f ? fmaf(-xc, q * FK_TWO_POW_M64, x) : (xc * q) * FK_TWO_POW_M64;
     return fk_keep_nan(x, y);
 }
 
@@ -530,7 +557,7 @@ FK_VM_INLINE float fk_gelu_grad_f32(float x) {
  * division; 1/2 for |x| < 2^-60), phi(x) = exp(-x^2/2) / sqrt(2 pi) with x^2 in two floats.  x is
  * clamped to +-15, where Phi is 0 or 1 and x phi(x) is 0 in F32. */
 FK_VM_INLINE float fk_gelu_erf_grad_f32(float x) {
-    float xc = fk_clamp_f32(x, -15.0f, 15.0f);
+    float xc = copysignf(fk_min_nonneg_f32(fabsf(x), 15.0f), x);       /* NaN too (kept below) */
     float g = fk_fast_gelu_erff(xc);
     float cdf = fabsf(xc) < 8.67361738e-19f ? 0.5f : g / xc;
     float h = xc * xc, l = fmaf(xc, xc, -h);
@@ -538,15 +565,17 @@ FK_VM_INLINE float fk_gelu_erf_grad_f32(float x) {
     return fk_keep_nan(x, fmaf(xc, pdf, cdf));
 }
 
-/* ---- exp, log, sigmoid and SiLU on 16 AVX-512 lanes -----------------------------------------------
+/* ---- exp, log, sigmoid, SiLU, erf and GELU (erf form) on 16 AVX-512 lanes ----------------------
  * GCC does not vectorize ldexpf, so the portable exp builds 2^n from integer bit operations and
  * applies it as two exact power-of-two factors (9 of its ~27 vector operations).  AVX-512's vscalefps
  * does it in one: y 2^n rounded once, overflowing to inf and underflowing gradually, which is the one
- * rounding the two factors give.  These are the 16-lane forms of fk_expf_scaled, fk_fast_sigmoidf
- * and fk_fast_siluf, step for step (fk_v4_logf: fk_fast_logf with the exponent split by vgetexpps and
- * vgetmantps), and return the same bits for every F32 input (compared on all 2^32); the contiguous
- * EXP, LOG, SIGMOID and SILU loops and the softmax rows run them on x86-64-v4 CPUs
- * (FK_ISA_PICK) and the portable functions elsewhere.  fk_v4_map_f32 / fk_v4_map_bf16 apply one to
+ * rounding the two factors give.  log splits its argument with vgetexpps / vgetmantps where the
+ * portable code uses bit arithmetic; erf and GELU_ERF look their coefficients up with vpermps where
+ * the portable loops gather.  These are the 16-lane forms of fk_expf_scaled, fk_fast_logf,
+ * fk_fast_sigmoidf, fk_fast_siluf, fk_fast_erff and fk_fast_gelu_erff, step for step, and return the
+ * same bits for every F32 input (compared on all 2^32); the contiguous EXP, LOG, SIGMOID, SILU, ERF
+ * and GELU_ERF loops and the softmax rows run them on x86-64-v4 CPUs (FK_ISA_PICK) and the portable
+ * functions elsewhere.  fk_v4_map_f32 / fk_v4_map_bf16 apply one to
  * a row, the tail through masked loads and stores (the lanes past the end compute on zeros and are
  * not stored). */
 #if FK_HAVE_ISA_V4
@@ -555,6 +584,17 @@ FK_VM_INLINE float fk_gelu_erf_grad_f32(float x) {
 
 FK_V4_INLINE __m512 fk_v4_keep_nan(__m512 x, __m512 y) {
     return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
+}
+
+/* fk_expm1_reduced */
+FK_V4_INLINE __m512 fk_v4_expm1_reduced(__m512 r) {
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    return _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r);
 }
 
 /* fk_expf_scaled: the same clamp, reduction and polynomial; 2^(n + scale) by vscalefps */
@@ -566,13 +606,7 @@ FK_V4_INLINE __m512 fk_v4_expf_scaled(__m512 x, float scale) {
     __m512 n = _mm512_sub_ps(k, _mm512_set1_ps(FK_ROUND_MAGIC));
     __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), xc);
     r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+    __m512 y = _mm512_add_ps(fk_v4_expm1_reduced(r), _mm512_set1_ps(1.0f));
     y = _mm512_scalef_ps(y, scale == 0.0f ? n : _mm512_add_ps(n, _mm512_set1_ps(scale)));
     return fk_v4_keep_nan(x, y);
 }
@@ -626,6 +660,61 @@ FK_V4_INLINE __m512 fk_v4_logf(__m512 x) {
     r = _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_EQ_OQ), _mm512_set1_ps(-INFINITY));
     r = _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ), _mm512_set1_ps(NAN));
     return fk_v4_keep_nan(x, r);
+}
+
+/* 16 coefficients, one per interval, picked by each lane's interval index (its low 4 bits) */
+FK_V4_INLINE __m512 fk_v4_lookup(const float *row, __m512i k) {
+    return _mm512_permutexvar_ps(k, _mm512_loadu_ps(row));
+}
+/* fk_interval_f32; the index is the rounding sum's bits, of which vpermps reads the low 4 */
+FK_V4_INLINE __m512 fk_v4_interval(__m512 v, __m512i *k) {
+    __m512 m = _mm512_add_ps(_mm512_sub_ps(v, _mm512_set1_ps(0.5f)), _mm512_set1_ps(FK_ROUND_MAGIC));
+    *k = _mm512_castps_si512(m);
+    return _mm512_sub_ps(m, _mm512_set1_ps(FK_ROUND_MAGIC));
+}
+FK_V4_INLINE __m512 fk_v4_copysign(__m512 mag, __m512 sgn) {
+    return _mm512_castsi512_ps(_mm512_ternarylogic_epi32(_mm512_castps_si512(mag), _mm512_castps_si512(sgn),
+                                                         _mm512_set1_epi32(0x7fffffff), 0xe4));
+}
+
+/* fk_fast_erff: the same clamp, interval, polynomial and select */
+FK_V4_INLINE __m512 fk_v4_erff(__m512 x) {
+    __m512 a = _mm512_abs_ps(x);
+    __m512 ac = _mm512_mask_mov_ps(_mm512_set1_ps(3.99f), _mm512_cmp_ps_mask(a, _mm512_set1_ps(3.99f), _CMP_LT_OQ), a);
+    __m512i k;
+    __m512 n = fk_v4_interval(_mm512_mul_ps(_mm512_set1_ps(4.0f), ac), &k);
+    __m512 u = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.25f), ac);
+    __m512 p = fk_v4_lookup(fk_erf_tab[0], k);
+    for (int j = 1; j <= FK_ERF_DEGREE; j++) p = _mm512_fmadd_ps(p, u, fk_v4_lookup(fk_erf_tab[j], k));
+    __m512 big = fk_v4_copysign(_mm512_sub_ps(_mm512_set1_ps(1.0f), p), x);
+    __mmask16 small = _mm512_cmp_ps_mask(n, _mm512_set1_ps(4.0f), _CMP_LT_OQ);
+    __m512 y = _mm512_mask_mov_ps(big, small, _mm512_fmadd_ps(x, p, x));
+    return fk_v4_keep_nan(x, y);
+}
+
+/* fk_fast_gelu_erff: the same clamp, interval, polynomial, exp steps and select; 2^(n + 64) by vscalefps */
+FK_V4_INLINE __m512 fk_v4_gelu_erff(__m512 x) {
+    __m512 z = _mm512_abs_ps(x);
+    __m512 zc = _mm512_mask_mov_ps(_mm512_set1_ps(15.5f), _mm512_cmp_ps_mask(z, _mm512_set1_ps(15.5f), _CMP_LT_OQ), z);
+    __m512 xc = fk_v4_copysign(zc, x);
+    __m512i k;
+    __m512 u = _mm512_sub_ps(zc, fk_v4_interval(zc, &k));
+    __m512 r = fk_v4_lookup(fk_gelu_erf_tab[0], k);
+    for (int j = 1; j <= FK_GELU_ERF_DEGREE; j++) r = _mm512_fmadd_ps(r, u, fk_v4_lookup(fk_gelu_erf_tab[j], k));
+    __m512 zn = _mm512_mul_ps(_mm512_set1_ps(-0.5f), zc);
+    __m512 w = _mm512_mul_ps(zn, zc), wl = _mm512_fmsub_ps(zn, zc, w);
+    __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(w, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(FK_ROUND_MAGIC)),
+                             _mm512_set1_ps(FK_ROUND_MAGIC));
+    __m512 rr = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), w);
+    rr = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), rr);
+    __m512 e = fk_v4_expm1_reduced(rr);
+    __m512 q = _mm512_fmadd_ps(r, _mm512_add_ps(e, _mm512_fmadd_ps(e, wl, wl)), r);
+    q = _mm512_scalef_ps(q, _mm512_add_ps(n, _mm512_set1_ps(64.0f)));
+    __m512 m64 = _mm512_set1_ps(FK_TWO_POW_M64);
+    __m512 pos = _mm512_fnmadd_ps(xc, _mm512_mul_ps(q, m64), x);
+    __m512 neg = _mm512_mul_ps(_mm512_mul_ps(xc, q), m64);
+    __m512 y = _mm512_mask_mov_ps(neg, _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ), pos);
+    return fk_v4_keep_nan(x, y);
 }
 
 /* 16 BF16 values widened to F32, and 16 F32 values rounded to BF16 as fk_f32_to_bf16_branchless
