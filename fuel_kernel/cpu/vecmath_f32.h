@@ -161,6 +161,10 @@ FK_VM_INLINE float fk_fast_siluf(float x) {
 /* ---- log -------------------------------------------------------------------------------------------
  * x = 2^e m with m in [sqrt(1/2), sqrt 2) (subnormals scaled by 2^23 first), f = m - 1 (exact),
  * log(1 + f) = f - f^2/2 + f^3 P(f) with the Cephes logf polynomial, plus e ln2 in two parts. */
+/* the Cephes logf polynomial P, highest power first (fk_fast_logf and fk_v4_logf) */
+static const float fk_logf_p[9] = {7.0376836292e-2f, -1.1514610310e-1f, 1.1676998740e-1f,
+                                   -1.2420140846e-1f, 1.4249322787e-1f, -1.6668057665e-1f,
+                                   2.0000714765e-1f, -2.4999993993e-1f, 3.3333331174e-1f};
 FK_VM_INLINE float fk_fast_logf(float x) {
     int sub = x < 1.17549435e-38f;
     float xs = sub ? x * 8388608.0f : x;
@@ -168,10 +172,7 @@ FK_VM_INLINE float fk_fast_logf(float x) {
     float e = (float)((int32_t)t >> 23) - (sub ? 23.0f : 0.0f);
     float f = fk_bits_f32((t & 0x007fffffu) + 0x3f3504f3u) - 1.0f;
     float z = f * f;
-    static const float logf_p[] = {7.0376836292e-2f, -1.1514610310e-1f, 1.1676998740e-1f,
-                                   -1.2420140846e-1f, 1.4249322787e-1f, -1.6668057665e-1f,
-                                   2.0000714765e-1f, -2.4999993993e-1f, 3.3333331174e-1f};
-    float p = fk_horner_f32(f, logf_p, 9);
+    float p = fk_horner_f32(f, fk_logf_p, 9);
     float y = p * f * z;
     y = fmaf(e, -2.12194440e-4f, y);
     y = fmaf(-0.5f, z, y);
@@ -643,15 +644,8 @@ FK_V4_INLINE __m512 fk_v4_logf(__m512 x) {
     e = _mm512_mask_add_ps(e, high, e, _mm512_set1_ps(1.0f));
     __m512 f = _mm512_sub_ps(m, _mm512_set1_ps(1.0f));
     __m512 z = _mm512_mul_ps(f, f);
-    __m512 p = _mm512_set1_ps(7.0376836292e-2f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(-1.1514610310e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.1676998740e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(-1.2420140846e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.4249322787e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(-1.6668057665e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.0000714765e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(-2.4999993993e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(3.3333331174e-1f));
+    __m512 p = _mm512_set1_ps(fk_logf_p[0]);
+    for (int j = 1; j < 9; j++) p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(fk_logf_p[j]));
     __m512 y = _mm512_mul_ps(_mm512_mul_ps(p, f), z);
     y = _mm512_fmadd_ps(e, _mm512_set1_ps(-2.12194440e-4f), y);
     y = _mm512_fmadd_ps(_mm512_set1_ps(-0.5f), z, y);
