@@ -4,7 +4,7 @@
 Graph.compile (fuel_kernel/graph/planner.py) resolves every node to an fk_entry, fixes every operand's
 layout and its place in a buffer (a caller input, a constant, the per-run arena or a caller
 output), and appends one fk_plan_step per kernel call here, or one group step for a fused group
-of elementwise nodes.  run() only patches base pointers into the prepared storages and calls each
+of elementwise nodes (a MATMUL or CONV2D may head it, its epilogue).  run() only patches base pointers into the prepared storages and calls each
 entry's kernel; a group runs its members tile by tile (fk_plan_run_group below).  The first failing
 status stops the loop and is reported with the step's node.  The program holds the snapshot its
 entries live in.
@@ -12,7 +12,7 @@ entries live in.
 cimport cython
 cimport numpy as cnp
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid
-from libc.stdint cimport int32_t, int64_t, uintptr_t
+from libc.stdint cimport int32_t, int64_t, uint32_t, uintptr_t
 from libc.stdlib cimport calloc, free, realloc
 from libc.string cimport memset
 
@@ -48,14 +48,23 @@ cdef extern from *:
     typedef struct {
         int64_t byte_offset;         /* into its base, or into the tile buffer (FK_PLAN_TILE_BASE) */
         int32_t base_index;
+        uint32_t tile_axes;          /* a group member's operand: bit d set when its axis aligned with
+                                      * the group's axis d follows the tile there (MATMUL's A does
+                                      * not on the column axis: that axis of A is k) */
         fk_storage storage;          /* data is patched per run (per tile in a group) */
     } fk_plan_operand;
 
-    /* A fused group's tiling of its output shape: a tile is [1, .., 1, tile_len, shape[k+1:]] at
-     * k = tile_axis, or the whole shape when tile_axis is -1. */
+    /* A fused group's tiling of its output shape: axes before tile_outer take one index per tile,
+     * axes from tile_outer up to k = tile_axis are whole, axis k takes tile_len, the axes after k
+     * are whole: [1, .., 1, shape[tile_outer:k], tile_len, shape[k+1:]]; the whole shape when
+     * tile_axis is -1.  Elementwise groups use tile_outer = k; a MATMUL's epilogue cuts columns
+     * (tile_outer = 0, k = the last axis). */
     typedef struct {
         int32_t ndim;
         int32_t tile_axis;
+        int32_t tile_outer;
+        int32_t serial;              /* 1: the tiles run in order on the calling thread (each
+                                      * member call splits over the threads itself) */
         int64_t shape[FK_MAX_DIMS];
         int64_t tile_len;
         int64_t tiles_along;         /* tiles along tile_axis */
@@ -97,7 +106,7 @@ cdef extern from *:
             t /= g->tiles_along;
             lo = block * g->tile_len;
             len = g->shape[k] - lo < g->tile_len ? g->shape[k] - lo : g->tile_len;
-            for (d = k - 1; d >= 0; d--) {
+            for (d = g->tile_outer - 1; d >= 0; d--) {
                 outer[d] = t % g->shape[d];
                 t /= g->shape[d];
             }
@@ -121,8 +130,14 @@ cdef extern from *:
                 for (d = 0; d <= k; d++) {
                     int a = d - shift;
                     if (a < 0 || layout->shape[a] == 1) continue;     /* missing or broadcast */
-                    if (!in_tile) layout->offset += (d < k ? outer[d] : lo) * layout->strides[a];
-                    layout->shape[a] = d < k ? 1 : len;
+                    if (!(ops[i].tile_axes >> d & 1u)) continue;      /* not tiled along d */
+                    if (d < g->tile_outer) {
+                        if (!in_tile) layout->offset += outer[d] * layout->strides[a];
+                        layout->shape[a] = 1;
+                    } else if (d == k) {
+                        if (!in_tile) layout->offset += lo * layout->strides[a];
+                        layout->shape[a] = len;
+                    }
                 }
             }
             status = step->kernel(storage, step->n_in, &storage[step->n_in], step->n_out, layouts,
@@ -177,7 +192,7 @@ cdef extern from *:
         fk_plan_group_run r;
         int threads = fk_num_threads(), status;
         int64_t t;
-        if (threads < 1) threads = 1;
+        if (threads < 1 || g->serial) threads = 1;
         if ((int64_t)threads > g->n_tiles - 1) threads = g->n_tiles > 1 ? (int)(g->n_tiles - 1) : 1;
         memset(&r, 0, sizeof(r));
         r.members = steps;
@@ -235,11 +250,14 @@ cdef extern from *:
     ctypedef struct fk_plan_operand:
         int64_t byte_offset
         int32_t base_index
+        uint32_t tile_axes
         fk_storage storage
 
     ctypedef struct fk_plan_group:
         int32_t ndim
         int32_t tile_axis
+        int32_t tile_outer
+        int32_t serial
         int64_t shape[8]
         int64_t tile_len
         int64_t tiles_along
@@ -378,14 +396,18 @@ cdef class PlanProgram:
         self.n_top_steps += 1
 
     def add_group(self, int node_id, str name, tuple shape, int tile_axis, int64_t tile_len,
-                  int64_t tile_bytes, int scratch_base, int64_t scratch_offset, list members):
+                  int64_t tile_bytes, int scratch_base, int64_t scratch_offset, list members,
+                  int tile_outer=-1, bint serial=False):
         """A fused group: `members` are (kernel, node_id, name, operands, params) as add_step takes
         them, in order, where base_index -1 names the tile buffer (byte_offset into it; the layout
-        is the whole output shape, C-contiguous).  Every member's output has `shape`; a tile is
-        [1, .., 1, tile_len, shape[tile_axis + 1:]], or the whole shape when tile_axis is -1;
-        tile_bytes is one thread's tile buffer; the calling thread's is at byte scratch_offset of
-        base scratch_base (64-byte aligned; the plan's arena), other threads' are allocated when
-        a run splits the tiles across threads."""
+        has the whole output shape and the C-contiguous strides of the largest tile).  An operand
+        may end with tile_axes, a mask of the group's axes it follows (default: all).  Every
+        member's output has `shape`; a tile is [1, .., 1, shape[tile_outer:tile_axis], tile_len,
+        shape[tile_axis + 1:]] (tile_outer -1: tile_axis), or the whole shape when tile_axis is
+        -1; tile_bytes is one thread's tile buffer; the calling thread's is at byte scratch_offset
+        of base scratch_base (64-byte aligned; the plan's arena), other threads' are allocated when
+        a run splits the tiles across threads (never when `serial`: the tiles then run in order on
+        the calling thread)."""
         cdef fk_plan_step *step
         cdef fk_plan_group *group
         cdef int d, i, n_members = len(members)
@@ -404,10 +426,16 @@ cdef class PlanProgram:
         if tile_axis >= 0:
             if not 1 <= tile_len <= shape[tile_axis]:
                 raise ValueError(f"tile length {tile_len} out of range for extent {shape[tile_axis]}")
+            if tile_outer == -1:
+                tile_outer = tile_axis
+            if not 0 <= tile_outer <= tile_axis:
+                raise ValueError(f"tile_outer {tile_outer} out of range for tile axis {tile_axis}")
             tiles_along = (shape[tile_axis] + tile_len - 1) // tile_len
             n_tiles = tiles_along
-            for d in range(tile_axis):
+            for d in range(tile_outer):
                 n_tiles *= shape[d]
+        else:
+            tile_outer = 0
         for member in members:           # all checked before anything is appended
             if len(member) != 5:
                 raise ValueError("a group member is (kernel, node_id, name, operands, params)")
@@ -424,6 +452,8 @@ cdef class PlanProgram:
         memset(group, 0, sizeof(fk_plan_group))
         group.ndim = len(shape)
         group.tile_axis = tile_axis
+        group.tile_outer = tile_outer
+        group.serial = serial
         for d in range(len(shape)):
             group.shape[d] = shape[d]
         group.tile_len = tile_len
@@ -450,7 +480,13 @@ cdef class PlanProgram:
 
     cdef _check(self, list operands, object params, bint member):
         cdef int n = len(operands)
-        for base, byte_offset, nbytes, _, shape, _, _ in operands:
+        for operand in operands:
+            if len(operand) not in (7, 8):
+                raise ValueError("an operand is (base_index, byte_offset, nbytes, dtype, shape, strides, "
+                                 "offset[, tile_axes])")
+            base, byte_offset, nbytes, _, shape = operand[:5]
+            if len(operand) == 8 and not (member and 0 <= operand[7] < 2 ** 32):
+                raise ValueError("tile_axes is a 32-bit mask, given for group members only")
             if byte_offset < 0 or nbytes < 0:
                 raise ValueError("an operand has a negative byte offset or size")
             if not (0 <= base < self.n_bases or (member and base == FK_PLAN_TILE_BASE)):
@@ -485,13 +521,15 @@ cdef class PlanProgram:
         step.first = self.n_operands
         step.params_index = -1
         step.group = -1
-        for i, (base, byte_offset, nbytes, dtype, shape, strides, offset) in enumerate(operands):
+        for i, operand in enumerate(operands):
+            base, byte_offset, nbytes, dtype, shape, strides, offset = operand[:7]
             op = &self.operands[self.n_operands + i]
             layout = &self.layouts[self.n_operands + i]
             memset(op, 0, sizeof(fk_plan_operand))
             memset(layout, 0, sizeof(fk_layout))
             op.base_index = base
             op.byte_offset = byte_offset
+            op.tile_axes = operand[7] if len(operand) == 8 else 0xFFFFFFFFu
             if base >= 0 and byte_offset + nbytes > self.base_bytes[base]:
                 self.base_bytes[base] = byte_offset + nbytes
             op.storage.nbytes = nbytes

@@ -9,6 +9,8 @@ import numpy as np
 
 from .._executor import PlanProgram
 from ..errors import DTypeError, OperandCountError, OperandTypeError, ShapeError
+from ..types import OpKind
+from .values import _contiguous_strides
 
 if TYPE_CHECKING:
     from .._dispatch import BindingTable
@@ -112,16 +114,27 @@ class Plan:
             base_of[v.buffer.id] = self._output_base + i
         self._program = PlanProgram(self._table, self._output_base + len(self.output_values))
 
-        def operand(value: Value, tile: dict[int, int] | None = None,
-                    tile_bytes: int = 0) -> tuple[int, int, int, int, tuple[int, ...], tuple[int, ...], int]:
+        def operand(value: Value) -> tuple[int, int, int, int, tuple[int, ...], tuple[int, ...], int]:
             b = value.buffer
-            if tile is not None and b.id in tile:
-                base, byte_offset, nbytes = TILE_BASE, tile[b.id], tile_bytes - tile[b.id]
-            elif b.id in base_of:
+            if b.id in base_of:
                 base, byte_offset, nbytes = base_of[b.id], 0, b.nbytes
             else:
                 base, byte_offset, nbytes = self._arena_base, self.arena_offsets[b.id], b.nbytes
             return (base, byte_offset, nbytes, int(value.dtype), value.shape, value.strides, value.offset)
+
+        def member_operands(group: Any, member: Any) -> list[tuple]:
+            """A group member's operands, each with the mask of group axes it follows; a value in
+            the tile buffer has the C-contiguous strides of the largest tile."""
+            tile_strides = _contiguous_strides(group.tile_shape())
+            found = []
+            for value, mask in zip(member.inputs + [member.output], group.tile_axes(member)):
+                if value.buffer.id in group.tile_values:
+                    start = group.tile_values[value.buffer.id]
+                    found.append((TILE_BASE, start, group.tile_bytes - start, int(value.dtype), value.shape,
+                                  tile_strides, 0, mask))
+                else:
+                    found.append(operand(value) + (mask,))
+            return found
 
         for index, step in enumerate(self._steps):
             members = getattr(step, "members", None)
@@ -129,12 +142,15 @@ class Plan:
                 self._program.add_step(step.kernel, step.node_id, step.name,
                                        [operand(v) for v in step.inputs + step.outputs], step.params)
                 continue
+            # a MATMUL head's extents come from each tile's layouts (its params, checked equal to
+            # its operands' extents by planner.epilogue_head, would name the whole product)
             self._program.add_group(
                 step.node_id, step.name, step.shape, step.tile_axis, step.tile_len, step.tile_bytes,
                 self._arena_base, self.arena_offsets[("tile", index)],
-                [(m.kernel, m.node_id, m.name,
-                  [operand(v, step.tile_values, step.tile_bytes) for v in m.inputs + [m.output]], m.params)
-                 for m in members])
+                [(m.kernel, m.node_id, m.name, member_operands(step, m),
+                  None if m is step.head and m.kernel.op == OpKind.MATMUL else m.params)
+                 for m in members],
+                step.tile_outer, step.serial)
 
     # -- running
     def run(self, inputs: Sequence[Any]) -> Any:
@@ -212,8 +228,8 @@ class Plan:
 
     def explain(self) -> str:
         """Each step's candidates, their estimates and verdicts, and the winner; fusion decisions;
-        each elementwise group (its members, tile and the arena bytes it saves) and why each other
-        step runs alone."""
+        each fused group (its members, the MATMUL or CONV2D it is the epilogue of, its tile and the
+        arena bytes it saves) and why each other step runs alone."""
         lines = list(self._fusion_notes)
         if not self._grouped:
             lines.append("elementwise groups: off (compile(fuse=False))")
@@ -221,7 +237,9 @@ class Plan:
             members = getattr(step, "members", None)
             if members is not None:
                 tile = "x".join(str(e) for e in step.tile_shape()) or "scalar"
-                lines.append(f"step {index}: group of {len(members)} elementwise nodes over "
+                what = (f"{step.head.name} node {step.head.node_id} with an epilogue of {len(members) - 1} nodes"
+                        if step.head is not None else f"{len(members)} elementwise nodes")
+                lines.append(f"step {index}: group of {what} over "
                              f"{step.members[-1].output.dtype.short_name}{list(step.shape)}: "
                              f"tile {tile} ({step.tile_elements} elements, {step.n_tiles} tiles, "
                              f"{step.tile_bytes} bytes of tile buffer per thread); "

@@ -1,5 +1,6 @@
 """The planner: dead-node pruning, fusion matching, route picking, the contiguize gate, steps,
-and the grouping of elementwise steps that run tile by tile."""
+and the grouping of elementwise steps (with the MATMUL or CONV2D they follow, and the norm rows
+they feed) that run tile by tile."""
 import heapq
 import importlib
 from dataclasses import dataclass, field
@@ -57,6 +58,17 @@ TILE_BUDGET_BYTES = 256 * 1024
 TILE_MIN_ELEMENTS = 4096         # below this, a kernel call's fixed cost (its checks) starts to show
 TILE_MAX_ELEMENTS = 16384        # and below 2 * FK_SPLIT_GRAIN, so a member never splits again
 
+# Ops whose kernels compute each last-axis row of their output from the same row of their first
+# input (and whole small operands) alone: they join a group whose tiles hold whole rows, so a
+# residual add feeding a norm is applied in the norm's row pass.
+ROW_OPS = frozenset(OpKind[name] for name in ("SOFTMAX_LAST_DIM", "LOG_SOFTMAX_LAST_DIM", "RMS_NORM", "LAYER_NORM"))
+# A MATMUL heading a group (its epilogue: bias, activation, residual, cast) runs on column tiles
+# this wide.  The GEMM engine packs A once per NC columns of B (gemm_core.h.in: NC is 1024 for the
+# F32 compute type, 512 for F64), so a tile a multiple of NC wide packs A and B exactly as the
+# whole product does; with M up to 128 the tile's output stays in L2 for the epilogue.  Any
+# column cut gives the same bits: each element's K sum does not depend on the blocks of C.
+MATMUL_TILE_COLUMNS = 1024
+
 _builtin_kernels: Optional[frozenset] = None
 
 
@@ -79,14 +91,49 @@ def groupable(step: _Step) -> Optional[str]:
     op = kernel.op
     if not isinstance(op, OpKind):
         return "a runtime fused op"
-    if op not in GROUPABLE_OPS:
+    if op not in GROUPABLE_OPS and op not in ROW_OPS:
         return "inserted copy" if op == OpKind.CONTIGUIZE else f"{op.short_name} is not elementwise"
+    return _builtin_and_split(step)
+
+
+def _builtin_and_split(step: _Step) -> Optional[str]:
+    """Why `step`'s kernel may not run on tiles: not a built-in CPU kernel, or one that checks its
+    data (or splits nowhere) so it runs whole; None when it may."""
+    kernel = step.kernel
+    op = kernel.op
     if kernel.backend != Backend.CPU or (kernel.kernel_address, int(op)) not in builtin_kernels():
         return f"its kernel (source {kernel.source!r}) is not a built-in CPU kernel"
     if spec.split_rule(op.name, [d.name for d in kernel.dtypes], kernel.source) is None:
+        if op in (OpKind.MATMUL, OpKind.CONV2D):
+            return f"its kernel (source {kernel.source!r}) runs whole"
         return (f"{op.short_name}({kernel.dtypes[0].short_name}) checks its data before writing; "
                 f"it runs whole so that an error writes nothing")
     return None
+
+
+def epilogue_head(step: _Step) -> Tuple[Optional[str], str]:
+    """("matmul" or "conv2d", "") when `step` may head a group whose members are its epilogue,
+    else (None, why not).  Its tiles: MATMUL cuts the columns of C (A is read whole on that axis);
+    CONV2D cuts the batch (its weight and bias are read whole)."""
+    op = step.kernel.op
+    if op not in (OpKind.MATMUL, OpKind.CONV2D) or len(step.outputs) != 1:
+        return None, ""
+    if op == OpKind.MATMUL and len(step.inputs) != 2:
+        return None, "its row count is read at run time"
+    why = _builtin_and_split(step)
+    if why is not None:
+        return None, why
+    if op == OpKind.CONV2D:
+        return "conv2d", ""
+    if step.params is not None and step.params.kind == "matmul":
+        fields = step.params.fields()
+        c = step.output.shape
+        a, b = step.inputs[0].shape, step.inputs[1].shape
+        if (fields["m_compute"].kind != fields["m_compute"].ALL_KIND or
+                (fields["m"], fields["n"], fields["k"]) != (c[-2], c[-1], a[-1]) or b[-2] != a[-1] or
+                tuple(fields["batch"]) != tuple(c[:-2])):
+            return None, "its params name other extents than its operands, so a column tile cannot follow them"
+    return "matmul", ""
 
 
 @dataclass
@@ -98,7 +145,9 @@ class _Group:
     reads: List = field(default_factory=list)        # values from outside the group
     writes: List = field(default_factory=list)       # member outputs used outside it
     tile_values: Dict[int, int] = field(default_factory=dict)   # buffer id -> byte offset in the tile buffer
+    head: Optional[_Step] = None                     # the MATMUL or CONV2D whose epilogue the others are
     tile_axis: int = -1
+    tile_outer: int = -1                             # axes before it take one index per tile (-1: tile_axis)
     tile_len: int = 0
     tile_elements: int = 0
     n_tiles: int = 1
@@ -113,10 +162,32 @@ class _Group:
     def name(self) -> str:
         return "group(" + ", ".join(m.name for m in self.members) + ")"
 
+    @property
+    def serial(self) -> bool:
+        """The tiles run in order on the calling thread: each is a whole GEMM or convolution
+        block that splits over the threads itself."""
+        return self.head is not None
+
     def tile_shape(self) -> tuple:
         if self.tile_axis < 0:
             return self.shape
-        return (1,) * self.tile_axis + (self.tile_len,) + self.shape[self.tile_axis + 1:]
+        outer = self.tile_axis if self.tile_outer < 0 else self.tile_outer
+        return ((1,) * outer + self.shape[outer:self.tile_axis] + (self.tile_len,) +
+                self.shape[self.tile_axis + 1:])
+
+    def tile_axes(self, step: _Step) -> List[int]:
+        """Per operand of `step` (inputs then outputs), the mask of group axes it follows: all,
+        except the head's operands whose axes mean something else there (MATMUL's A on the
+        column axis, where it has k; CONV2D's weight and bias everywhere, its input past the batch)."""
+        everything = (1 << len(self.shape)) - 1
+        masks = [everything] * (len(step.inputs) + len(step.outputs))
+        if step is self.head and step.kernel.op == OpKind.MATMUL:
+            masks[0] = everything & ~(1 << (len(self.shape) - 1))
+        elif step is self.head:
+            masks[0] = 1
+            for i in range(1, len(step.inputs)):
+                masks[i] = 0
+        return masks
 
 
 def _tiling(shape: Sequence[int], bytes_per_element: int) -> Tuple[int, int, int]:
@@ -157,6 +228,8 @@ def group_steps(steps: List[_Step], output_values: List[Value]) -> List[Any]:
     needs: Dict[int, set] = {}
     after: Dict[int, set] = {}
     reasons: Dict[int, str] = {}
+    head_of: Dict[int, int] = {}                 # group id -> its MATMUL or CONV2D head's step index
+    with_rows: Set[int] = set()                  # group ids with a row op among their members
 
     def find(g: int) -> int:
         while parent[g] != g:
@@ -189,16 +262,18 @@ def group_steps(steps: List[_Step], output_values: List[Value]) -> List[Any]:
 
     for i, step in enumerate(steps):
         why = groupable(step)
-        if why is not None:
-            reasons[i] = why
+        head, why_not_head = epilogue_head(step)
+        if why is not None and head is None:
+            reasons[i] = why_not_head or why
             after[i] = closure(direct_needs(i, set()))
             continue
         reads: Dict[int, List] = {}
         for v in step.inputs:
             p = producer.get(v.buffer.id)
-            if p is not None and p in group_of:
+            if p is not None and p in group_of and head is None:     # a head starts its own group
                 reads.setdefault(find(group_of[p]), []).append(v)
-        join = []
+        candidates = []
+        is_row_op = step.kernel.op in ROW_OPS
         for g, values in reads.items():
             shape = steps[members[g][0]].output.shape
             if shape != step.output.shape:
@@ -206,7 +281,17 @@ def group_steps(steps: List[_Step], output_values: List[Value]) -> List[Any]:
             elif not all(v.is_whole_buffer for v in values):
                 reasons[i] = "it reads a group's value through a view"
             else:
-                join.append(g)
+                candidates.append(g)
+        join = [g for g in candidates if g not in head_of]
+        headed = [g for g in candidates if g in head_of]
+        if headed and is_row_op and steps[head_of[headed[0]]].kernel.op == OpKind.MATMUL:
+            reasons[i] = "its rows would be cut by the column tiles of a MATMUL's epilogue"
+        elif headed:
+            # an epilogue group takes no other group in: their values could be its head's inputs,
+            # which its tiles read whole on some axes
+            if len(candidates) > 1:
+                reasons[i] = "it reads a MATMUL's or CONV2D's epilogue and another group; it joins the epilogue"
+            join = headed[:1]
         while True:
             joined = set(join)
             wanted = direct_needs(i, joined)
@@ -223,9 +308,15 @@ def group_steps(steps: List[_Step], output_values: List[Value]) -> List[Any]:
                 parent[other] = group
                 members[group].extend(members.pop(other))
                 needs[group] |= needs.pop(other)
+                if other in with_rows:
+                    with_rows.add(group)
         else:
             group = i
             parent[group], members[group], needs[group] = group, [], set()
+            if head is not None:
+                head_of[group] = i
+        if is_row_op:
+            with_rows.add(group)
         needs[group] |= {find(g) for g in wanted}
         members[group].append(i)
         group_of[i] = group
@@ -240,7 +331,8 @@ def group_steps(steps: List[_Step], output_values: List[Value]) -> List[Any]:
         else:
             item_of[i] = ("step", i)
             if i in group_of and i not in reasons:
-                reasons[i] = "no elementwise neighbour of its shape to group with"
+                reasons[i] = ("no elementwise step reads its whole output" if i in head_of
+                              else "no elementwise neighbour of its shape to group with")
     place: Dict[Tuple[str, int], int] = {}
     for i, item in item_of.items():
         place[item] = max(place.get(item, i), i)
@@ -263,8 +355,9 @@ def group_steps(steps: List[_Step], output_values: List[Value]) -> List[Any]:
             ordered.append(steps[key])
         else:
             indices = sorted(members[key])
-            tiled_group = _Group(steps[indices[0]].output.shape, [steps[m] for m in indices])
-            _lay_out(tiled_group, set(indices), steps, output_buffers)
+            tiled_group = _Group(steps[indices[-1]].output.shape, [steps[m] for m in indices],
+                                 head=steps[head_of[key]] if key in head_of else None)
+            _lay_out(tiled_group, set(indices), steps, output_buffers, key in with_rows)
             ordered.append(tiled_group)
         for user in users[item]:
             waiting[user].discard(item)
@@ -277,8 +370,10 @@ def group_steps(steps: List[_Step], output_values: List[Value]) -> List[Any]:
     return ordered
 
 
-def _lay_out(group: "_Group", member_indices: Set[int], steps: List[Any], output_buffers: Set[int]) -> None:
-    """Which member outputs stay in tiles, the tile size and each tile value's place."""
+def _lay_out(group: "_Group", member_indices: Set[int], steps: List[Any], output_buffers: Set[int],
+            whole_rows: bool) -> None:
+    """Which member outputs stay in tiles, the tile size and each tile value's place; with
+    `whole_rows` (a row op is a member) every tile holds whole last-axis rows."""
     made = {m.output.buffer.id: k for k, m in enumerate(group.members)}
     used_outside = set(output_buffers)
     for j, step in enumerate(steps):
@@ -297,11 +392,30 @@ def _lay_out(group: "_Group", member_indices: Set[int], steps: List[Any], output
     group.writes = [m.output for m in group.members if m.output.buffer.id not in tile_ids]
     per_element = sum(v.dtype.itemsize for v in group.reads + group.writes)
     per_element += sum(group.members[made[b]].output.dtype.itemsize for b in tile_ids)
-    group.tile_axis, group.tile_len, group.tile_elements = _tiling(group.shape, per_element)
+    shape, head = group.shape, group.head
+    if head is not None and head.kernel.op == OpKind.MATMUL:
+        group.tile_outer, group.tile_axis = 0, len(shape) - 1      # column tiles
+        group.tile_len = min(shape[-1], MATMUL_TILE_COLUMNS)
+        if group.tile_len == shape[-1]:
+            group.tile_axis, group.tile_len = -1, 0
+    elif head is not None:                                         # CONV2D: batch tiles
+        image = 1
+        for extent in shape[1:]:
+            image *= extent
+        group.tile_axis, group.tile_len = 0, max(1, min(shape[0], TILE_BUDGET_BYTES // max(per_element * image, 1)))
+        if group.tile_len == shape[0]:
+            group.tile_axis, group.tile_len = -1, 0
+    else:
+        group.tile_axis, group.tile_len, _ = _tiling(shape, per_element)
+        if whole_rows and group.tile_axis == len(shape) - 1:      # a row longer than the budget
+            group.tile_axis, group.tile_len = (len(shape) - 2, 1) if len(shape) > 1 else (-1, 0)
+    group.tile_elements = 1
+    for extent in group.tile_shape():
+        group.tile_elements *= extent
     group.n_tiles = 1
     if group.tile_axis >= 0:
-        group.n_tiles = -(-group.shape[group.tile_axis] // group.tile_len)
-        for extent in group.shape[:group.tile_axis]:
+        group.n_tiles = -(-shape[group.tile_axis] // group.tile_len)
+        for extent in shape[:group.tile_axis if group.tile_outer < 0 else group.tile_outer]:
             group.n_tiles *= extent
     sizes, intervals = {}, {}
     for b in tile_ids:

@@ -462,3 +462,163 @@ def test_runtime_fused_ops_match_only_their_intermediate_dtypes(rng):
         fg.register_runtime_fused("through-f16", lambda g, y: g.cast(g.cast(y, fk.DType.F16), F32),
                                   fk.bindings().lookup(fk.OpKind.NEG, [F32, F32], CPU).capsule(), [F32, F32],
                                   precision=fk.PrecisionGuarantee(max_rel=3.0))
+
+
+# ---- epilogues: the groupable steps after a MATMUL or CONV2D run on its output tiles -----------------
+@pytest.fixture
+def native_routes(monkeypatch):
+    """The planner picks among the built-in kernels only: SciPy's BLAS MATMUL sibling runs whole,
+    so on these small shapes the route picker's choice of it would leave no epilogue to test."""
+    from fuel_kernel import route
+    pick = route.pick
+    monkeypatch.setattr(route, "pick", lambda alternatives, *args, **kwargs: pick(
+        [k for k in alternatives if k.source != "blas"] or alternatives, *args, **kwargs))
+
+
+@pytest.fixture
+def narrow_columns(monkeypatch):
+    """MATMUL epilogue tiles 2 columns wide: SHAPE's 5 columns run as tiles of 2, 2 and 1."""
+    monkeypatch.setattr(planner, "MATMUL_TILE_COLUMNS", 2)
+
+
+MATMUL_DTYPES = [d for d in fk.DType if supported(fk.OpKind.MATMUL, (d, d, d))]
+
+
+def _epilogue_group(plan, head_value):
+    (group,) = [grp for grp in plan.groups if grp.head is not None]
+    assert group.head.output.buffer is head_value.buffer
+    return group
+
+
+@pytest.mark.parametrize("dtype", MATMUL_DTYPES, ids=lambda d: d.short_name)
+@pytest.mark.parametrize("views", [("contiguous", "negative"), ("strided", "contiguous"), ("broadcast", "offset"),
+                                   ("negative", "strided")], ids="-".join)
+def test_every_groupable_op_after_a_matmul_gives_the_unfused_bytes(dtype, views, native_routes, narrow_columns,
+                                                                    small_tiles):
+    """A batched MATMUL (A through a rotating view, B broadcast over the batch) read whole by
+    every groupable consumer: they join its group as its epilogue, its value stays in the tile
+    buffer, and 3 column tiles (the last short) give the unfused bytes."""
+    rng = np.random.default_rng(int(dtype) * 7 + len(views[0]))
+    g = fg.Graph()
+    inputs = Inputs(g, rng)
+    x = g.matmul(inputs.value(dtype, SHAPE[:2] + (4,), views[0]), inputs.value(dtype, (4, SHAPE[2]), views[1]))
+    outs = consumers(g, x, inputs)
+    plan, got, expected = fused_and_unfused(g, outs, inputs.arrays)
+    for k, (a, b) in enumerate(zip(got, expected)):
+        assert same_bytes(a, b), f"matmul -> consumer {k} ({outs[k].producer.label}) on {dtype.short_name}"
+    group = _epilogue_group(plan, x)
+    assert group.tile_shape() == (3, 7, 2) and group.n_tiles == 3 and group.serial
+    members = {id(m) for m in group.members}
+    for v in outs:
+        step = _step_of(plan, v)
+        assert (id(step) in members) == (planner.groupable(step) is None), step.name
+    assert x.buffer.id in group.tile_values
+
+
+def _bias_gelu_residual(g, x, dtype, inputs):
+    b = inputs.value(dtype, x.shape[-1:], "contiguous")
+    r = inputs.value(dtype, x.shape, "strided")
+    act = g.gelu(g.add(x, b)) if dtype.is_float else g.op(fk.OpKind.CLAMP, g.add(x, b), params=P.clamp(-5, 5))
+    return g.cast(g.add(act, r), F64 if dtype != F64 else F32)
+
+
+@pytest.mark.parametrize("dtype", MATMUL_DTYPES, ids=lambda d: d.short_name)
+def test_bias_activation_residual_and_cast_after_a_matmul_at_every_thread_count(dtype, native_routes):
+    """The linear-layer epilogue at a width past MATMUL_TILE_COLUMNS (2 full tiles and a short
+    one): one group, nothing of it in the arena but its cast output, the same bytes as unfused
+    on 1, 2 and 3 threads."""
+    rng = np.random.default_rng(int(dtype))
+    g = fg.Graph()
+    inputs = Inputs(g, rng)
+    n = 2 * planner.MATMUL_TILE_COLUMNS + 37
+    x = g.matmul(inputs.value(dtype, (9, 16), "contiguous"), inputs.value(dtype, (16, n), "contiguous"))
+    y = _bias_gelu_residual(g, x, dtype, inputs)
+    expected = g.compile(y, fuse=False).run(inputs.arrays)
+    plan = g.compile(y)
+    group = _epilogue_group(plan, x)
+    assert len(group.members) == 5 and group.n_tiles == 3 and len(group.writes) == 1
+    assert plan.peak_bytes < g.compile(y, fuse=False).peak_bytes
+    for threads in (1, 2, 3):
+        with fk.threads(threads):
+            assert same_bytes(plan.run(inputs.arrays), expected), threads
+
+
+def test_a_matmul_epilogue_is_explained_and_a_row_op_after_it_runs_apart(rng, native_routes):
+    g = fg.Graph()
+    x = g.input((8, 32), F32)
+    w = g.input((32, 3000), F32)
+    b = g.input((3000,), F32)
+    h = g.add(g.matmul(x, w), b)
+    out = g.layer_norm(h, b, b, eps=1e-5)
+    arrays = [random_values(v.shape, F32, rng) for v in (x, w, b)]
+    plan, got, expected = fused_and_unfused(g, out, arrays)
+    assert same_bytes(got, expected)
+    text = plan.explain()
+    assert "group of matmul node 0 with an epilogue of 1 nodes over f32[8, 3000]: tile 8x1024 " \
+           "(8192 elements, 3 tiles" in text
+    assert "not grouped: its rows would be cut by the column tiles of a MATMUL's epilogue" in text
+
+
+def test_a_matmul_alone_or_with_a_run_time_row_count_says_why(native_routes):
+    g = fg.Graph()
+    x = g.input((6, 8), F32)
+    w = g.input((8, 5), F32)
+    y = g.matmul(x, w)
+    plan = g.compile([y, g.exp(y[::-1])])         # read only through a view
+    assert "not grouped: no elementwise step reads its whole output" in plan.explain()
+    counted = g.matmul(x, w, g.input((), fk.DType.I64), m=6, n=5, k=8, m_compute=P.MatmulM.deferred(2))
+    assert "not grouped: its row count is read at run time" in g.compile(g.exp(counted)).explain()
+    rows = g.matmul(x, w, m=6, n=5, k=8, m_compute=P.MatmulM.rows(3))
+    assert "not grouped: its params name other extents than its operands" in g.compile(g.exp(rows)).explain()
+    same = g.matmul(x, w, m=6, n=5, k=8)          # params equal to its operands' extents: it heads a group
+    assert "group of matmul node" in g.compile(g.exp(same)).explain()
+
+
+@pytest.mark.parametrize("dtype", [fk.DType.F16, fk.DType.BF16, F32, F64], ids=lambda d: d.short_name)
+@pytest.mark.parametrize("with_bias", [False, True], ids=["no_bias", "bias"])
+def test_conv2d_epilogues_run_on_batch_tiles_with_the_unfused_bytes(dtype, with_bias, monkeypatch):
+    """CONV2D then a per-channel bias, RELU, a residual add and a cast: batch tiles of one image
+    (a small tile budget), weight and bias read whole, the unfused bytes on 1 and 3 threads."""
+    monkeypatch.setattr(planner, "TILE_BUDGET_BYTES", 64)
+    rng = np.random.default_rng(int(dtype) + with_bias)
+    g = fg.Graph()
+    inputs = Inputs(g, rng)
+    xs = inputs.value(dtype, (3, 4, 6, 5), "negative")
+    ws = inputs.value(dtype, (6, 2, 3, 3), "strided")
+    bias = (inputs.value(dtype, (6,), "contiguous"),) if with_bias else ()
+    c = g.conv2d(xs, ws, *bias, padding=(1, 0), groups=2)
+    y = g.cast(g.add(g.relu(g.add(c, inputs.value(dtype, (6, 1, 1), "contiguous"))),
+                     inputs.value(dtype, c.shape, "offset")), F64 if dtype != F64 else F32)
+    expected = g.compile(y, fuse=False).run(inputs.arrays)
+    plan = g.compile(y)
+    group = _epilogue_group(plan, c)
+    assert group.tile_shape() == (1,) + c.shape[1:] and group.n_tiles == 3
+    for threads in (1, 3):
+        with fk.threads(threads):
+            assert same_bytes(plan.run(inputs.arrays), expected), threads
+
+
+@pytest.mark.parametrize("dtype", [fk.DType.F16, fk.DType.BF16, F32, F64], ids=lambda d: d.short_name)
+@pytest.mark.parametrize("op", sorted(planner.ROW_OPS, key=int), ids=lambda o: o.short_name)
+@pytest.mark.parametrize("width", [5, 40], ids=["rows_in_a_tile", "row_longer_than_a_tile"])
+def test_a_residual_add_feeding_a_row_op_runs_in_its_row_pass(dtype, op, width, small_tiles):
+    """x + residual -> norm or softmax -> scale: one group whose tiles hold whole rows (a row
+    longer than the 24-element tile runs one row per tile), with the unfused bytes; the residual
+    sum, also a graph output, is written once."""
+    rng = np.random.default_rng(int(dtype) + int(op) + width)
+    g = fg.Graph()
+    inputs = Inputs(g, rng)
+    shape = (3, 7, width)
+    s = g.add(inputs.value(dtype, shape, "strided"), inputs.value(dtype, shape, "negative"))
+    weights = [inputs.value(dtype, (width,), "contiguous") for _ in range(ops.schema(op).n_inputs - 1)]
+    params = P.norm_last_dim(1e-5) if op in (fk.OpKind.RMS_NORM, fk.OpKind.LAYER_NORM) else None
+    y = g.mul(g.op(op, s, *weights, params=params), inputs.value(dtype, (width,), "contiguous"))
+    plan, got, expected = fused_and_unfused(g, [y, s], inputs.arrays)
+    for a, b in zip(got, expected):
+        assert same_bytes(a, b)
+    (group,) = plan.groups
+    assert [m.kernel.op for m in group.members] == [fk.OpKind.ADD, op, fk.OpKind.MUL]
+    tile = group.tile_shape()
+    assert tile[-1] == width and group.n_tiles > 1
+    if width == 40:
+        assert tile == (1, 1, 40) and group.n_tiles == 21
