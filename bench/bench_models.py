@@ -9,7 +9,8 @@ tolerance fails the case rather than timing different work).
 Models (f32, single thread):
 * MLP 32 x 512-2048-2048-512: Linear + bias, exact (erf) GELU between layers.
 * GPT-2 block, S = 128, d = 768, 12 heads: LayerNorm, QKV projection, causal attention,
-  output projection, residual, LayerNorm, 768-3072-768 MLP with the tanh GELU, residual.
+  output projection, residual, LayerNorm, 768-3072-768 MLP with the tanh GELU, residual; and the
+  same plan compiled with fuse=False, to show what the fused groups save.
 * Its decode step: one new token against a 4096-token KV cache held by the caller (the step
   returns the token's output and its new K and V rows, which the caller appends), with the cache
   contiguous (FLASH_ATTN) or paged in 16-token blocks in shuffled order (PAGED_ATTN); torch and
@@ -210,8 +211,8 @@ def _torch_block(torch, W, decode, as_tensors=False):
     return Block().eval()
 
 
-def gpt2_block_plan(rng, W, seq):
-    """The GPT-2 block over `seq` tokens as a compiled Plan, and an input for it."""
+def gpt2_block_plan(rng, W, seq, fuse=True):
+    """The GPT-2 block over `seq` tokens as a compiled Plan (compile(fuse=fuse)), and an input for it."""
     x = (rng.standard_normal((seq, D_MODEL))).astype(np.float32)
     g = Graph()
     xi = g.input((seq, D_MODEL), F32)
@@ -219,7 +220,7 @@ def gpt2_block_plan(rng, W, seq):
     q, k, v = _graph_heads(g, _graph_linear(g, h, W["qkv"]), seq)
     a = g.flash_attn(q, k, v, scale=1.0 / np.sqrt(HEAD_DIM), causal=True)
     a = g.reshape(g.transpose(a, (0, 2, 1, 3)), (seq, D_MODEL))
-    return g.compile(_graph_mlp_tail(g, xi, a, W), measure=True), x
+    return g.compile(_graph_mlp_tail(g, xi, a, W), measure=True, fuse=fuse), x
 
 
 def _block_case(rng, W):
@@ -231,6 +232,23 @@ def _block_case(rng, W):
     peers = _peers(torch, why, module, [x], ["x"])
     return _case(f"GPT-2 block S={SEQ} d={D_MODEL} {HEADS} heads, f32", lambda: plan.run([x]), plan_out,
                  peers, "plan <= 1.0x onnxruntime", f"plan arena: peak {plan.peak_bytes} B")
+
+
+def _block_fusion_case(rng, W):
+    """The same block compiled with and without fused groups (epilogues of the projections, the
+    residual adds in the LayerNorm row pass): the same bytes, and what fusing saves."""
+    fused, x = gpt2_block_plan(np.random.default_rng(1), W, SEQ)
+    unfused, _ = gpt2_block_plan(np.random.default_rng(1), W, SEQ, fuse=False)
+    if fused.run([x]).tobytes() != unfused.run([x]).tobytes():
+        raise AssertionError("the fused GPT-2 block plan differs from fuse=False")
+    groups = ", ".join(f"{len(g.members)}" + (f" after {g.head.name}" if g.head is not None else "")
+                       for g in fused.groups)
+    return Case(name=f"GPT-2 block S={SEQ}: fused plan against compile(fuse=False)",
+                contenders={"Plan.run fused": lambda: fused.run([x]),
+                            "Plan.run fuse=False": lambda: unfused.run([x])},
+                baseline="Plan.run fuse=False", skipped={}, target="fused <= 0.87x fuse=False (15% faster)",
+                notes=(f"groups of {groups} nodes; arena peak {fused.peak_bytes} B fused, "
+                       f"{unfused.peak_bytes} B unfused; the same bytes"))
 
 
 def _decode_cases(rng, W):
@@ -342,5 +360,6 @@ def cases():
     yield _mlp_case(rng)
     W = _block_weights(rng)
     yield _block_case(rng, W)
+    yield _block_fusion_case(rng, W)
     yield from _decode_cases(rng, W)
     yield _training_case(rng, W)
