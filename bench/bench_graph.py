@@ -1,5 +1,6 @@
-"""Plans: per-node overhead of a long elementwise chain, a fused elementwise group on 4M elements,
-and a small MLP forward, against peers."""
+"""Plans: per-node overhead of a long elementwise chain, fused elementwise groups on 4M elements
+(against torch.compile, and a 10-op one against a copy of its bytes), and a small MLP forward,
+against peers."""
 import numpy as np
 
 import fuel_kernel as fk
@@ -133,6 +134,33 @@ def _gelu_case(rng):
                        f"fuse=False: {unfused.n_steps} steps, arena {unfused.peak_bytes} B"))
 
 
+def _ten_op_case(rng):
+    """A 10-op elementwise expression over 4M f32 (x in, y out; a and b rows) as one fused group,
+    against a copy of x into y: the same 32 MB read and written, so the ratio is the share of a
+    memcpy's bandwidth the group reaches."""
+    g = Graph()
+    x = g.input(GELU_SHAPE, fk.DType.F32)
+    a = g.input(GELU_SHAPE[-1:], fk.DType.F32)
+    b = g.input(GELU_SHAPE[-1:], fk.DType.F32)
+    t = g.add(g.mul(x, a), b)                                   # 2
+    t = g.maximum(g.sub(g.mul(t, t), a), x)                     # 5
+    t = g.abs(g.add(g.mul(t, b), x))                            # 8
+    y = g.minimum(g.neg(t), a)                                  # 10
+    fused, unfused = g.compile(y), g.compile(y, fuse=False)
+    arrays = [rng.standard_normal(GELU_SHAPE).astype(np.float32),
+              rng.standard_normal(GELU_SHAPE[-1]).astype(np.float32),
+              rng.standard_normal(GELU_SHAPE[-1]).astype(np.float32)]
+    out = np.empty(GELU_SHAPE, np.float32)
+    (group,) = fused.groups
+    return Case(name=f"10-op elementwise expression, x f32{list(GELU_SHAPE)}: fused group vs a copy of x",
+                contenders={"np.copyto(y, x)": lambda: np.copyto(out, arrays[0]),
+                            "np.copy(x) (a fresh y, as Plan.run returns)": lambda: np.copy(arrays[0]),
+                            "Plan.run fused": lambda: fused.run(arrays),
+                            "Plan.run fuse=False": lambda: unfused.run(arrays)},
+                baseline="np.copyto(y, x)", target="fused <= 1/0.7 = 1.43x the copy (>= 70% of its bandwidth)",
+                notes=f"fused: 1 group of {len(group.members)}, {group.n_tiles} tiles of {group.tile_elements} elements")
+
+
 def cases():
     rng = np.random.default_rng(0)
     x = rng.uniform(0.5, 1.0, WIDTH).astype(np.float32)
@@ -150,6 +178,7 @@ def cases():
     else:
         skipped["onnxruntime"] = why or why_onnx
     yield _gelu_case(rng)
+    yield _ten_op_case(rng)
     yield Case(name=f"chain of {CHAIN} elementwise nodes, {WIDTH} f32 (time per run)",
                contenders=contenders, baseline="numpy eager, out=", skipped=skipped,
                target="per node <= 1/8 numpy eager and <= 1/6 onnxruntime",
