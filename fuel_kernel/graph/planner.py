@@ -190,6 +190,11 @@ class _Group:
         return masks
 
 
+def _cuts_rows(head: _Step) -> bool:
+    """Whether `head`'s epilogue tiles cut last-axis rows: a MATMUL wider than one column tile."""
+    return head.kernel.op == OpKind.MATMUL and head.output.shape[-1] > MATMUL_TILE_COLUMNS
+
+
 def _tiling(shape: Sequence[int], bytes_per_element: int) -> Tuple[int, int, int]:
     """(tile_axis, tile_len, elements per tile): the outermost axis k whose inner axes fit the
     budget is cut into tile_len-long pieces; (-1, 0, all) when the whole shape fits one tile."""
@@ -282,26 +287,33 @@ def group_steps(steps: List[_Step], output_values: List[Value]) -> List[Any]:
                 reasons[i] = "it reads a group's value through a view"
             else:
                 candidates.append(g)
-        join = [g for g in candidates if g not in head_of]
-        headed = [g for g in candidates if g in head_of]
-        if headed and is_row_op and steps[head_of[headed[0]]].kernel.op == OpKind.MATMUL:
-            reasons[i] = "its rows would be cut by the column tiles of a MATMUL's epilogue"
-        elif headed:
+        plain = [g for g in candidates if g not in head_of]
+        headed = []
+        for g in candidates:
+            if g not in head_of:
+                continue
+            if is_row_op and _cuts_rows(steps[head_of[g]]):
+                reasons[i] = "its rows would be cut by the column tiles of a MATMUL's epilogue"
+            else:
+                headed.append(g)
+        if headed and len(candidates) > 1:
             # an epilogue group takes no other group in: their values could be its head's inputs,
             # which its tiles read whole on some axes
-            if len(candidates) > 1:
-                reasons[i] = "it reads a MATMUL's or CONV2D's epilogue and another group; it joins the epilogue"
-            join = headed[:1]
-        while True:
-            joined = set(join)
-            wanted = direct_needs(i, joined)
-            for g in join:
-                wanted |= needs[g]
-            cycle = joined & closure(wanted)
-            if not cycle:
+            reasons[i] = "it reads a MATMUL's or CONV2D's epilogue and another group; it joins one epilogue"
+        # the epilogues it could join, one at a time, then the plain groups it reads
+        for join in [[g] for g in headed] + [plain]:
+            while True:
+                joined = set(join)
+                wanted = direct_needs(i, joined)
+                for g in join:
+                    wanted |= needs[g]
+                cycle = joined & closure(wanted)
+                if not cycle:
+                    break
+                reasons[i] = "joining would need a step that reads the group"
+                join = [g for g in join if g not in cycle]
+            if join:
                 break
-            reasons[i] = "joining would need a step that reads the group"
-            join = [g for g in join if g not in cycle]
         if join:
             group = join[0]
             for other in join[1:]:

@@ -622,3 +622,23 @@ def test_a_residual_add_feeding_a_row_op_runs_in_its_row_pass(dtype, op, width, 
     assert tile[-1] == width and group.n_tiles > 1
     if width == 40:
         assert tile == (1, 1, 40) and group.n_tiles == 21
+
+
+def test_a_transformer_sublayer_runs_as_projection_epilogues(rng, native_routes):
+    """x + proj(a) feeding a LayerNorm, then out(h) + x: a projection no wider than one column
+    tile keeps whole rows, so the residual add and the LayerNorm join its epilogue; the last add
+    reads two epilogues and joins the one it can without a cycle."""
+    g = fg.Graph()
+    x, a = g.input((6, 40), F32), g.input((6, 24), F32)
+    w1, w2, b = g.input((24, 40), F32), g.input((40, 40), F32), g.input((40,), F32)
+    x2 = g.add(x, g.add(g.matmul(a, w1), b))
+    h = g.layer_norm(x2, b, b, eps=1e-5)
+    out = g.add(x2, g.add(g.matmul(h, w2), b))
+    arrays = [random_values(v.shape, F32, rng) for v in (x, a, w1, w2, b)]
+    plan, got, expected = fused_and_unfused(g, out, arrays)
+    assert same_bytes(got, expected)
+    first, second = plan.groups
+    assert [m.kernel.op for m in first.members] == [fk.OpKind.MATMUL, fk.OpKind.ADD, fk.OpKind.ADD,
+                                                    fk.OpKind.LAYER_NORM]
+    assert [m.kernel.op for m in second.members] == [fk.OpKind.MATMUL, fk.OpKind.ADD, fk.OpKind.ADD]
+    assert plan.n_steps == 2
