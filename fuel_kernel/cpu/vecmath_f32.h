@@ -85,15 +85,12 @@ FK_VM_INLINE float fk_clamp_f32(float x, float lo, float hi) {
  * once and large ones overflow to inf exactly where expf does. */
 FK_VM_INLINE float fk_pow2i_f32(int32_t k) { return fk_bits_f32((uint32_t)(k + 127) << 23); }
 
-/* expm1(r) for |r| <= ln2/2 (the Cephes expf polynomial, written as r + r^2 p(r)) */
+/* expm1(r) for |r| <= ln2/2 (the Cephes expf polynomial, written as r + r^2 p(r)); the AVX-512
+ * form (fk_v4_expm1_reduced) reads the same coefficients */
+static const float fk_expf_p[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                                   4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
 FK_VM_INLINE float fk_expm1_reduced(float r) {
-    float p = 1.9875691500e-4f;
-    p = fmaf(p, r, 1.3981999507e-3f);
-    p = fmaf(p, r, 8.3334519073e-3f);
-    p = fmaf(p, r, 4.1665795894e-2f);
-    p = fmaf(p, r, 1.6666665459e-1f);
-    p = fmaf(p, r, 5.0000001201e-1f);
-    return fmaf(p, r * r, r);
+    return fmaf(fk_horner_f32(r, fk_expf_p, 6), r * r, r);
 }
 
 /* exp(x) * 2^scale, scale in [0, 64]: a scale keeps results that would be subnormal normal (down
@@ -589,12 +586,8 @@ FK_V4_INLINE __m512 fk_v4_keep_nan(__m512 x, __m512 y) {
 
 /* fk_expm1_reduced */
 FK_V4_INLINE __m512 fk_v4_expm1_reduced(__m512 r) {
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    __m512 p = _mm512_set1_ps(fk_expf_p[0]);
+    for (int j = 1; j < 6; j++) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(fk_expf_p[j]));
     return _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r);
 }
 
