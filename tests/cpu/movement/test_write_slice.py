@@ -123,7 +123,7 @@ def test_the_destination_must_be_given(rng):
 
 @pytest.mark.parametrize("op", OPS, ids=lambda op: op.short_name)
 @pytest.mark.parametrize("problem", ["start_past_end", "start_negative", "position_past_end", "position_overflow",
-                                     "rank", "dtype", "position_dtype", "position_size", "no_params",
+                                     "rank", "dtype", "position_dtype", "position_size", "position_huge", "no_params",
                                      "other_params", "params_ndim", "axis", "ring_too_short", "read_only",
                                      "alias", "self_overlap", "count"])
 def test_refusals_write_nothing(op, problem, rng):
@@ -135,7 +135,8 @@ def test_refusals_write_nothing(op, problem, rng):
     error = {"start_past_end": fk.KernelIndexError, "start_negative": fk.KernelIndexError,
              "position_past_end": fk.KernelIndexError, "position_overflow": fk.KernelIndexError,
              "rank": fk.ShapeError, "dtype": fk.DTypeError, "position_dtype": fk.DTypeError,
-             "position_size": fk.ShapeError, "no_params": fk.ParamsError, "other_params": fk.ParamsError,
+             "position_size": fk.ShapeError, "position_huge": fk.ShapeError, "no_params": fk.ParamsError,
+             "other_params": fk.ParamsError,
              "params_ndim": fk.ParamsError, "axis": fk.ParamsError, "ring_too_short": fk.ShapeError,
              "read_only": fk.ReadOnlyError, "alias": fk.AliasError, "self_overlap": fk.AliasError,
              "count": fk.OperandCountError}[problem]
@@ -157,6 +158,9 @@ def test_refusals_write_nothing(op, problem, rng):
         inputs, dtypes = [src, np.array(1, np.int32)], [D.F32, D.I64, D.F32]
     elif problem == "position_size":
         inputs, dtypes = [src, np.array([1, 2], np.int64)], [D.F32, D.I64, D.F32]
+    elif problem == "position_huge":        # a stride-0 view of 2^58 elements
+        huge = np.lib.stride_tricks.as_strided(np.zeros(1, np.int64), (2 ** 29, 2 ** 29), (0, 0))
+        inputs, dtypes = [src, huge], [D.F32, D.I64, D.F32]
     elif problem == "no_params":
         params = None
     elif problem == "other_params":
