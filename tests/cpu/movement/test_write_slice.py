@@ -69,10 +69,11 @@ def test_write_slice_zero_dims(dtype, rng):
 def test_write_slice_rotating_wraps(dtype, src_layout, dst_layout, rng):
     """A ring of 7 on axis 1: starts that fit, that wrap, that are negative or past the capacity,
     a src as long as the ring, and a ring on the first and last axis."""
-    for dst_shape, src_shape, start, axis in (((3, 7, 2), (3, 5, 2), (0, 4, 0), 1), ((3, 7, 2), (3, 7, 2), (0, 3, 0), 1),
-                                              ((3, 7, 2), (2, 2, 1), (1, -1, 1), 1), ((3, 7, 2), (3, 1, 2), (0, 15, 0), -2),
-                                              ((3, 7, 2), (3, 0, 2), (0, 6, 0), 1), ((4, 3), (3, 3), (2, 0), 0),
-                                              ((2, 5), (2, 4), (0, 3), 1), ((6,), (6,), (-13,), 0)):
+    ring_cases = (((3, 7, 2), (3, 5, 2), (0, 4, 0), 1), ((3, 7, 2), (3, 7, 2), (0, 3, 0), 1),
+                  ((3, 7, 2), (2, 2, 1), (1, -1, 1), 1), ((3, 7, 2), (3, 1, 2), (0, 15, 0), -2),
+                  ((3, 7, 2), (3, 0, 2), (0, 6, 0), 1), ((4, 3), (3, 3), (2, 0), 0),
+                  ((2, 5), (2, 4), (0, 3), 1), ((6,), (6,), (-13,), 0))
+    for dst_shape, src_shape, start, axis in ring_cases:
         src = make_operand(src_shape, dtype, src_layout, rng)
         dst = make_operand(dst_shape, dtype, dst_layout, rng)
         check(OP.WRITE_SLICE_ROTATING, src, dst, start, axis)
