@@ -3,7 +3,9 @@
 FLASH_ATTN f32 [1, 8, 1024, 64] causal against torch's scaled_dot_product_attention on the CPU,
 FLASH_ATTN_BACKWARD on the same shape against torch's SDPA backward and a dense NumPy backward (the
 [S, S] matrices in full), and
-INDEX_SELECT / GATHER of 1M rows against numpy.take; every contender writes a preallocated output.
+INDEX_SELECT / GATHER of 1M rows against numpy.take, and WRITE_SLICE into an f16 KV cache (one decode
+token, a 512-token prefill chunk) against NumPy slice assignment; every contender writes a
+preallocated output.
 """
 import numpy as np
 
@@ -111,7 +113,30 @@ def index_cases():
         baseline="numpy.take", target="fuel_kernel <= 1.0x numpy.take")
 
 
+def write_slice_cases():
+    """A [1, 8, 4096, 128] f16 key cache: one decode token written at position 2000 from a position
+    operand (the shape a decode loop runs), and a 512-token chunk at 1024 (a prefill step)."""
+    rng = np.random.default_rng(2)
+    cache = np.zeros((1, 8, 4096, 128), np.float16)
+    params = fk.params.write_slice((0, 0, 0, 0), axis=2)
+    for tokens, at in ((1, 2000), (512, 1024)):
+        src = rng.standard_normal((1, 8, tokens, 128)).astype(np.float16)
+        position = np.array(at, np.int64)
+        kernel = _kernel(OP.WRITE_SLICE, [D.F16, D.I64, D.F16])
+
+        def assign(src=src, at=at, tokens=tokens):
+            cache[:, :, at:at + tokens] = src
+        yield Case(
+            name=f"WRITE_SLICE f16 KV cache [1, 8, 4096, 128] <- {tokens} token{'s' if tokens > 1 else ''}",
+            contenders={"numpy slice assignment": assign,
+                        "fuel_kernel WRITE_SLICE": lambda src=src, position=position: kernel(
+                            src, position, out=cache, params=params)},
+            baseline="numpy slice assignment", target="fuel_kernel <= 1.0x numpy slice assignment",
+            notes=f"{src.nbytes} bytes written per call; the position is read from an I64 operand")
+
+
 def cases():
     yield flash_attn_case()
     yield flash_attn_backward_case()
     yield from index_cases()
+    yield from write_slice_cases()

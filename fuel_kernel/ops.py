@@ -449,6 +449,16 @@ def linear_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> 
     return (x[0], w[1])
 
 
+# ---- KV-cache writes: the output is the destination the caller gives -----------------------------
+def destination_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> Shape:
+    """WRITE_SLICE and WRITE_SLICE_ROTATING update their destination in place: it is the output the
+    caller passes (fk.dispatch(op, [src], dst), k(src, out=dst); in a graph, Graph.write_slice into
+    a Graph.state), so the inputs alone give no output shape and nothing is allocated."""
+    raise ShapeError("write_slice and write_slice_rotating update their destination in place and have no "
+                     "output of their own: pass the destination as the output (fk.dispatch(op, [src], dst), "
+                     "k(src, out=dst); in a graph, Graph.write_slice(src, state, ...))")
+
+
 # ---- the schemas, one per spec op ----------------------------------------------------------------
 def _rule(name: Optional[str], kind: str) -> Any:
     """The function of a spec rule name: "broadcast", "shape" -> broadcast_shape (None: None)."""

@@ -114,6 +114,9 @@ PARAMS = (
     # ---- training: the target shape of a reduction to a broadcast-compatible shape
     ParamsSpec(25, "reduce_to", "reduce_to", (("int32_t", "ndim"), ("int32_t", "reserved"),
                                               ("int64_t[FK_MAX_DIMS]", "shape"))),
+    # ---- KV-cache writes: where the source lands in the destination, and the ring or position axis
+    ParamsSpec(26, "write_slice", "write_slice", (("int32_t", "ndim"), ("int32_t", "axis"),
+                                                  ("int64_t[FK_MAX_DIMS]", "start"))),
 )
 
 # ---- ops -----------------------------------------------------------------------------------------
@@ -303,6 +306,14 @@ OPS = (
         "gradients (dq, dk, dv) of FLASH_ATTN from q, k, v, its lse and the output gradient do",
         outputs=3, args=("q", "k", "v", "lse", "do"), shape="flash_attn_backward",
         dtype="flash_attn_backward"),
+    # KV-cache writes: the output is the destination, updated in place (only the region is written);
+    # an optional second input, a one-element I64 tensor, adds a run-time position on params.axis
+    _op(92, "WRITE_SLICE", (1, 2), "write_slice",
+        "write src into the destination at start (plus a run-time position), in place",
+        args=("src", "position"), shape="destination"),
+    _op(93, "WRITE_SLICE_ROTATING", (1, 2), "write_slice",
+        "write src into a ring buffer: start on the ring axis modulo its extent, wrapping around",
+        args=("src", "position"), shape="destination"),
 )
 
 # ---- threads --------------------------------------------------------------------------------------
@@ -310,7 +321,8 @@ OPS = (
 # described in fuel_kernel/cpu/parallel.h; tools/generate_kernels.py registers each such kernel
 # through a threaded wrapper).  An op not named here always runs whole on the calling thread: its
 # kernels check data (index bounds, block tables) that a block cannot check for the whole call,
-# or map output blocks to inputs through params this table does not model (SLICE, CONCAT).
+# or map output blocks to inputs through params this table does not model (SLICE, CONCAT; WRITE_SLICE
+# and WRITE_SLICE_ROTATING, which read a position operand and cut their copies inside the kernel).
 _ELEMENTWISE_OPS = tuple(op.name for op in OPS if op.shape == "broadcast") + ("CONTIGUIZE",)
 SPLIT_RULES = {
     **{name: "ROWS_0" for name in _ELEMENTWISE_OPS},
@@ -532,6 +544,17 @@ CPU_KERNELS["reduce"] = tuple(
                {name: reduce_claim(op, name) for name in ALL_DTYPES}, "fk_reduce_cost",
                "FK_CAP_STRIDED_INPUT")
     for op in REDUCE_OPS)
+
+# ---- KV-cache writes: WRITE_SLICE and WRITE_SLICE_ROTATING [src, dst] and with a run-time position
+# [src, position (I64), dst] for every dtype (cpu/movement_kernels.h.in); the destination is updated in
+# place, and large copies are cut into blocks on the intra-op threads inside the kernel, after every
+# check (the position is data, so the generic split of SPLIT_RULES does not apply)
+WRITE_SLICE_POSITION_DTYPE = "I64"
+CPU_KERNELS["movement"] += (
+    KernelRows(("WRITE_SLICE", "WRITE_SLICE_ROTATING"),
+               same(ALL_DTYPES, 2) + tuple((d, WRITE_SLICE_POSITION_DTYPE, d) for d in ALL_DTYPES),
+               "fk_{op}", "MOVEMENT_COPY", "fk_mv_write_cost", _MOVE_CAPS),
+)
 
 # ---- training: REDUCE_SUM_TO and REDUCE_MAX_TO (SUM's and MAX's reduce code, output dtype and
 # claims) on the float dtypes and I32, I64; REDUCE_MAX_TO_BACKWARD [x, dy, dx] on the float dtypes,
@@ -1117,6 +1140,12 @@ PARAMS_CONSTRUCTORS = (
     ParamsConstructor("reduce_to", "The shape to reduce to: it must broadcast to the input's shape "
                       "(leading dims dropped, dims of extent 1 summed with keepdim).",
                       (ParamsArg("shape", "ints", count="ndim", length="FK_MAX_DIMS", check=">= 0"),)),
+    # ---- KV-cache writes
+    ParamsConstructor("write_slice", "Where the source lands in the destination: its start on every dim "
+                      "(WRITE_SLICE_ROTATING takes the ring axis's start modulo its extent), and the axis "
+                      "that is the ring (WRITE_SLICE_ROTATING) and that a run-time position operand adds to.",
+                      (ParamsArg("start", "ints", count="ndim", length="FK_MAX_DIMS"),
+                       ParamsArg("axis", "int", 0))),
 )
 
 # ---- CPU kernel modules --------------------------------------------------------------------------
@@ -1138,7 +1167,7 @@ KERNEL_MODULES = (
     _module("compare", "CPU elementwise compare and WHERE kernels"),
     _module("unary", "CPU elementwise unary kernels"),
     _module("movement", "CPU data-movement kernels: SLICE, CONCAT, FLIP, ROLL, TRIU, TRIL, PAD, "
-            "MASKED_FILL, CUMSUM"),
+            "MASKED_FILL, CUMSUM, WRITE_SLICE, WRITE_SLICE_ROTATING"),
     _module("index", "CPU indexing kernels: INDEX_SELECT, GATHER, SCATTER_ADD, INDEX_ADD"),
     _module("attention", "CPU attention kernels: ROPE, FLASH_ATTN, PAGED_ATTN, FLASH_ATTN_BACKWARD"),
     _module("reduce", "CPU reductions SUM/MAX/MIN/MEAN/PROD/ARGMAX/ARGMIN"),

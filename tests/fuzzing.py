@@ -202,6 +202,11 @@ def run_case(case, call=None):
     extra_before = [o.snapshot() for o in case.extra_outputs]
     in_values = [np.array(o.view, copy=True) if isinstance(o.view, np.ndarray) and not o.huge else None
                  for o in case.inputs]
+    oracle = oracles.ORACLES.get(case.op)
+    if oracle is not None and oracle.destination:     # an in-place op: its result depends on the output's values
+        out = case.output
+        in_values.append(np.array(out.view, copy=True) if out is not None and isinstance(out.view, np.ndarray)
+                         and not out.huge and not out.self_overlapping else None)
     views = [o.view for o in case.inputs]
     out_view = case.output.view if case.output is not None else None
     try:
@@ -246,7 +251,6 @@ def run_case(case, call=None):
         assert np.array_equal(o.root, before), f"an input changed: {case.describe()}"
     if case.output is not None and case.output.self_overlapping:
         return "skip"
-    oracle = oracles.ORACLES.get(case.op)
     if oracle is None or any(v is None for v in in_values):
         return "skip"
     actual = np.asarray(result)
@@ -397,6 +401,8 @@ def valid_params(draw, family, shapes):
         return P.pad([width(n) for n in tail], [width(n) for n in tail], mode, draw(st.floats(-2, 2)))
     if family == "masked_fill":
         return P.masked_fill(draw(st.floats(-5, 5)))
+    if family == "write_slice":
+        return P.write_slice([0] * ndim if shapes else [], axis=draw(st.integers(0, max(ndim - 1, 0))))
     if family == "reduce_to":
         return P.reduce_to(broadcast_from(draw, shapes[0] if shapes else ()))
     if family == "rope":
@@ -600,6 +606,27 @@ def _fused_linear(draw, op, n_in):
     return [(m, k), (k, n), (n,)], valid_params(draw, "none", []), {}
 
 
+def _write_slice(draw, op, n_in):
+    """The output is the destination (no shape rule gives it): src no larger than it on every dim
+    (the ring axis of WRITE_SLICE_ROTATING may start anywhere), a start that mostly fits, and the
+    position operand, a 0-d I64 valued in [0, room on the axis].  Returns what valid_shapes does."""
+    rotating = op == fk.OpKind.WRITE_SLICE_ROTATING
+    dst = draw_shape(draw, 1 if rotating or n_in == 2 else 0, 5, 512)
+    src = tuple(draw(st.integers(0, n)) for n in dst)
+    axis = draw(st.integers(0, len(dst) - 1)) if dst else 0
+    start = [draw(st.integers(0, n - m)) for n, m in zip(dst, src)]
+    if rotating:
+        start[axis] = draw(st.integers(-9, 9))
+    if n_in == 2:
+        start[axis] = 0
+    if start and draw(st.integers(0, 7)) == 0:             # sometimes past the end: an index error
+        start[draw(st.integers(0, len(start) - 1))] += draw(st.integers(1, 3))
+    params = fk.params.write_slice(start, axis=axis - len(dst) * draw(st.integers(0, 1)))
+    if n_in == 2:
+        return [src, ()], params, dst, {1: dst[axis] - src[axis] + 1}
+    return [src], params, dst, {}
+
+
 OPERANDS = {
     fk.OpKind.SLICE: _one_input(), fk.OpKind.FLIP: _one_input(), fk.OpKind.ROLL: _one_input(),
     fk.OpKind.CUMSUM: _one_input(), fk.OpKind.TRIU: _one_input(2), fk.OpKind.TRIL: _one_input(2),
@@ -632,6 +659,8 @@ def valid_shapes(draw, op, dtypes):
     key (index extents: see OPERANDS)."""
     n_in = len(dtypes) - 1
     family = params_family(op)
+    if op in (fk.OpKind.WRITE_SLICE, fk.OpKind.WRITE_SLICE_ROTATING):
+        return _write_slice(draw, op, n_in)
     if op in OPERANDS:
         shapes, params, index_extents = OPERANDS[op](draw, op, n_in)
         try:

@@ -51,6 +51,7 @@ class Oracle:
     fn: Callable                      # (inputs, params, out_dtype, out_shape) -> expected array
     kind: str = "exact"               # tolerance class: exact | transcendental | accumulate
     strict: bool = True               # a valid case must succeed (not just raise a typed error)
+    destination: bool = False         # an in-place op: fn's inputs end with the output's values before the call
 
 
 ORACLES = {}
@@ -101,10 +102,10 @@ def to(values, dtype):
         return values.astype(dtype.numpy)
 
 
-def register(ops, kind="exact", strict=True):
+def register(ops, kind="exact", strict=True, destination=False):
     def wrap(fn):
         for op in ops:
-            ORACLES[op] = Oracle(fn, kind, strict)
+            ORACLES[op] = Oracle(fn, kind, strict, destination)
         return fn
     return wrap
 
@@ -916,6 +917,52 @@ def _masked_fill(inputs, params, out_dtype, out_shape):
     need_params(params, "masked_fill")
     x, mask = broadcast_inputs(inputs, out_shape)
     return np.where(mask, fill_value(params.fields()["value"], x.dtype), x)
+
+
+# ---- KV-cache writes: WRITE_SLICE, WRITE_SLICE_ROTATING (exact, in place) -----------------------
+def write_slice_reference(src, dst, start, axis=0, position=None, rotating=False):
+    """dst (a copy) with src written at start, the position added on `axis`; rotating: the rows of
+    src on `axis` land at (start + position + i) mod dst's extent there.  Refusals as the kernels'."""
+    src, out = np.asarray(src), np.array(dst, copy=True)
+    if src.ndim != out.ndim:
+        raise ExpectError(fk.ShapeError)
+    if len(start) != out.ndim:
+        raise ExpectError(fk.ParamsError)
+    start = list(start)
+    if rotating or position is not None:
+        axis = kernel_axis(axis, out.ndim)
+    if position is not None:
+        if np.asarray(position).size != 1:
+            raise ExpectError(fk.ShapeError)
+        start[axis] += int(np.asarray(position).reshape(-1)[0])
+        if not -2 ** 63 <= start[axis] < 2 ** 63:
+            raise ExpectError(fk.KernelIndexError)
+    index = []
+    for d, (s, n, cap) in enumerate(zip(start, src.shape, out.shape)):
+        if rotating and d == axis:
+            if n > cap:
+                raise ExpectError(fk.ShapeError)
+            index.append((s % cap + np.arange(n)) % cap if cap else np.arange(0))
+        elif s < 0 or s + n > cap:
+            raise ExpectError(fk.KernelIndexError)
+        else:
+            index.append(np.arange(s, s + n))
+    out[np.ix_(*index)] = src
+    return out
+
+
+def _write_slice_oracle(rotating):
+    def oracle(inputs, params, out_dtype, out_shape):
+        if params_family(params) != "write_slice":
+            raise ExpectError(fk.ParamsError)
+        f = params.fields()
+        src, position, dst = inputs[0], inputs[1] if len(inputs) == 3 else None, inputs[-1]
+        return write_slice_reference(src, dst, f["start"], f["axis"], position, rotating)
+    return oracle
+
+
+ORACLES[fk.OpKind.WRITE_SLICE] = Oracle(_write_slice_oracle(False), destination=True)
+ORACLES[fk.OpKind.WRITE_SLICE_ROTATING] = Oracle(_write_slice_oracle(True), destination=True)
 
 
 # ---- indexing: INDEX_SELECT, GATHER (exact), SCATTER_ADD, INDEX_ADD (accumulate) -----------------

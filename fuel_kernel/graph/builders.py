@@ -2,7 +2,7 @@
 
 The builders of ops with a fixed input count come from GeneratedBuilders (_generated_builders.py,
 written at build time from fuel_kernel/spec.py); the ones whose signature is special (cast, matmul,
-conv2d, concat) are written here.
+conv2d, concat, and write_slice / write_slice_rotating, which write into a state) are written here.
 """
 from __future__ import annotations
 
@@ -79,6 +79,16 @@ class Graph(GeneratedBuilders):
     def input(self, shape: ShapeLike, dtype: DTypeLike, name: Optional[str] = None) -> Value:
         """A plan input of `shape` and `dtype`; `name` labels it (default "input<n>")."""
         buffer = self._buffer("input", shape, DType.parse(dtype), name=name or f"input{len(self.inputs)}")
+        self.inputs.append(buffer)
+        return Value(self, buffer, buffer.shape, _contiguous_strides(buffer.shape), 0, buffer.dtype)
+
+    def state(self, shape: ShapeLike, dtype: DTypeLike, name: Optional[str] = None) -> Value:
+        """A persistent array the caller binds at every run, in place: a plan input (in declaration
+        order with the inputs) that write_slice and write_slice_rotating update where it lies, so a
+        decode loop appends to its KV cache without copies.  Plan.run takes it as it is (a writable,
+        C-contiguous, aligned NumPy array of exactly this shape and dtype; never copied, never part of
+        the arena); a node reading the state sees every write to it built before that node."""
+        buffer = self._buffer("state", shape, DType.parse(dtype), name=name or f"state{len(self.inputs)}")
         self.inputs.append(buffer)
         return Value(self, buffer, buffer.shape, _contiguous_strides(buffer.shape), 0, buffer.dtype)
 
@@ -216,6 +226,57 @@ class Graph(GeneratedBuilders):
                backend: Optional[BackendLike] = None) -> Value:
         """The inputs joined along axis (2 to 7 inputs)."""
         return self._node(OpKind.CONCAT, xs, params, backend=backend, axis=axis)
+
+    def write_slice(self, src: Value, dst: Value, position: Optional[Value] = None, *,
+                    start: Optional[Sequence[int]] = None, axis: Optional[int] = None,
+                    params: Optional[_dispatch.OpParams] = None, backend: Optional[BackendLike] = None) -> Value:
+        """Write src into `dst` (a state, or a view of one) at `start`, in place; `position`, a
+        one-element I64 Value, adds to start on `axis` at run time.  Returns the updated state."""
+        return self._write(OpKind.WRITE_SLICE, src, dst, position, params, backend, start=start, axis=axis)
+
+    def write_slice_rotating(self, src: Value, dst: Value, position: Optional[Value] = None, *,
+                             start: Optional[Sequence[int]] = None, axis: Optional[int] = None,
+                             params: Optional[_dispatch.OpParams] = None,
+                             backend: Optional[BackendLike] = None) -> Value:
+        """Write src into the ring `dst` (a state, or a view of one): on `axis` its rows land at
+        (start + position + i) mod dst's extent, in place.  Returns the updated state."""
+        return self._write(OpKind.WRITE_SLICE_ROTATING, src, dst, position, params, backend, start=start, axis=axis)
+
+    def _write(self, op: OpKind, src: Value, dst: Value, position: Optional[Value],
+               params: Optional[_dispatch.OpParams], backend: Optional[BackendLike], **fields: Any) -> Value:
+        """The node of an in-place write into a state: its output is `dst`'s own view, so it writes
+        the state's memory; compile() keeps every such node (a side effect), whatever it returns."""
+        dst = self._own(dst)
+        if dst.buffer.kind != "state":
+            raise OperandTypeError(f"{op.short_name} writes in place into a Graph.state (or a view of one), "
+                                   f"not a {dst.buffer.kind} value")
+        given = {name: value for name, value in fields.items() if value is not None}
+        if given and params is not None:
+            raise ParamsError(f"{op.short_name} takes params= or its keywords {sorted(given)}, not both")
+        if given:
+            try:
+                params = fk_params.write_slice(**given)
+            except TypeError as exc:
+                raise ParamsError(f"{op.short_name} keywords {sorted(given)} do not make "
+                                  f"fuel_kernel.params.write_slice(...): {exc}") from None
+        _check_params(params, op)
+        if params is None:
+            raise ParamsError(f"{op.short_name} needs its start (start=..., or params=fuel_kernel.params.write_slice)")
+        inputs = [self._own(src)] + ([] if position is None else [self._own(position)])
+        if inputs[0].ndim != dst.ndim:
+            raise ShapeError(f"{op.short_name}: src has {inputs[0].ndim} dims but the state view has {dst.ndim}")
+        if inputs[0].dtype != dst.dtype:
+            raise DTypeError(f"{op.short_name}: src is {inputs[0].dtype.short_name} but the state is "
+                             f"{dst.dtype.short_name}")
+        dtypes = tuple(v.dtype for v in inputs) + (dst.dtype,)
+        backend_id = self.target_backend if backend is None else _backend_id(backend)
+        table = _dispatch.bindings()
+        if not table.supports(op, dtypes, backend_id):
+            table.lookup(op, dtypes, backend_id)       # raises NoKernelError with the nearest keys
+        node = Node(len(self.nodes), op, inputs, params, dtypes, backend_id)
+        node.outputs.append(Value(self, dst.buffer, dst.shape, dst.strides, dst.offset, dst.dtype, producer=node))
+        self.nodes.append(node)
+        return node.output
 
     # ---- views (metadata only)
     def transpose(self, x: Value, axes: Optional[Sequence[int]] = None) -> Value:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._executor import PlanProgram
-from ..errors import DTypeError, OperandCountError, OperandTypeError, ShapeError
+from ..errors import AliasError, DTypeError, OperandCountError, OperandTypeError, ReadOnlyError, ShapeError
 from ..types import OpKind
 from .values import _contiguous_strides
 
@@ -96,6 +96,7 @@ class Plan:
         group's tile values are not among them) and for each group's tile buffer (so each
         thread's arena holds its own), and what the arena would be without groups."""
         output_buffers = {v.buffer.id for v in self.output_values}
+        output_buffers |= {b.id for b in self.input_buffers if b.kind == "state"}    # the caller's arrays
         self.arena_offsets, self.peak_bytes, self.min_live_bytes = _pack_arena(self._steps, output_buffers)
         self.tile_buffer_bytes = max((g.tile_bytes for g in self.groups), default=0)
         flat = [m for s in self._steps for m in getattr(s, "members", [s])]
@@ -166,8 +167,14 @@ class Plan:
             raise OperandTypeError(f"Plan.run takes a list of arrays, not {type(inputs).__name__}") from None
         if len(inputs) != len(self.input_buffers):
             raise OperandCountError(f"the plan takes {len(self.input_buffers)} inputs, got {len(inputs)}")
-        bases: list[Any] = [self._input_base(i, array, buffer)
-                 for i, (array, buffer) in enumerate(zip(inputs, self.input_buffers))]
+        bases: list[Any] = [self._state_base(i, array, buffer) if buffer.kind == "state" else
+                            self._input_base(i, array, buffer)
+                            for i, (array, buffer) in enumerate(zip(inputs, self.input_buffers))]
+        for i, buffer in enumerate(self.input_buffers):
+            if buffer.kind == "state" and any(j != i and np.may_share_memory(bases[i], other)
+                                              for j, other in enumerate(bases)):
+                raise AliasError(f"plan state {i} ({buffer.name}) shares memory with another plan input; "
+                                 f"it is written in place, so it needs its own")
         bases.extend(b.array for b in self._constants)
         arena = getattr(self._local, "arena", None)
         if arena is None:
@@ -189,6 +196,25 @@ class Plan:
         outputs = ", ".join(f"{v.dtype.short_name}{list(v.shape)}" for v in self.output_values)
         return (f"<Plan ({names}) -> ({outputs}): {self.n_steps} steps, "
                 f"arena {self.peak_bytes} bytes>")
+
+    @staticmethod
+    def _state_base(i: int, array: Any, buffer: Buffer) -> np.ndarray:
+        """Plan state i: the caller's own array, written in place, so it is never copied: a writable,
+        C-contiguous, aligned NumPy array of exactly the state's dtype (native byte order) and shape."""
+        if not isinstance(array, np.ndarray):
+            raise OperandTypeError(f"plan state {i} ({buffer.name}) is a {type(array).__name__}; a state is "
+                                   f"written in place and must be a NumPy array")
+        if array.dtype != buffer.dtype.numpy:
+            raise DTypeError(f"plan state {i} ({buffer.name}) has dtype {array.dtype}, expected "
+                             f"{buffer.dtype.short_name} (a state is written in place, never converted)")
+        if array.shape != buffer.shape:
+            raise ShapeError(f"plan state {i} ({buffer.name}) has shape {array.shape}, expected {buffer.shape}")
+        if not (array.flags.c_contiguous and array.flags.aligned):
+            raise ShapeError(f"plan state {i} ({buffer.name}) must be C-contiguous and aligned: it is written "
+                             f"in place, so it cannot be copied")
+        if not array.flags.writeable:
+            raise ReadOnlyError(f"plan state {i} ({buffer.name}) is read-only; it is written in place")
+        return np.asarray(array)
 
     @staticmethod
     def _input_base(i: int, array: Any, buffer: Buffer) -> np.ndarray:

@@ -215,6 +215,36 @@ def _tiling(shape: Sequence[int], bytes_per_element: int) -> Tuple[int, int, int
     raise AssertionError("a shape larger than the budget has an axis that does not fit")
 
 
+def order_constraints(steps: List[_Step]) -> List[Set[int]]:
+    """Per step, the earlier steps it must follow: the producers of the values it reads, and for a
+    state (Graph.state, written in place) the order the nodes were built in: a read follows the last
+    write built before it, a write follows every earlier read and write of that state."""
+    producer = {o.buffer.id: i for i, s in enumerate(steps) for o in s.outputs if o.buffer.kind != "state"}
+    last_write: Dict[int, int] = {}
+    reads_since: Dict[int, List[int]] = {}
+    before: List[Set[int]] = []
+    for i, step in enumerate(steps):
+        deps: Set[int] = set()
+        for v in step.inputs:
+            b = v.buffer.id
+            if v.buffer.kind == "state":
+                if b in last_write:
+                    deps.add(last_write[b])
+                reads_since.setdefault(b, []).append(i)
+            elif b in producer:
+                deps.add(producer[b])
+        for o in step.outputs:
+            if o.buffer.kind == "state":
+                b = o.buffer.id
+                if b in last_write:
+                    deps.add(last_write[b])
+                deps.update(reads_since.pop(b, []))
+                last_write[b] = i
+        deps.discard(i)
+        before.append(deps)
+    return before
+
+
 def group_steps(steps: List[_Step], output_values: List[Value]) -> List[Any]:
     """Steps (in order) -> steps and _Groups, in an order that keeps every dependency; each step
     left alone gets the reason in its `alone`.
@@ -227,6 +257,7 @@ def group_steps(steps: List[_Step], output_values: List[Value]) -> List[Any]:
     outside it, and `after`, per step outside every group, the groups it depends on; a join is
     refused for every group in the transitive closure of what the joined group would need."""
     producer = {o.buffer.id: i for i, s in enumerate(steps) for o in s.outputs}
+    before = order_constraints(steps)
     parent: Dict[int, int] = {}                  # union-find over group ids (a group: its first step)
     group_of: Dict[int, int] = {}                # step index -> group id (find() gives the group)
     members: Dict[int, List[int]] = {}
@@ -243,12 +274,9 @@ def group_steps(steps: List[_Step], output_values: List[Value]) -> List[Any]:
         return g
 
     def direct_needs(i: int, joined: Set[int]) -> Set[int]:
-        """The groups step i depends on through its inputs from outside the `joined` groups."""
+        """The groups step i depends on (order_constraints) from outside the `joined` groups."""
         found = set()
-        for v in steps[i].inputs:
-            p = producer.get(v.buffer.id)
-            if p is None:
-                continue
+        for p in before[i]:
             if p in group_of:
                 if find(group_of[p]) not in joined:
                     found.add(find(group_of[p]))
@@ -350,10 +378,9 @@ def group_steps(steps: List[_Step], output_values: List[Value]) -> List[Any]:
         place[item] = max(place.get(item, i), i)
     waiting: Dict[Tuple[str, int], Set[Tuple[str, int]]] = {item: set() for item in place}
     users: Dict[Tuple[str, int], Set[Tuple[str, int]]] = {item: set() for item in place}
-    for i, step in enumerate(steps):
-        for v in step.inputs:
-            p = producer.get(v.buffer.id)
-            if p is not None and item_of[p] != item_of[i]:
+    for i in range(len(steps)):
+        for p in before[i]:
+            if item_of[p] != item_of[i]:
                 waiting[item_of[i]].add(item_of[p])
                 users[item_of[p]].add(item_of[i])
     ready = [(place[item], item) for item, deps in waiting.items() if not deps]
@@ -451,7 +478,9 @@ class _Planner:
         self.explain_lines: List[str] = []
 
     def live_nodes(self) -> List[Node]:
+        """The nodes the outputs need, and every write into a state (a side effect) with what it needs."""
         needed, stack = set(), [v.producer for v in self.outputs if v.producer is not None]
+        stack += [n for n in self.graph.nodes if any(o.buffer.kind == "state" for o in n.outputs)]
         while stack:
             node = stack.pop()
             if node.id in needed:

@@ -57,9 +57,9 @@ def _check_size(shape: tuple[int, ...], itemsize: int = 1, what: str = "shape") 
 # ---- values and nodes -----------------------------------------------------------------------------
 @dataclass
 class Buffer:
-    """A contiguous allocation: a caller input, a constant, or a node's result."""
+    """A contiguous allocation: a caller input or state, a constant, or a node's result."""
     id: int
-    kind: str                   # "input", "const", "node"
+    kind: str                   # "input", "state" (an input written in place), "const", "node"
     shape: tuple[int, ...]
     dtype: DType
     array: Optional[np.ndarray] = None      # constants only

@@ -85,12 +85,15 @@ def test_optional_inputs_and_variadic_concat():
 
 @pytest.mark.parametrize("op_spec", spec.OPS, ids=lambda o: o.name.lower())
 def test_every_spec_op_has_a_builder_with_its_inputs_and_source(op_spec):
-    """A builder takes the spec's input names as its leading parameters, is a def with source text
+    """A builder takes the spec's input names as its leading parameters (an op writing into a
+    destination takes it after its first input), is a def with source text
     (what IDEs and help() read) and is generated unless its signature is special."""
     method = inspect.getattr_static(Graph, op_spec.name.lower())
     parameters = list(inspect.signature(method).parameters.values())[1:]
     if op_spec.name == "CONCAT":
         assert parameters[0].kind is inspect.Parameter.VAR_POSITIONAL
+    elif op_spec.shape == "destination":          # writes into a state: (src, dst, position)
+        assert [p.name for p in parameters[:3]] == [op_spec.args[0], "dst", *op_spec.args[1:]]
     else:
         assert [p.name for p in parameters[:len(op_spec.args)]] == list(op_spec.args)
     assert f"def {op_spec.name.lower()}(" in inspect.getsource(method)

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define FK_ABI_VERSION 3
+#define FK_ABI_VERSION 4
 #define FK_MAX_DIMS 8
 #define FK_MAX_OPERANDS 8
 #define FK_SOURCE_LEN 16
@@ -127,6 +127,9 @@ typedef struct {
 } fk_cross_entropy_params;
 /* REDUCE_SUM_TO, REDUCE_MAX_TO, REDUCE_MAX_TO_BACKWARD: the target shape (ndim dims) */
 typedef struct { int32_t ndim; int32_t reserved; int64_t shape[FK_MAX_DIMS]; } fk_reduce_to_params;
+/* WRITE_SLICE, WRITE_SLICE_ROTATING: where src lands in the destination (start per dim, ndim dims);
+ * axis: the ring axis of WRITE_SLICE_ROTATING, and the axis a run-time position operand adds to */
+typedef struct { int32_t ndim; int32_t axis; int64_t start[FK_MAX_DIMS]; } fk_write_slice_params;
 
 typedef union {
     fk_reduce_params reduce;
@@ -150,6 +153,7 @@ typedef union {
     fk_cross_entropy_params cross_entropy;
     fk_conv2d_backward_params conv2d_backward;
     fk_reduce_to_params reduce_to;
+    fk_write_slice_params write_slice;
 } fk_params_union;
 
 typedef struct {

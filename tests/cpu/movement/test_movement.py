@@ -5,6 +5,7 @@ import pytest
 import fuel_kernel as fk
 from fuel_kernel import params as P
 from support import ALL_DTYPES, LAYOUTS, assert_same, central_difference, make_operand, np_dtype
+from test_write_slice import COVERED as WRITE_SLICE_COVERED
 
 D = fk.DType
 OP = fk.OpKind
@@ -237,6 +238,7 @@ COVERED = (
     | {(OP.CONCAT, (d,) * (k + 1)) for d in ALL_DTYPES for k in range(2, 8)}
     | {(OP.CUMSUM, (d, d)) for d in CUMSUM_DTYPES}
     | {(OP.PAD_BACKWARD, (d, d)) for d in PAD_BACKWARD_DTYPES}
+    | WRITE_SLICE_COVERED
 )
 
 
