@@ -163,6 +163,12 @@ cdef extern from "fuel_kernel/abi.h" nogil:
         int32_t ndim
         int32_t reserved
         int64_t shape[8]
+    ctypedef struct fk_qmatmul_params:
+        int32_t quant_type
+        int32_t reserved
+        int64_t m
+        int64_t n
+        int64_t k
 
     ctypedef union fk_params_union:
         fk_reduce_params reduce
@@ -186,6 +192,7 @@ cdef extern from "fuel_kernel/abi.h" nogil:
         fk_cross_entropy_params cross_entropy
         fk_conv2d_backward_params conv2d_backward
         fk_reduce_to_params reduce_to
+        fk_qmatmul_params qmatmul
 
     ctypedef struct fk_params:
         int32_t kind

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence, U
 import numpy as np
 
 from . import spec
-from .errors import OperandCountError, ParamsError, ShapeError
+from .errors import DTypeError, OperandCountError, ParamsError, ShapeError
 from .types import DType, OpKind
 
 if TYPE_CHECKING:
@@ -447,6 +447,40 @@ def linear_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> 
     if x[1] != w[0] or b[0] != w[1]:
         raise ShapeError(f"fused_linear extents disagree: x {x}, w {w}, b {b}")
     return (x[0], w[1])
+
+
+QUANT_TYPES = {q.code: q for q in spec.QUANT_TYPES}
+
+
+def qmatmul_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> Shape:
+    """[A (m, k), W (bytes,)] -> (m, n): params.qmatmul names the quant type and m, n, k; k must be
+    a whole number of blocks and W hold exactly n * k / block_size blocks."""
+    f = _fields(params, "qmatmul")
+    if len(shapes) != 2:
+        raise OperandCountError(f"qmatmul takes [a, w], got {len(shapes)} inputs")
+    quant = QUANT_TYPES.get(f["quant_type"])
+    if quant is None:
+        raise ParamsError(f"qmatmul: unknown quant type {f['quant_type']} (known: "
+                          f"{', '.join(f'{q.name}={q.code}' for q in spec.QUANT_TYPES)})")
+    a, w = shapes
+    m, n, k = f["m"], f["n"], f["k"]
+    if len(a) != 2 or len(w) != 1:
+        raise ShapeError(f"qmatmul takes a (m, k) and w (bytes,), got {a} and {w}")
+    if tuple(a) != (m, k):
+        raise ShapeError(f"qmatmul: a has shape {a}, params say ({m}, {k})")
+    if k % quant.block_size:
+        raise ShapeError(f"qmatmul: k={k} is not a multiple of {quant.name}'s block size {quant.block_size}")
+    if w[0] != n * (k // quant.block_size) * quant.block_bytes:
+        raise ShapeError(f"qmatmul: w has {w[0]} bytes, {quant.name} rows of n={n}, k={k} take "
+                         f"{n * (k // quant.block_size) * quant.block_bytes}")
+    return (m, n)
+
+
+def qmatmul_dtype(dtypes: Sequence[DType], params: Optional[OpParams] = None) -> DType:
+    """A F32 or BF16 and W U8 give F32."""
+    if len(dtypes) != 2 or dtypes[0] not in (DType.F32, DType.BF16) or dtypes[1] != DType.U8:
+        raise DTypeError(f"qmatmul takes a F32 or BF16 and w U8, got {[d.name for d in dtypes]}")
+    return DType.F32
 
 
 # ---- the schemas, one per spec op ----------------------------------------------------------------

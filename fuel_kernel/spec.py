@@ -114,6 +114,9 @@ PARAMS = (
     # ---- training: the target shape of a reduction to a broadcast-compatible shape
     ParamsSpec(25, "reduce_to", "reduce_to", (("int32_t", "ndim"), ("int32_t", "reserved"),
                                               ("int64_t[FK_MAX_DIMS]", "shape"))),
+    # ---- quantized matmul: the GGML quant type of W and the extents of A (m, k) @ dequant(W).T
+    ParamsSpec(26, "qmatmul", "qmatmul", (("int32_t", "quant_type"), ("int32_t", "reserved"),
+                                          ("int64_t", "m"), ("int64_t", "n"), ("int64_t", "k"))),
 )
 
 # ---- ops -----------------------------------------------------------------------------------------
@@ -303,6 +306,26 @@ OPS = (
         "gradients (dq, dk, dv) of FLASH_ATTN from q, k, v, its lse and the output gradient do",
         outputs=3, args=("q", "k", "v", "lse", "do"), shape="flash_attn_backward",
         dtype="flash_attn_backward"),
+    # quantized matmul (cpu/quant_kernels.h.in)
+    _op(92, "QMATMUL", 2, "qmatmul",
+        "A (m, k) @ dequant(W).T: W holds n rows of k GGML-quantized values (QUANT_TYPES)",
+        args=("a", "w"), shape="qmatmul", dtype="qmatmul"),
+)
+
+# ---- GGML quant types (QMATMUL's W) ----------------------------------------------------------------
+# code: the GGML type id (gguf's GGMLQuantizationType), the value of params.qmatmul's quant_type;
+# name: GGML's name; block_size: values per block; block_bytes: bytes per block (gguf's
+# GGML_QUANT_SIZES).  A row of k values is k / block_size consecutive blocks.
+QuantSpec = namedtuple("QuantSpec", "code name block_size block_bytes")
+QUANT_TYPES = (
+    QuantSpec(8, "Q8_0", 32, 34),
+    QuantSpec(2, "Q4_0", 32, 18),
+    QuantSpec(3, "Q4_1", 32, 20),
+    QuantSpec(6, "Q5_0", 32, 22),
+    QuantSpec(7, "Q5_1", 32, 24),
+    QuantSpec(12, "Q4_K", 256, 144),
+    QuantSpec(13, "Q5_K", 256, 176),
+    QuantSpec(14, "Q6_K", 256, 210),
 )
 
 # ---- threads --------------------------------------------------------------------------------------
@@ -585,6 +608,18 @@ _LINEAR_CAPS = "FK_CAP_STRIDED_INPUT | FK_CAP_STRIDED_OUTPUT"
 CPU_KERNELS["matmul"] += (
     KernelRows(("FUSED_LINEAR",), same(FLOAT, 4), "fk_fused_linear_{d0}",
                {name: "FUSED_LINEAR_" + name for name in FLOAT}, "fk_fused_linear_native_cost", _LINEAR_CAPS),
+)
+
+# quant: QMATMUL [A, W, C] for A F32 or BF16, W U8 GGML blocks, C F32 (cpu/quant_kernels.h.in).
+# Dequantization reproduces gguf's F32 values bit for bit (products of the f16 scales and the small
+# integer codes are exact; Q4_1, Q5_1 and the K-quants round once where the minimum is applied),
+# so the only error is the F32 dot product: per block, then the blocks in order (m = 1), or the
+# GEMM engine's K blocks (m > 1).
+CLAIMS["QMATMUL"] = Claim(0, "|err| <= max_rel * sum_k |a*w| for k <= 4096, w = gguf's dequantized W",
+                          _DOT_MAX_REL["F32"])
+CPU_KERNELS["quant"] = (
+    KernelRows(("QMATMUL",), (("F32", "U8", "F32"), ("BF16", "U8", "F32")), "fk_qmatmul_{d0}",
+               "QMATMUL", "fk_qmatmul_cost", "FK_CAP_STRIDED_INPUT | FK_CAP_STRIDED_OUTPUT"),
 )
 
 # matmul_blas: MATMUL through SciPy's BLAS ?gemm for the float dtypes stored in a C type BLAS
@@ -1117,6 +1152,10 @@ PARAMS_CONSTRUCTORS = (
     ParamsConstructor("reduce_to", "The shape to reduce to: it must broadcast to the input's shape "
                       "(leading dims dropped, dims of extent 1 summed with keepdim).",
                       (ParamsArg("shape", "ints", count="ndim", length="FK_MAX_DIMS", check=">= 0"),)),
+    ParamsConstructor("qmatmul", "W's GGML quant type (its GGMLQuantizationType value, one of "
+                      "spec.QUANT_TYPES) and the extents of A (m, k) @ dequant(W).T (n rows of W).",
+                      (ParamsArg("quant_type", "int", check=">= 0"), ParamsArg("m", **_MATMUL_EXTENT),
+                       ParamsArg("n", **_MATMUL_EXTENT), ParamsArg("k", **_MATMUL_EXTENT))),
 )
 
 # ---- CPU kernel modules --------------------------------------------------------------------------
@@ -1149,6 +1188,7 @@ KERNEL_MODULES = (
     _module("norm_backward", "CPU RMS_NORM_BACKWARD and LAYER_NORM_BACKWARD kernels"),
     _module("loss", "CPU FUSED_SOFTMAX_CROSS_ENTROPY and its backward"),
     _module("conv", "CPU CONV2D kernels, im2col+GEMM and direct siblings, and its gradients"),
+    _module("quant", "CPU QMATMUL: A @ dequant(W).T for GGML-quantized W"),
 )
 
 PARAMS_ARG_KINDS = ("int", "float", "real", "bool", "ints", "dims", "pair", "choice", "matmul_m", "const")

@@ -19,7 +19,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 import fuel_kernel as fk
-from fuel_kernel import ops
+from fuel_kernel import ops, spec
 
 import oracles
 
@@ -43,7 +43,7 @@ PARAMS_BY_OP = {fk.OpKind.AFFINE: "affine", fk.OpKind.CLAMP: "clamp", fk.OpKind.
                 fk.OpKind.MATMUL: "matmul", fk.OpKind.CONV2D: "conv2d",
                 fk.OpKind.RMS_NORM: "norm_last_dim", fk.OpKind.LAYER_NORM: "norm_last_dim",
                 fk.OpKind.CONV2D_BACKWARD_INPUT: "conv2d_backward",
-                fk.OpKind.CONV2D_BACKWARD_WEIGHT: "conv2d_backward",
+                fk.OpKind.CONV2D_BACKWARD_WEIGHT: "conv2d_backward", fk.OpKind.QMATMUL: "qmatmul",
                 **{op: "reduce" for op in REDUCE_OPS}}
 
 
@@ -426,6 +426,10 @@ def valid_params(draw, family, shapes):
                                  dilation=draw(st.integers(1, 2)), groups=draw(st.integers(1, 3)))
     if family == "matmul":
         return None
+    if family == "qmatmul":                          # extents from A (m, k) when there is one
+        m, k = shapes[0] if shapes and len(shapes[0]) == 2 else (1, 32)
+        quant = draw(st.sampled_from(spec.QUANT_TYPES))
+        return P.qmatmul(quant.code, m, draw(st.sampled_from((0, 1, 3))), k)
     if family == "cross_entropy":
         if draw(st.integers(0, 3)) == 0:
             return draw(st.sampled_from([None, P.none()]))
@@ -600,6 +604,17 @@ def _fused_linear(draw, op, n_in):
     return [(m, k), (k, n), (n,)], valid_params(draw, "none", []), {}
 
 
+def _qmatmul(draw, op, n_in):
+    """A (m, k) and W: the bytes of n rows of k values in a quant type of spec.QUANT_TYPES (one
+    block too many or too few in a tenth of the cases), with its params.qmatmul."""
+    quant = draw(st.sampled_from(spec.QUANT_TYPES))
+    m, n = draw(st.sampled_from((0, 1, 1, 2, 3, 5))), draw(st.sampled_from((0, 1, 2, 3, 7)))
+    k = quant.block_size * draw(st.sampled_from((0, 1, 2)))
+    extra = draw(st.sampled_from((0,) * 9 + (-1, 1))) * quant.block_bytes
+    w_bytes = max(n * (k // quant.block_size) * quant.block_bytes + extra, 0)
+    return [(m, k), (w_bytes,)], fk.params.qmatmul(quant.code, m, n, k), {}
+
+
 OPERANDS = {
     fk.OpKind.SLICE: _one_input(), fk.OpKind.FLIP: _one_input(), fk.OpKind.ROLL: _one_input(),
     fk.OpKind.CUMSUM: _one_input(), fk.OpKind.TRIU: _one_input(2), fk.OpKind.TRIL: _one_input(2),
@@ -614,6 +629,7 @@ OPERANDS = {
     fk.OpKind.REDUCE_SUM_TO: _one_input(max_ndim=5), fk.OpKind.REDUCE_MAX_TO: _one_input(max_ndim=5),
     fk.OpKind.REDUCE_MAX_TO_BACKWARD: _reduce_max_to_backward, fk.OpKind.PAD_BACKWARD: _pad_backward,
     fk.OpKind.FUSED_LINEAR: _fused_linear,
+    fk.OpKind.QMATMUL: _qmatmul,
 }
 
 

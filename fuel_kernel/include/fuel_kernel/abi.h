@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define FK_ABI_VERSION 3
+#define FK_ABI_VERSION 4
 #define FK_MAX_DIMS 8
 #define FK_MAX_OPERANDS 8
 #define FK_SOURCE_LEN 16
@@ -127,6 +127,9 @@ typedef struct {
 } fk_cross_entropy_params;
 /* REDUCE_SUM_TO, REDUCE_MAX_TO, REDUCE_MAX_TO_BACKWARD: the target shape (ndim dims) */
 typedef struct { int32_t ndim; int32_t reserved; int64_t shape[FK_MAX_DIMS]; } fk_reduce_to_params;
+/* QMATMUL: W's GGML quant type (a GGMLQuantizationType value) and the extents of
+ * A (m, k) @ dequant(W).T, W holding n rows of k quantized values */
+typedef struct { int32_t quant_type; int32_t reserved; int64_t m; int64_t n; int64_t k; } fk_qmatmul_params;
 
 typedef union {
     fk_reduce_params reduce;
@@ -150,6 +153,7 @@ typedef union {
     fk_cross_entropy_params cross_entropy;
     fk_conv2d_backward_params conv2d_backward;
     fk_reduce_to_params reduce_to;
+    fk_qmatmul_params qmatmul;
 } fk_params_union;
 
 typedef struct {

@@ -1,0 +1,201 @@
+"""QMATMUL: A @ dequant(W).T for every GGML quant type of spec.QUANT_TYPES, checked against gguf's
+NumPy dequantization followed by an F64 matmul, within the bindings' precision claim: blocks made
+by gguf's quantize where it has one and random well-formed blocks (random bytes, finite f16
+scales) for every type; m = 1 (the streaming path) and m > 1 (the GEMM path); A in every layout and
+BF16; strided W and C; bits independent of the thread count; every refusal before any write."""
+import gguf
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fuel_kernel as fk
+import oracles
+from fuel_kernel import spec
+from support import make_operand
+
+OP = fk.OpKind
+D = fk.DType
+KEYS = {D.F32: (D.F32, D.U8, D.F32), D.BF16: (D.BF16, D.U8, D.F32)}
+COVERED = {(OP.QMATMUL, key) for key in KEYS.values()}
+QUANTS = {q.name: q for q in spec.QUANT_TYPES}
+# byte offsets of each type's f16 scale fields inside a block (gguf.quants' block layouts)
+F16_FIELDS = {"Q8_0": (0,), "Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2),
+              "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
+WITH_QUANTIZE = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")     # gguf quantizes these; the rest: random blocks
+A_LAYOUTS = ("contiguous", "strided", "transposed", "offset", "negative", "broadcast")
+
+
+def random_blocks(name, n, k, rng):
+    """n rows of k values of random well-formed blocks: random bytes, finite f16 scales in
+    [-2, 2] (subnormal and zero scales included)."""
+    q = QUANTS[name]
+    blocks = rng.integers(0, 256, (n * (k // q.block_size), q.block_bytes), dtype=np.uint8)
+    scales = rng.standard_normal((blocks.shape[0], len(F16_FIELDS[name]))).astype(np.float16)
+    if scales.size:
+        scales.flat[0] = 0.0
+        scales.flat[-1] = np.float16(3e-6)
+    for i, at in enumerate(F16_FIELDS[name]):
+        blocks[:, at:at + 2] = scales[:, i:i + 1].view(np.uint8)
+    return blocks.reshape(-1)
+
+
+def quantized(name, n, k, rng):
+    """n rows of k values quantized by gguf (random blocks for the types gguf cannot quantize)."""
+    if name not in WITH_QUANTIZE:
+        return random_blocks(name, n, k, rng)
+    values = rng.standard_normal((n, k)).astype(np.float32)
+    return gguf.quants.quantize(values, gguf.GGMLQuantizationType(QUANTS[name].code)).reshape(-1)
+
+
+def run(a, w, name, n, out=None):
+    m, k = a.shape
+    kernel = fk.bindings().lookup(OP.QMATMUL, KEYS[D.parse(a.dtype)], fk.Backend.CPU)
+    if out is None:
+        out = np.full((m, n), np.nan, np.float32)
+    return kernel(a, w, out=out, params=fk.params.qmatmul(QUANTS[name].code, m, n, k)), kernel
+
+
+def check(got, a, w, name, n, claim):
+    """|err| <= max_rel * sum_k |a * w| (the claim), against gguf's dequantization in F64."""
+    k = a.shape[1]
+    values, magnitude = oracles.qmatmul_reference(a, w, QUANTS[name].code, n, k)
+    err = np.abs(np.asarray(got, np.float64) - values)
+    bound = claim.max_rel * magnitude + 1e-38
+    assert (err <= bound).all(), f"{name}: worst error {err.max()} vs bound {bound[err.argmax() // max(n, 1)]}"
+
+
+@pytest.mark.parametrize("name", QUANTS)
+@pytest.mark.parametrize("m", [1, 3, 40])
+def test_every_quant_type_matches_gguf(name, m):
+    rng = np.random.default_rng(QUANTS[name].code * 100 + m)
+    blocks = 3 if QUANTS[name].block_size == 256 else 11        # 11 blocks: GEMM K blocks cut quant blocks
+    k, n = QUANTS[name].block_size * blocks, 37
+    for w in (quantized(name, n, k, rng), random_blocks(name, n, k, rng)):
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        got, kernel = run(a, w, name, n)
+        check(got, a, w, name, n, kernel.precision)
+
+
+@pytest.mark.parametrize("layout", A_LAYOUTS)
+@pytest.mark.parametrize("dtype", [D.F32, D.BF16])
+@pytest.mark.parametrize("m", [1, 6])
+def test_a_layouts_and_bf16(layout, dtype, m):
+    rng = np.random.default_rng(len(layout) * 7 + m)
+    name, n, k = "Q4_0", 19, 96
+    w = quantized(name, n, k, rng)
+    a = make_operand((m, k), dtype, layout, rng, special=False)
+    got, kernel = run(a, w, name, n)
+    check(got, a, w, name, n, kernel.precision)
+
+
+@pytest.mark.parametrize("m", [1, 5])
+def test_strided_w_and_strided_output(m):
+    rng = np.random.default_rng(3)
+    name, n, k = "Q6_K", 9, 512
+    w = quantized(name, n, k, rng)
+    w_strided = np.zeros(2 * w.size, np.uint8)[::-2]
+    w_strided[...] = w
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    out = np.full((m, 3 * n), 7.0, np.float32)
+    got, kernel = run(a, w_strided, name, n, out=out[:, ::3])
+    check(got, a, w, name, n, kernel.precision)
+    assert (out[:, 1::3] == 7.0).all() and (out[:, 2::3] == 7.0).all()
+
+
+def test_empty_extents():
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((2, 0)).astype(np.float32)
+    got, _ = run(a, np.zeros(0, np.uint8), "Q8_0", 3)
+    np.testing.assert_array_equal(got, np.zeros((2, 3), np.float32))
+    got, _ = run(np.zeros((0, 32), np.float32), np.zeros(3 * 34, np.uint8), "Q8_0", 3)
+    assert got.shape == (0, 3)
+
+
+def test_dispatch_allocates_the_f32_output():
+    rng = np.random.default_rng(6)
+    name, n, k = "Q5_1", 4, 64
+    w = quantized(name, n, k, rng)
+    a = rng.standard_normal((1, k)).astype(ml_dtypes.bfloat16)
+    (got,) = fk.dispatch(OP.QMATMUL, [a, w], params=fk.params.qmatmul(QUANTS[name].code, 1, n, k))
+    assert got.dtype == np.float32 and got.shape == (1, n)
+    check(got, a, w, name, n, fk.bindings().lookup(OP.QMATMUL, KEYS[D.BF16], fk.Backend.CPU).precision)
+
+
+@pytest.mark.parametrize("m", [1, 9])
+def test_bits_do_not_depend_on_the_thread_count(m):
+    rng = np.random.default_rng(8)
+    name, n, k = "Q8_0", 512, 1024              # m = 1 is cut into row chunks on the threads
+    w = quantized(name, n, k, rng)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    before = fk.get_num_threads()
+    try:
+        fk.set_num_threads(1)
+        one, _ = run(a, w, name, n)
+        fk.set_num_threads(4)
+        four, _ = run(a, w, name, n)
+    finally:
+        fk.set_num_threads(before)
+    np.testing.assert_array_equal(one.view(np.uint32), four.view(np.uint32))
+
+
+# ---- refusals: a typed exception, nothing written ------------------------------------------------
+def refused(exc, a, w, params, out_shape=(2, 3), dtype=D.F32):
+    out = np.full(out_shape, 5.0, np.float32)
+    kernel = fk.bindings().lookup(OP.QMATMUL, KEYS[dtype], fk.Backend.CPU)
+    with pytest.raises(exc):
+        kernel(a, w, out=out, params=params)
+    assert (out == 5.0).all()
+
+
+def test_k_not_a_multiple_of_the_block_size():
+    a = np.ones((2, 48), np.float32)
+    refused(fk.ShapeError, a, np.zeros(3 * 34, np.uint8), fk.params.qmatmul(8, 2, 3, 48))
+    with pytest.raises(fk.ShapeError):
+        fk.ops.infer_output_shape(OP.QMATMUL, [(2, 48), (102,)], fk.params.qmatmul(8, 2, 3, 48))
+
+
+@pytest.mark.parametrize("delta", [-1, 1, -34])
+def test_w_of_the_wrong_byte_size(delta):
+    a = np.ones((2, 64), np.float32)
+    refused(fk.ShapeError, a, np.zeros(3 * 2 * 34 + delta, np.uint8), fk.params.qmatmul(8, 2, 3, 64))
+
+
+def test_w_size_overflow_is_a_shape_error():
+    with pytest.raises(fk.ShapeError):
+        fk.ops.infer_output_shape(OP.QMATMUL, [(1, 256), (144,)], fk.params.qmatmul(12, 1, 2 ** 62, 256))
+
+
+@pytest.mark.parametrize("quant_type", [0, 1, 9, 15, 99])
+def test_unknown_quant_type(quant_type):
+    a = np.ones((2, 32), np.float32)
+    refused(fk.ParamsError, a, np.zeros(3 * 34, np.uint8), fk.params.qmatmul(quant_type, 2, 3, 32))
+    with pytest.raises(fk.ParamsError):
+        fk.ops.infer_output_shape(OP.QMATMUL, [(2, 32), (102,)], fk.params.qmatmul(quant_type, 2, 3, 32))
+
+
+@pytest.mark.parametrize("case", ["a rows", "a cols", "output cols", "output rows", "a rank", "w rank"])
+def test_shape_mismatch(case):
+    a, w, out_shape = np.ones((2, 32), np.float32), np.zeros(3 * 34, np.uint8), (2, 3)
+    if case == "a rows":
+        a = np.ones((3, 32), np.float32)
+    elif case == "a cols":
+        a = np.ones((2, 64), np.float32)
+    elif case == "output cols":
+        out_shape = (2, 4)
+    elif case == "output rows":
+        out_shape = (1, 3)
+    elif case == "a rank":
+        a = np.ones((2, 32, 1), np.float32)
+    else:
+        w = np.zeros((3, 34), np.uint8)
+    refused(fk.ShapeError, a, w, fk.params.qmatmul(8, 2, 3, 32), out_shape)
+
+
+def test_wrong_dtypes_and_missing_params():
+    w = np.zeros(3 * 34, np.uint8)
+    refused(fk.DTypeError, np.ones((2, 32), np.float64), w, fk.params.qmatmul(8, 2, 3, 32))
+    refused(fk.DTypeError, np.ones((2, 32), np.float32), w.view(np.int8), fk.params.qmatmul(8, 2, 3, 32))
+    refused(fk.ParamsError, np.ones((2, 32), np.float32), w, None)
+    refused(fk.ParamsError, np.ones((2, 32), np.float32), w, fk.params.none())
+    with pytest.raises(fk.DTypeError):
+        fk.ops.infer_output_dtype(OP.QMATMUL, [D.F16, D.U8], fk.params.qmatmul(8, 2, 3, 32))
