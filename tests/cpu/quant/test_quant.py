@@ -116,7 +116,7 @@ def test_dispatch_allocates_the_f32_output():
     name, n, k = "Q5_1", 4, 64
     w = quantized(name, n, k, rng)
     a = rng.standard_normal((1, k)).astype(ml_dtypes.bfloat16)
-    (got,) = fk.dispatch(OP.QMATMUL, [a, w], params=fk.params.qmatmul(QUANTS[name].code, 1, n, k))
+    got = fk.dispatch(OP.QMATMUL, [a, w], params=fk.params.qmatmul(QUANTS[name].code, 1, n, k))
     assert got.dtype == np.float32 and got.shape == (1, n)
     check(got, a, w, name, n, fk.bindings().lookup(OP.QMATMUL, KEYS[D.BF16], fk.Backend.CPU).precision)
 
