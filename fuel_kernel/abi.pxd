@@ -169,6 +169,10 @@ cdef extern from "fuel_kernel/abi.h" nogil:
         int64_t m
         int64_t n
         int64_t k
+    ctypedef struct fk_nf4_matmul_params:
+        int64_t m
+        int64_t n
+        int64_t k
 
     ctypedef union fk_params_union:
         fk_reduce_params reduce
@@ -193,6 +197,7 @@ cdef extern from "fuel_kernel/abi.h" nogil:
         fk_conv2d_backward_params conv2d_backward
         fk_reduce_to_params reduce_to
         fk_qmatmul_params qmatmul
+        fk_nf4_matmul_params nf4_matmul
 
     ctypedef struct fk_params:
         int32_t kind

@@ -483,6 +483,33 @@ def qmatmul_dtype(dtypes: Sequence[DType], params: Optional[OpParams] = None) ->
     return DType.F32
 
 
+def nf4_matmul_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> Shape:
+    """[A (m, k), codes (n * k / 2,), absmax (n * k / 64,)] -> (m, n), extents from params.nf4_matmul."""
+    f = _fields(params, "nf4_matmul")
+    if len(shapes) != 3:
+        raise OperandCountError(f"nf4_matmul takes [a, codes, absmax], got {len(shapes)} inputs")
+    a, codes, absmax = shapes
+    m, n, k = f["m"], f["n"], f["k"]
+    if len(a) != 2 or len(codes) != 1 or len(absmax) != 1:
+        raise ShapeError(f"nf4_matmul takes a (m, k), codes (bytes,), absmax (blocks,), got {a}, {codes}, {absmax}")
+    if tuple(a) != (m, k):
+        raise ShapeError(f"nf4_matmul: a has shape {a}, params say ({m}, {k})")
+    if k % spec.NF4_BLOCK:
+        raise ShapeError(f"nf4_matmul: k={k} is not a multiple of the block size {spec.NF4_BLOCK}")
+    if codes[0] != n * k // 2 or absmax[0] != n * k // spec.NF4_BLOCK:
+        raise ShapeError(f"nf4_matmul: n={n} rows of k={k} take {n * k // 2} code bytes and "
+                         f"{n * k // spec.NF4_BLOCK} absmax values, got {codes[0]} and {absmax[0]}")
+    return (m, n)
+
+
+def nf4_matmul_dtype(dtypes: Sequence[DType], params: Optional[OpParams] = None) -> DType:
+    """A F32 or BF16, codes U8 and absmax F32 give F32."""
+    if len(dtypes) != 3 or dtypes[0] not in (DType.F32, DType.BF16) or dtypes[1] != DType.U8 \
+            or dtypes[2] != DType.F32:
+        raise DTypeError(f"nf4_matmul takes a F32 or BF16, codes U8 and absmax F32, got {[d.name for d in dtypes]}")
+    return DType.F32
+
+
 # ---- the schemas, one per spec op ----------------------------------------------------------------
 def _rule(name: Optional[str], kind: str) -> Any:
     """The function of a spec rule name: "broadcast", "shape" -> broadcast_shape (None: None)."""

@@ -117,6 +117,7 @@ PARAMS = (
     # ---- quantized matmul: the GGML quant type of W and the extents of A (m, k) @ dequant(W).T
     ParamsSpec(26, "qmatmul", "qmatmul", (("int32_t", "quant_type"), ("int32_t", "reserved"),
                                           ("int64_t", "m"), ("int64_t", "n"), ("int64_t", "k"))),
+    ParamsSpec(27, "nf4_matmul", "nf4_matmul", (("int64_t", "m"), ("int64_t", "n"), ("int64_t", "k"))),
 )
 
 # ---- ops -----------------------------------------------------------------------------------------
@@ -310,6 +311,9 @@ OPS = (
     _op(92, "QMATMUL", 2, "qmatmul",
         "A (m, k) @ dequant(W).T: W holds n rows of k GGML-quantized values (QUANT_TYPES)",
         args=("a", "w"), shape="qmatmul", dtype="qmatmul"),
+    _op(93, "NF4_MATMUL", 3, "nf4_matmul",
+        "A (m, k) @ dequant(W).T: W (n, k) in bitsandbytes NF4, 4-bit codes and an F32 absmax per 64 values",
+        args=("a", "codes", "absmax"), shape="nf4_matmul", dtype="nf4_matmul"),
 )
 
 # ---- GGML quant types (QMATMUL's W) ----------------------------------------------------------------
@@ -327,6 +331,14 @@ QUANT_TYPES = (
     QuantSpec(13, "Q5_K", 256, 176),
     QuantSpec(14, "Q6_K", 256, 210),
 )
+# NF4_MATMUL's W: bitsandbytes' 4-bit NormalFloat, blocks of NF4_BLOCK values of W (n, k) flattened
+# row-major, each a code per value and one F32 absmax; a value is NF4_CODE[code] * absmax.  The code
+# book is the QLoRA paper's (bitsandbytes' get_4bit_type("nf4")), as F32.
+NF4_BLOCK = 64
+NF4_CODE = (-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
+            -0.28444138169288635, -0.18477343022823334, -0.09105003625154495, 0.0,
+            0.07958029955625534, 0.16093020141124725, 0.24611230194568634, 0.33791524171829224,
+            0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0)
 
 # ---- threads --------------------------------------------------------------------------------------
 # How a large call of an op is cut into blocks that run on the intra-op threads (the rules are
@@ -620,6 +632,11 @@ CLAIMS["QMATMUL"] = Claim(0, "|err| <= max_rel * sum_k |a*w| for k <= 4096, w = 
 CPU_KERNELS["quant"] = (
     KernelRows(("QMATMUL",), (("F32", "U8", "F32"), ("BF16", "U8", "F32")), "fk_qmatmul_{d0}",
                "QMATMUL", "fk_qmatmul_cost", "FK_CAP_STRIDED_INPUT | FK_CAP_STRIDED_OUTPUT"),
+    # NF4_MATMUL [A, codes, absmax, C]: the same two paths; NF4 values are code * absmax in F32,
+    # one rounding, as bitsandbytes dequantizes
+    KernelRows(("NF4_MATMUL",), (("F32", "U8", "F32", "F32"), ("BF16", "U8", "F32", "F32")),
+               "fk_nf4_matmul_{d0}", "QMATMUL", "fk_qmatmul_cost",
+               "FK_CAP_STRIDED_INPUT | FK_CAP_STRIDED_OUTPUT"),
 )
 
 # matmul_blas: MATMUL through SciPy's BLAS ?gemm for the float dtypes stored in a C type BLAS
@@ -1156,6 +1173,9 @@ PARAMS_CONSTRUCTORS = (
                       "spec.QUANT_TYPES) and the extents of A (m, k) @ dequant(W).T (n rows of W).",
                       (ParamsArg("quant_type", "int", check=">= 0"), ParamsArg("m", **_MATMUL_EXTENT),
                        ParamsArg("n", **_MATMUL_EXTENT), ParamsArg("k", **_MATMUL_EXTENT))),
+    ParamsConstructor("nf4_matmul", "The extents of A (m, k) @ dequant(W).T for W (n, k) in NF4.",
+                      (ParamsArg("m", **_MATMUL_EXTENT), ParamsArg("n", **_MATMUL_EXTENT),
+                       ParamsArg("k", **_MATMUL_EXTENT))),
 )
 
 # ---- CPU kernel modules --------------------------------------------------------------------------
@@ -1188,7 +1208,7 @@ KERNEL_MODULES = (
     _module("norm_backward", "CPU RMS_NORM_BACKWARD and LAYER_NORM_BACKWARD kernels"),
     _module("loss", "CPU FUSED_SOFTMAX_CROSS_ENTROPY and its backward"),
     _module("conv", "CPU CONV2D kernels, im2col+GEMM and direct siblings, and its gradients"),
-    _module("quant", "CPU QMATMUL: A @ dequant(W).T for GGML-quantized W"),
+    _module("quant", "CPU QMATMUL and NF4_MATMUL: A @ dequant(W).T for GGML- or NF4-quantized W"),
 )
 
 PARAMS_ARG_KINDS = ("int", "float", "real", "bool", "ints", "dims", "pair", "choice", "matmul_m", "const")

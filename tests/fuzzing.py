@@ -44,6 +44,7 @@ PARAMS_BY_OP = {fk.OpKind.AFFINE: "affine", fk.OpKind.CLAMP: "clamp", fk.OpKind.
                 fk.OpKind.RMS_NORM: "norm_last_dim", fk.OpKind.LAYER_NORM: "norm_last_dim",
                 fk.OpKind.CONV2D_BACKWARD_INPUT: "conv2d_backward",
                 fk.OpKind.CONV2D_BACKWARD_WEIGHT: "conv2d_backward", fk.OpKind.QMATMUL: "qmatmul",
+                fk.OpKind.NF4_MATMUL: "nf4_matmul",
                 **{op: "reduce" for op in REDUCE_OPS}}
 
 
@@ -430,6 +431,9 @@ def valid_params(draw, family, shapes):
         m, k = shapes[0] if shapes and len(shapes[0]) == 2 else (1, 32)
         quant = draw(st.sampled_from(spec.QUANT_TYPES))
         return P.qmatmul(quant.code, m, draw(st.sampled_from((0, 1, 3))), k)
+    if family == "nf4_matmul":
+        m, k = shapes[0] if shapes and len(shapes[0]) == 2 else (1, 64)
+        return P.nf4_matmul(m, draw(st.sampled_from((0, 1, 3))), k)
     if family == "cross_entropy":
         if draw(st.integers(0, 3)) == 0:
             return draw(st.sampled_from([None, P.none()]))
@@ -615,6 +619,15 @@ def _qmatmul(draw, op, n_in):
     return [(m, k), (w_bytes,)], fk.params.qmatmul(quant.code, m, n, k), {}
 
 
+def _nf4_matmul(draw, op, n_in):
+    """A (m, k), the NF4 codes (n * k / 2 bytes) and absmax (n * k / 64 values) of W (n, k), with
+    params.nf4_matmul (one absmax too many in a tenth of the cases)."""
+    m, n = draw(st.sampled_from((0, 1, 1, 2, 3, 5))), draw(st.sampled_from((0, 1, 2, 3, 7)))
+    k = spec.NF4_BLOCK * draw(st.sampled_from((0, 1, 2)))
+    extra = draw(st.sampled_from((0,) * 9 + (1,)))
+    return [(m, k), (n * k // 2,), (n * k // spec.NF4_BLOCK + extra,)], fk.params.nf4_matmul(m, n, k), {}
+
+
 OPERANDS = {
     fk.OpKind.SLICE: _one_input(), fk.OpKind.FLIP: _one_input(), fk.OpKind.ROLL: _one_input(),
     fk.OpKind.CUMSUM: _one_input(), fk.OpKind.TRIU: _one_input(2), fk.OpKind.TRIL: _one_input(2),
@@ -629,7 +642,7 @@ OPERANDS = {
     fk.OpKind.REDUCE_SUM_TO: _one_input(max_ndim=5), fk.OpKind.REDUCE_MAX_TO: _one_input(max_ndim=5),
     fk.OpKind.REDUCE_MAX_TO_BACKWARD: _reduce_max_to_backward, fk.OpKind.PAD_BACKWARD: _pad_backward,
     fk.OpKind.FUSED_LINEAR: _fused_linear,
-    fk.OpKind.QMATMUL: _qmatmul,
+    fk.OpKind.QMATMUL: _qmatmul, fk.OpKind.NF4_MATMUL: _nf4_matmul,
 }
 
 

@@ -1648,6 +1648,44 @@ def _qmatmul(inputs, params, out_dtype, out_shape):
     return Accumulated(to(values, out_dtype), magnitude, max(k, 1))
 
 
+NF4_CODE = np.array(spec.NF4_CODE, np.float32)
+
+
+def nf4_dequantized_weights(codes, absmax, n, k):
+    """dequant(W) as (n, k) F32 from the NF4 code book: two codes per byte, the high nibble first,
+    times each block's absmax (bitsandbytes' dequantize_4bit)."""
+    packed = np.ascontiguousarray(codes, dtype=np.uint8).reshape(-1)
+    q = np.empty(2 * packed.size, np.uint8)
+    q[0::2], q[1::2] = packed >> 4, packed & 15
+    scale = np.ascontiguousarray(absmax, dtype=np.float32).reshape(-1, 1)
+    with np.errstate(all="ignore"):
+        return (NF4_CODE[q].reshape(-1, spec.NF4_BLOCK) * scale).reshape(n, k)
+
+
+def nf4_matmul_reference(a, codes, absmax, n, k):
+    """A @ dequant(W).T in F64 and its magnitude |A| @ |dequant(W)|.T."""
+    deq = nf4_dequantized_weights(codes, absmax, n, k).astype(np.float64)
+    with np.errstate(all="ignore"):
+        return f64(a) @ deq.T, np.abs(f64(a)) @ np.abs(deq).T
+
+
+@register([fk.OpKind.NF4_MATMUL], kind="accumulate", strict=False)
+def _nf4_matmul(inputs, params, out_dtype, out_shape):
+    need_params(params, "nf4_matmul")
+    a, codes, absmax = inputs
+    f = params.fields()
+    m, n, k = f["m"], f["n"], f["k"]
+    if a.shape != (m, k) or codes.ndim != 1 or absmax.ndim != 1 or k % spec.NF4_BLOCK or \
+            codes.shape[0] != n * k // 2 or absmax.shape[0] != n * k // spec.NF4_BLOCK:
+        raise ExpectError(fk.ShapeError)
+    expect_shape(out_shape, (m, n))
+    if not np.isfinite(f64(absmax)).all():
+        raise Skip("a non-finite absmax")
+    values, magnitude = nf4_matmul_reference(a, codes, absmax, n, k)
+    skip_infinite_values(values)
+    return Accumulated(to(values, out_dtype), magnitude, max(k, 1))
+
+
 # ---- comparison ----------------------------------------------------------------------------------
 NAN_CONVENTION_OPS = {fk.OpKind.RELU, fk.OpKind.SIGN, fk.OpKind.STEP, fk.OpKind.CLAMP}
 

@@ -199,3 +199,92 @@ def test_wrong_dtypes_and_missing_params():
     refused(fk.ParamsError, np.ones((2, 32), np.float32), w, fk.params.none())
     with pytest.raises(fk.DTypeError):
         fk.ops.infer_output_dtype(OP.QMATMUL, [D.F16, D.U8], fk.params.qmatmul(8, 2, 3, 32))
+
+
+# ---- NF4_MATMUL ------------------------------------------------------------------------------------
+NF4_KEYS = {D.F32: (D.F32, D.U8, D.F32, D.F32), D.BF16: (D.BF16, D.U8, D.F32, D.F32)}
+COVERED |= {(OP.NF4_MATMUL, key) for key in NF4_KEYS.values()}
+
+
+def nf4_quantized(n, k, rng):
+    """W (n, k) quantized to NF4 in NumPy: per block of 64, absmax = max |w|, each value's nearest
+    code of w / absmax, two codes per byte with the first in the high nibble."""
+    w = rng.standard_normal((n * k // spec.NF4_BLOCK, spec.NF4_BLOCK)).astype(np.float32)
+    absmax = np.abs(w).max(axis=1)
+    normalized = w / np.where(absmax == 0, 1, absmax)[:, None]
+    q = np.abs(normalized.reshape(-1, 1) - oracles.NF4_CODE[None, :]).argmin(axis=1).astype(np.uint8)
+    return (q[0::2] << 4) | q[1::2], absmax.astype(np.float32)
+
+
+def nf4_run(a, codes, absmax, n, out=None):
+    m, k = a.shape
+    kernel = fk.bindings().lookup(OP.NF4_MATMUL, NF4_KEYS[D.parse(a.dtype)], fk.Backend.CPU)
+    if out is None:
+        out = np.full((m, n), np.nan, np.float32)
+    return kernel(a, codes, absmax, out=out, params=fk.params.nf4_matmul(m, n, k)), kernel
+
+
+def nf4_check(got, a, codes, absmax, n, claim):
+    values, magnitude = oracles.nf4_matmul_reference(a, codes, absmax, n, a.shape[1])
+    err = np.abs(np.asarray(got, np.float64) - values)
+    assert (err <= claim.max_rel * magnitude + 1e-38).all(), f"worst error {err.max()}"
+
+
+def test_nf4_code_book_is_the_qlora_one():
+    code = np.array(spec.NF4_CODE)
+    assert code.size == 16 and code[0] == -1.0 and code[7] == 0.0 and code[15] == 1.0
+    assert (np.diff(code) > 0).all()
+
+
+@pytest.mark.parametrize("layout", A_LAYOUTS)
+@pytest.mark.parametrize("dtype", [D.F32, D.BF16])
+@pytest.mark.parametrize("m", [1, 7])
+def test_nf4_matches_the_code_book_reference(layout, dtype, m):
+    rng = np.random.default_rng(len(layout) * 11 + m)
+    n, k = 45, 64 * 5                               # 5 blocks per row: GEMM K blocks cut NF4 blocks
+    codes, absmax = nf4_quantized(n, k, rng)
+    a = make_operand((m, k), dtype, layout, rng, special=False)
+    got, kernel = nf4_run(a, codes, absmax, n)
+    nf4_check(got, a, codes, absmax, n, kernel.precision)
+    random_codes = rng.integers(0, 256, n * k // 2, dtype=np.uint8)
+    got, _ = nf4_run(a, random_codes, absmax, n)
+    nf4_check(got, a, random_codes, absmax, n, kernel.precision)
+
+
+@pytest.mark.parametrize("m", [1, 4])
+def test_nf4_strided_codes_absmax_and_output(m):
+    rng = np.random.default_rng(12)
+    n, k = 6, 128
+    codes, absmax = nf4_quantized(n, k, rng)
+    codes_strided = np.zeros(3 * codes.size, np.uint8)[::3]
+    codes_strided[...] = codes
+    absmax_reversed = absmax[::-1].copy()[::-1]
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    out = np.full((m, 2 * n), 7.0, np.float32)
+    got, kernel = nf4_run(a, codes_strided, absmax_reversed, n, out=out[:, ::2])
+    nf4_check(got, a, codes, absmax, n, kernel.precision)
+    assert (out[:, 1::2] == 7.0).all()
+
+
+@pytest.mark.parametrize("case", ["k not a multiple of 64", "codes size", "absmax size", "absmax dtype",
+                                  "qmatmul params"])
+def test_nf4_refusals_write_nothing(case):
+    m, n, k = 2, 3, 64
+    a = np.ones((m, k), np.float32)
+    codes, absmax = np.zeros(n * k // 2, np.uint8), np.ones(n * k // 64, np.float32)
+    params, exc = fk.params.nf4_matmul(m, n, k), fk.ShapeError
+    if case == "k not a multiple of 64":
+        a, codes, params = np.ones((m, 96), np.float32), np.zeros(n * 48, np.uint8), fk.params.nf4_matmul(m, n, 96)
+    elif case == "codes size":
+        codes = np.zeros(n * k // 2 + 1, np.uint8)
+    elif case == "absmax size":
+        absmax = np.ones(n * k // 64 - 1, np.float32)
+    elif case == "absmax dtype":
+        absmax, exc = absmax.astype(np.float64), fk.DTypeError
+    else:
+        params, exc = fk.params.qmatmul(8, m, n, k), fk.ParamsError
+    out = np.full((m, n), 5.0, np.float32)
+    kernel = fk.bindings().lookup(OP.NF4_MATMUL, NF4_KEYS[D.F32], fk.Backend.CPU)
+    with pytest.raises(exc):
+        kernel(a, codes, absmax, out=out, params=params)
+    assert (out == 5.0).all()
