@@ -1618,7 +1618,8 @@ def dequantized_weights(w, quant_type, n, k):
     if n == 0 or k == 0:
         return np.zeros((n, k), np.float32)
     rows = np.ascontiguousarray(w, dtype=np.uint8).reshape(n, -1)
-    return gguf.quants.dequantize(rows, gguf.GGMLQuantizationType(quant_type)).reshape(n, k)
+    with np.errstate(all="ignore"):                  # random bytes may hold an inf or NaN scale
+        return gguf.quants.dequantize(rows, gguf.GGMLQuantizationType(quant_type)).reshape(n, k)
 
 
 def qmatmul_reference(a, w, quant_type, n, k):
