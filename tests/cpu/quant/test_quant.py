@@ -3,6 +3,8 @@ NumPy dequantization followed by an F64 matmul, within the bindings' precision c
 by gguf's quantize where it has one and random well-formed blocks (random bytes, finite f16
 scales) for every type; m = 1 (the streaming path) and m > 1 (the GEMM path); A in every layout and
 BF16; strided W and C; bits independent of the thread count; every refusal before any write."""
+import ctypes
+
 import gguf
 import ml_dtypes
 import numpy as np
@@ -10,7 +12,9 @@ import pytest
 
 import fuel_kernel as fk
 import oracles
+from capi import Layout, Storage, kernel_function, layout, storage_of
 from fuel_kernel import spec
+from fuel_kernel.errors import STATUS_ERRORS
 from support import make_operand
 
 OP = fk.OpKind
@@ -18,6 +22,7 @@ D = fk.DType
 KEYS = {D.F32: (D.F32, D.U8, D.F32), D.BF16: (D.BF16, D.U8, D.F32)}
 COVERED = {(OP.QMATMUL, key) for key in KEYS.values()}
 QUANTS = {q.name: q for q in spec.QUANT_TYPES}
+SHAPE_STATUS = {cls: code for code, cls in STATUS_ERRORS.items()}[fk.ShapeError]
 # byte offsets of each type's f16 scale fields inside a block (gguf.quants' block layouts)
 F16_FIELDS = {"Q8_0": (0,), "Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2),
               "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
@@ -288,3 +293,31 @@ def test_nf4_refusals_write_nothing(case):
     with pytest.raises(exc):
         kernel(a, codes, absmax, out=out, params=params)
     assert (out == 5.0).all()
+
+
+# ---- a C caller's impossible sizes ---------------------------------------------------------------
+class QmatmulParams(ctypes.Structure):
+    """fk_params holding fk_qmatmul_params (abi.h), padded past the union's size."""
+    _fields_ = [("kind", ctypes.c_int32), ("reserved", ctypes.c_int32), ("quant_type", ctypes.c_int32),
+                ("reserved2", ctypes.c_int32), ("m", ctypes.c_int64), ("n", ctypes.c_int64),
+                ("k", ctypes.c_int64), ("padding", ctypes.c_uint8 * 1024)]
+
+
+def test_w_byte_count_overflow_from_a_c_caller_is_a_shape_error():
+    """A (1, k) of one element seen through stride 0, k the largest multiple of 32 below 2**63:
+    Q8_0's k / 32 * 34 bytes overflow int64 (the one type with more bytes than values per block),
+    refused before anything is written."""
+    q = QUANTS["Q8_0"]
+    assert (2 ** 63 - 1) // q.block_size * q.block_bytes > 2 ** 63 - 1
+    k = (2 ** 63 - 1) // q.block_size * q.block_size
+    a, w, c = np.zeros(1, np.float32), np.zeros(q.block_bytes, np.uint8), np.full(1, 5.0, np.float32)
+    storages = (Storage * 3)(storage_of(a, D.F32), storage_of(w, D.U8), storage_of(c, D.F32))
+    layouts = (Layout * 3)(layout([1, k], [0, 0]), layout([q.block_bytes], [1]), layout([1, 1], [1, 1]))
+    kind = next(p.kind for p in spec.PARAMS if p.name == "qmatmul")
+    params = QmatmulParams(kind=kind, quant_type=q.code, m=1, n=1, k=k)
+    function = kernel_function(OP.QMATMUL, list(KEYS[D.F32]))
+    inputs = ctypes.cast(storages, ctypes.POINTER(Storage))
+    outputs = ctypes.cast(ctypes.byref(storages, 2 * ctypes.sizeof(Storage)), ctypes.POINTER(Storage))
+    status = function(inputs, 2, outputs, 1, layouts, ctypes.addressof(params))
+    assert status == SHAPE_STATUS
+    assert c[0] == 5.0
