@@ -127,20 +127,26 @@ def test_dispatch_allocates_the_f32_output():
 
 
 @pytest.mark.parametrize("m", [1, 9])
-def test_bits_do_not_depend_on_the_thread_count(m):
+@pytest.mark.parametrize("n", [512, 600])
+def test_bits_do_not_depend_on_the_thread_count(m, n):
+    """Both paths run fixed chunks of W's rows on the threads (m = 1: 32 rows, m > 1: 256; 600
+    leaves a short last chunk); C with a column stride goes through the output buffer."""
     rng = np.random.default_rng(8)
-    name, n, k = "Q8_0", 512, 1024              # m = 1 is cut into row chunks on the threads
+    name, k = "Q8_0", 1024
     w = quantized(name, n, k, rng)
     a = rng.standard_normal((m, k)).astype(np.float32)
     before = fk.get_num_threads()
     try:
         fk.set_num_threads(1)
-        one, _ = run(a, w, name, n)
+        one, kernel = run(a, w, name, n)
         fk.set_num_threads(4)
         four, _ = run(a, w, name, n)
+        strided, _ = run(a, w, name, n, out=np.zeros((m, 2 * n), np.float32)[:, ::2])
     finally:
         fk.set_num_threads(before)
     np.testing.assert_array_equal(one.view(np.uint32), four.view(np.uint32))
+    np.testing.assert_array_equal(one.view(np.uint32), np.ascontiguousarray(strided).view(np.uint32))
+    check(one, a, w, name, n, kernel.precision)
 
 
 # ---- refusals: a typed exception, nothing written ------------------------------------------------
