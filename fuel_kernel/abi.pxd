@@ -167,6 +167,16 @@ cdef extern from "fuel_kernel/abi.h" nogil:
         int32_t ndim
         int32_t axis
         int64_t start[8]
+    ctypedef struct fk_qmatmul_params:
+        int32_t quant_type
+        int32_t reserved
+        int64_t m
+        int64_t n
+        int64_t k
+    ctypedef struct fk_nf4_matmul_params:
+        int64_t m
+        int64_t n
+        int64_t k
 
     ctypedef union fk_params_union:
         fk_reduce_params reduce
@@ -191,6 +201,8 @@ cdef extern from "fuel_kernel/abi.h" nogil:
         fk_conv2d_backward_params conv2d_backward
         fk_reduce_to_params reduce_to
         fk_write_slice_params write_slice
+        fk_qmatmul_params qmatmul
+        fk_nf4_matmul_params nf4_matmul
 
     ctypedef struct fk_params:
         int32_t kind

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence, U
 import numpy as np
 
 from . import spec
-from .errors import OperandCountError, ParamsError, ShapeError
+from .errors import DTypeError, OperandCountError, ParamsError, ShapeError
 from .types import DType, OpKind
 
 if TYPE_CHECKING:
@@ -457,6 +457,65 @@ def destination_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None
     raise ShapeError("write_slice and write_slice_rotating update their destination in place and have no "
                      "output of their own: pass the destination as the output (fk.dispatch(op, [src], dst), "
                      "k(src, out=dst); in a graph, Graph.write_slice(src, state, ...))")
+QUANT_TYPES = {q.code: q for q in spec.QUANT_TYPES}
+
+
+def qmatmul_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> Shape:
+    """[A (m, k), W (bytes,)] -> (m, n): params.qmatmul names the quant type and m, n, k; k must be
+    a whole number of blocks and W hold exactly n * k / block_size blocks."""
+    f = _fields(params, "qmatmul")
+    if len(shapes) != 2:
+        raise OperandCountError(f"qmatmul takes [a, w], got {len(shapes)} inputs")
+    quant = QUANT_TYPES.get(f["quant_type"])
+    if quant is None:
+        raise ParamsError(f"qmatmul: unknown quant type {f['quant_type']} (known: "
+                          f"{', '.join(f'{q.name}={q.code}' for q in spec.QUANT_TYPES)})")
+    a, w = shapes
+    m, n, k = f["m"], f["n"], f["k"]
+    if len(a) != 2 or len(w) != 1:
+        raise ShapeError(f"qmatmul takes a (m, k) and w (bytes,), got {a} and {w}")
+    if tuple(a) != (m, k):
+        raise ShapeError(f"qmatmul: a has shape {a}, params say ({m}, {k})")
+    if k % quant.block_size:
+        raise ShapeError(f"qmatmul: k={k} is not a multiple of {quant.name}'s block size {quant.block_size}")
+    if w[0] != n * (k // quant.block_size) * quant.block_bytes:
+        raise ShapeError(f"qmatmul: w has {w[0]} bytes, {quant.name} rows of n={n}, k={k} take "
+                         f"{n * (k // quant.block_size) * quant.block_bytes}")
+    return (m, n)
+
+
+def qmatmul_dtype(dtypes: Sequence[DType], params: Optional[OpParams] = None) -> DType:
+    """A F32 or BF16 and W U8 give F32."""
+    if len(dtypes) != 2 or dtypes[0] not in (DType.F32, DType.BF16) or dtypes[1] != DType.U8:
+        raise DTypeError(f"qmatmul takes a F32 or BF16 and w U8, got {[d.name for d in dtypes]}")
+    return DType.F32
+
+
+def nf4_matmul_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> Shape:
+    """[A (m, k), codes (n * k / 2,), absmax (n * k / 64,)] -> (m, n), extents from params.nf4_matmul."""
+    f = _fields(params, "nf4_matmul")
+    if len(shapes) != 3:
+        raise OperandCountError(f"nf4_matmul takes [a, codes, absmax], got {len(shapes)} inputs")
+    a, codes, absmax = shapes
+    m, n, k = f["m"], f["n"], f["k"]
+    if len(a) != 2 or len(codes) != 1 or len(absmax) != 1:
+        raise ShapeError(f"nf4_matmul takes a (m, k), codes (bytes,), absmax (blocks,), got {a}, {codes}, {absmax}")
+    if tuple(a) != (m, k):
+        raise ShapeError(f"nf4_matmul: a has shape {a}, params say ({m}, {k})")
+    if k % spec.NF4_BLOCK:
+        raise ShapeError(f"nf4_matmul: k={k} is not a multiple of the block size {spec.NF4_BLOCK}")
+    if codes[0] != n * k // 2 or absmax[0] != n * k // spec.NF4_BLOCK:
+        raise ShapeError(f"nf4_matmul: n={n} rows of k={k} take {n * k // 2} code bytes and "
+                         f"{n * k // spec.NF4_BLOCK} absmax values, got {codes[0]} and {absmax[0]}")
+    return (m, n)
+
+
+def nf4_matmul_dtype(dtypes: Sequence[DType], params: Optional[OpParams] = None) -> DType:
+    """A F32 or BF16, codes U8 and absmax F32 give F32."""
+    if len(dtypes) != 3 or dtypes[0] not in (DType.F32, DType.BF16) or dtypes[1] != DType.U8 \
+            or dtypes[2] != DType.F32:
+        raise DTypeError(f"nf4_matmul takes a F32 or BF16, codes U8 and absmax F32, got {[d.name for d in dtypes]}")
+    return DType.F32
 
 
 # ---- the schemas, one per spec op ----------------------------------------------------------------

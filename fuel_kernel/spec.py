@@ -117,6 +117,10 @@ PARAMS = (
     # ---- KV-cache writes: where the source lands in the destination, and the ring or position axis
     ParamsSpec(26, "write_slice", "write_slice", (("int32_t", "ndim"), ("int32_t", "axis"),
                                                   ("int64_t[FK_MAX_DIMS]", "start"))),
+    # ---- quantized matmul: the GGML quant type of W and the extents of A (m, k) @ dequant(W).T
+    ParamsSpec(27, "qmatmul", "qmatmul", (("int32_t", "quant_type"), ("int32_t", "reserved"),
+                                          ("int64_t", "m"), ("int64_t", "n"), ("int64_t", "k"))),
+    ParamsSpec(28, "nf4_matmul", "nf4_matmul", (("int64_t", "m"), ("int64_t", "n"), ("int64_t", "k"))),
 )
 
 # ---- ops -----------------------------------------------------------------------------------------
@@ -314,7 +318,38 @@ OPS = (
     _op(93, "WRITE_SLICE_ROTATING", (1, 2), "write_slice",
         "write src into a ring buffer: start on the ring axis modulo its extent, wrapping around",
         args=("src", "position"), shape="destination"),
+    # quantized matmul (cpu/quant_kernels.h.in)
+    _op(94, "QMATMUL", 2, "qmatmul",
+        "A (m, k) @ dequant(W).T: W holds n rows of k GGML-quantized values (QUANT_TYPES)",
+        args=("a", "w"), shape="qmatmul", dtype="qmatmul"),
+    _op(95, "NF4_MATMUL", 3, "nf4_matmul",
+        "A (m, k) @ dequant(W).T: W (n, k) in bitsandbytes NF4, 4-bit codes and an F32 absmax per 64 values",
+        args=("a", "codes", "absmax"), shape="nf4_matmul", dtype="nf4_matmul"),
 )
+
+# ---- GGML quant types (QMATMUL's W) ----------------------------------------------------------------
+# code: the GGML type id (gguf's GGMLQuantizationType), the value of params.qmatmul's quant_type;
+# name: GGML's name; block_size: values per block; block_bytes: bytes per block (gguf's
+# GGML_QUANT_SIZES).  A row of k values is k / block_size consecutive blocks.
+QuantSpec = namedtuple("QuantSpec", "code name block_size block_bytes")
+QUANT_TYPES = (
+    QuantSpec(8, "Q8_0", 32, 34),
+    QuantSpec(2, "Q4_0", 32, 18),
+    QuantSpec(3, "Q4_1", 32, 20),
+    QuantSpec(6, "Q5_0", 32, 22),
+    QuantSpec(7, "Q5_1", 32, 24),
+    QuantSpec(12, "Q4_K", 256, 144),
+    QuantSpec(13, "Q5_K", 256, 176),
+    QuantSpec(14, "Q6_K", 256, 210),
+)
+# NF4_MATMUL's W: bitsandbytes' 4-bit NormalFloat, blocks of NF4_BLOCK values of W (n, k) flattened
+# row-major, each a code per value and one F32 absmax; a value is NF4_CODE[code] * absmax.  The code
+# book is the QLoRA paper's (bitsandbytes' get_4bit_type("nf4")), as F32.
+NF4_BLOCK = 64
+NF4_CODE = (-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
+            -0.28444138169288635, -0.18477343022823334, -0.09105003625154495, 0.0,
+            0.07958029955625534, 0.16093020141124725, 0.24611230194568634, 0.33791524171829224,
+            0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0)
 
 # ---- threads --------------------------------------------------------------------------------------
 # How a large call of an op is cut into blocks that run on the intra-op threads (the rules are
@@ -608,6 +643,23 @@ _LINEAR_CAPS = "FK_CAP_STRIDED_INPUT | FK_CAP_STRIDED_OUTPUT"
 CPU_KERNELS["matmul"] += (
     KernelRows(("FUSED_LINEAR",), same(FLOAT, 4), "fk_fused_linear_{d0}",
                {name: "FUSED_LINEAR_" + name for name in FLOAT}, "fk_fused_linear_native_cost", _LINEAR_CAPS),
+)
+
+# quant: QMATMUL [A, W, C] for A F32 or BF16, W U8 GGML blocks, C F32 (cpu/quant_kernels.h.in).
+# Dequantization reproduces gguf's F32 values bit for bit (products of the f16 scales and the small
+# integer codes are exact; Q4_1, Q5_1 and the K-quants round once where the minimum is applied),
+# so the only error is the F32 dot product: per block, then the blocks in order (m = 1), or the
+# GEMM engine's K blocks (m > 1).
+CLAIMS["QMATMUL"] = Claim(0, "|err| <= max_rel * sum_k |a*w| for k <= 4096, w = gguf's dequantized W",
+                          _DOT_MAX_REL["F32"])
+CPU_KERNELS["quant"] = (
+    KernelRows(("QMATMUL",), (("F32", "U8", "F32"), ("BF16", "U8", "F32")), "fk_qmatmul_{d0}",
+               "QMATMUL", "fk_qmatmul_cost", "FK_CAP_STRIDED_INPUT | FK_CAP_STRIDED_OUTPUT"),
+    # NF4_MATMUL [A, codes, absmax, C]: the same two paths; NF4 values are code * absmax in F32,
+    # one rounding, as bitsandbytes dequantizes
+    KernelRows(("NF4_MATMUL",), (("F32", "U8", "F32", "F32"), ("BF16", "U8", "F32", "F32")),
+               "fk_nf4_matmul_{d0}", "QMATMUL", "fk_qmatmul_cost",
+               "FK_CAP_STRIDED_INPUT | FK_CAP_STRIDED_OUTPUT"),
 )
 
 # matmul_blas: MATMUL through SciPy's BLAS ?gemm for the float dtypes stored in a C type BLAS
@@ -1146,6 +1198,13 @@ PARAMS_CONSTRUCTORS = (
                       "that is the ring (WRITE_SLICE_ROTATING) and that a run-time position operand adds to.",
                       (ParamsArg("start", "ints", count="ndim", length="FK_MAX_DIMS"),
                        ParamsArg("axis", "int", 0))),
+    ParamsConstructor("qmatmul", "W's GGML quant type (its GGMLQuantizationType value, one of "
+                      "spec.QUANT_TYPES) and the extents of A (m, k) @ dequant(W).T (n rows of W).",
+                      (ParamsArg("quant_type", "int", check=">= 0"), ParamsArg("m", **_MATMUL_EXTENT),
+                       ParamsArg("n", **_MATMUL_EXTENT), ParamsArg("k", **_MATMUL_EXTENT))),
+    ParamsConstructor("nf4_matmul", "The extents of A (m, k) @ dequant(W).T for W (n, k) in NF4.",
+                      (ParamsArg("m", **_MATMUL_EXTENT), ParamsArg("n", **_MATMUL_EXTENT),
+                       ParamsArg("k", **_MATMUL_EXTENT))),
 )
 
 # ---- CPU kernel modules --------------------------------------------------------------------------
@@ -1178,6 +1237,7 @@ KERNEL_MODULES = (
     _module("norm_backward", "CPU RMS_NORM_BACKWARD and LAYER_NORM_BACKWARD kernels"),
     _module("loss", "CPU FUSED_SOFTMAX_CROSS_ENTROPY and its backward"),
     _module("conv", "CPU CONV2D kernels, im2col+GEMM and direct siblings, and its gradients"),
+    _module("quant", "CPU QMATMUL and NF4_MATMUL: A @ dequant(W).T for GGML- or NF4-quantized W"),
 )
 
 PARAMS_ARG_KINDS = ("int", "float", "real", "bool", "ints", "dims", "pair", "choice", "matmul_m", "const")

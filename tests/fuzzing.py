@@ -19,7 +19,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 import fuel_kernel as fk
-from fuel_kernel import ops
+from fuel_kernel import ops, spec
 
 import oracles
 
@@ -43,7 +43,8 @@ PARAMS_BY_OP = {fk.OpKind.AFFINE: "affine", fk.OpKind.CLAMP: "clamp", fk.OpKind.
                 fk.OpKind.MATMUL: "matmul", fk.OpKind.CONV2D: "conv2d",
                 fk.OpKind.RMS_NORM: "norm_last_dim", fk.OpKind.LAYER_NORM: "norm_last_dim",
                 fk.OpKind.CONV2D_BACKWARD_INPUT: "conv2d_backward",
-                fk.OpKind.CONV2D_BACKWARD_WEIGHT: "conv2d_backward",
+                fk.OpKind.CONV2D_BACKWARD_WEIGHT: "conv2d_backward", fk.OpKind.QMATMUL: "qmatmul",
+                fk.OpKind.NF4_MATMUL: "nf4_matmul",
                 **{op: "reduce" for op in REDUCE_OPS}}
 
 
@@ -432,6 +433,13 @@ def valid_params(draw, family, shapes):
                                  dilation=draw(st.integers(1, 2)), groups=draw(st.integers(1, 3)))
     if family == "matmul":
         return None
+    if family == "qmatmul":                          # extents from A (m, k) when there is one
+        m, k = shapes[0] if shapes and len(shapes[0]) == 2 else (1, 32)
+        quant = draw(st.sampled_from(spec.QUANT_TYPES))
+        return P.qmatmul(quant.code, m, draw(st.sampled_from((0, 1, 3))), k)
+    if family == "nf4_matmul":
+        m, k = shapes[0] if shapes and len(shapes[0]) == 2 else (1, 64)
+        return P.nf4_matmul(m, draw(st.sampled_from((0, 1, 3))), k)
     if family == "cross_entropy":
         if draw(st.integers(0, 3)) == 0:
             return draw(st.sampled_from([None, P.none()]))
@@ -625,6 +633,24 @@ def _write_slice(draw, op, n_in):
     if n_in == 2:
         return [src, ()], params, dst, {1: dst[axis] - src[axis] + 1}
     return [src], params, dst, {}
+def _qmatmul(draw, op, n_in):
+    """A (m, k) and W: the bytes of n rows of k values in a quant type of spec.QUANT_TYPES (one
+    block too many or too few in a tenth of the cases), with its params.qmatmul."""
+    quant = draw(st.sampled_from(spec.QUANT_TYPES))
+    m, n = draw(st.sampled_from((0, 1, 1, 2, 3, 5))), draw(st.sampled_from((0, 1, 2, 3, 7)))
+    k = quant.block_size * draw(st.sampled_from((0, 1, 2)))
+    extra = draw(st.sampled_from((0,) * 9 + (-1, 1))) * quant.block_bytes
+    w_bytes = max(n * (k // quant.block_size) * quant.block_bytes + extra, 0)
+    return [(m, k), (w_bytes,)], fk.params.qmatmul(quant.code, m, n, k), {}
+
+
+def _nf4_matmul(draw, op, n_in):
+    """A (m, k), the NF4 codes (n * k / 2 bytes) and absmax (n * k / 64 values) of W (n, k), with
+    params.nf4_matmul (one absmax too many in a tenth of the cases)."""
+    m, n = draw(st.sampled_from((0, 1, 1, 2, 3, 5))), draw(st.sampled_from((0, 1, 2, 3, 7)))
+    k = spec.NF4_BLOCK * draw(st.sampled_from((0, 1, 2)))
+    extra = draw(st.sampled_from((0,) * 9 + (1,)))
+    return [(m, k), (n * k // 2,), (n * k // spec.NF4_BLOCK + extra,)], fk.params.nf4_matmul(m, n, k), {}
 
 
 OPERANDS = {
@@ -641,6 +667,7 @@ OPERANDS = {
     fk.OpKind.REDUCE_SUM_TO: _one_input(max_ndim=5), fk.OpKind.REDUCE_MAX_TO: _one_input(max_ndim=5),
     fk.OpKind.REDUCE_MAX_TO_BACKWARD: _reduce_max_to_backward, fk.OpKind.PAD_BACKWARD: _pad_backward,
     fk.OpKind.FUSED_LINEAR: _fused_linear,
+    fk.OpKind.QMATMUL: _qmatmul, fk.OpKind.NF4_MATMUL: _nf4_matmul,
 }
 
 

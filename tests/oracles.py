@@ -25,10 +25,12 @@ import warnings
 from dataclasses import dataclass
 from typing import Callable
 
+import gguf
 import ml_dtypes
 import numpy as np
 
 import fuel_kernel as fk
+from fuel_kernel import spec
 
 D = fk.DType
 HALF = (D.F16, D.BF16)
@@ -1652,6 +1654,84 @@ def _fused_linear(inputs, params, out_dtype, out_shape):
     values, magnitude = linear_reference(x, w, b)
     skip_infinite_values(values)
     return Accumulated(to(values, out_dtype), magnitude, x.shape[1] + 1)
+
+
+# ---- QMATMUL ---------------------------------------------------------------------------------------
+QUANT_TYPES = {q.code: q for q in spec.QUANT_TYPES}
+
+
+def dequantized_weights(w, quant_type, n, k):
+    """dequant(W) as (n, k) F32: gguf's NumPy dequantization of W's bytes (read through any layout)."""
+    if n == 0 or k == 0:
+        return np.zeros((n, k), np.float32)
+    rows = np.ascontiguousarray(w, dtype=np.uint8).reshape(n, -1)
+    with np.errstate(all="ignore"):                  # random bytes may hold an inf or NaN scale
+        return gguf.quants.dequantize(rows, gguf.GGMLQuantizationType(quant_type)).reshape(n, k)
+
+
+def qmatmul_reference(a, w, quant_type, n, k):
+    """A @ dequant(W).T in F64 and its magnitude |A| @ |dequant(W)|.T."""
+    deq = dequantized_weights(w, quant_type, n, k).astype(np.float64)
+    with np.errstate(all="ignore"):
+        return f64(a) @ deq.T, np.abs(f64(a)) @ np.abs(deq).T
+
+
+@register([fk.OpKind.QMATMUL], kind="accumulate", strict=False)
+def _qmatmul(inputs, params, out_dtype, out_shape):
+    need_params(params, "qmatmul")
+    a, w = inputs
+    f = params.fields()
+    quant = QUANT_TYPES.get(f["quant_type"])
+    if quant is None:
+        raise ExpectError(fk.ParamsError)
+    m, n, k = f["m"], f["n"], f["k"]
+    if a.shape != (m, k) or w.ndim != 1 or k % quant.block_size or \
+            w.shape[0] != n * (k // quant.block_size) * quant.block_bytes:
+        raise ExpectError(fk.ShapeError)
+    expect_shape(out_shape, (m, n))
+    if not np.isfinite(dequantized_weights(w, quant.code, n, k)).all():
+        raise Skip("random bytes gave a non-finite scale")
+    values, magnitude = qmatmul_reference(a, w, quant.code, n, k)
+    skip_infinite_values(values)
+    return Accumulated(to(values, out_dtype), magnitude, max(k, 1))
+
+
+NF4_CODE = np.array(spec.NF4_CODE, np.float32)
+
+
+def nf4_dequantized_weights(codes, absmax, n, k):
+    """dequant(W) as (n, k) F32 from the NF4 code book: two codes per byte, the high nibble first,
+    times each block's absmax (bitsandbytes' dequantize_4bit)."""
+    packed = np.ascontiguousarray(codes, dtype=np.uint8).reshape(-1)
+    q = np.empty(2 * packed.size, np.uint8)
+    q[0::2], q[1::2] = packed >> 4, packed & 15
+    scale = np.ascontiguousarray(absmax, dtype=np.float32).reshape(-1, 1)
+    with np.errstate(all="ignore"):
+        return (NF4_CODE[q].reshape(-1, spec.NF4_BLOCK) * scale).reshape(n, k)
+
+
+def nf4_matmul_reference(a, codes, absmax, n, k):
+    """A @ dequant(W).T in F64 and its magnitude |A| @ |dequant(W)|.T."""
+    deq = nf4_dequantized_weights(codes, absmax, n, k).astype(np.float64)
+    with np.errstate(all="ignore"):
+        return f64(a) @ deq.T, np.abs(f64(a)) @ np.abs(deq).T
+
+
+@register([fk.OpKind.NF4_MATMUL], kind="accumulate", strict=False)
+def _nf4_matmul(inputs, params, out_dtype, out_shape):
+    need_params(params, "nf4_matmul")
+    a, codes, absmax = inputs
+    f = params.fields()
+    m, n, k = f["m"], f["n"], f["k"]
+    if a.shape != (m, k) or codes.ndim != 1 or absmax.ndim != 1 or k % spec.NF4_BLOCK or \
+            codes.shape[0] != n * k // 2 or absmax.shape[0] != n * k // spec.NF4_BLOCK:
+        raise ExpectError(fk.ShapeError)
+    expect_shape(out_shape, (m, n))
+    if not np.isfinite(f64(absmax)).all():
+        raise Skip("a non-finite absmax")
+    values, magnitude = nf4_matmul_reference(a, codes, absmax, n, k)
+    skip_infinite_values(values)
+    return Accumulated(to(values, out_dtype), magnitude, max(k, 1))
 
 
 # ---- comparison ----------------------------------------------------------------------------------

@@ -130,6 +130,11 @@ typedef struct { int32_t ndim; int32_t reserved; int64_t shape[FK_MAX_DIMS]; } f
 /* WRITE_SLICE, WRITE_SLICE_ROTATING: where src lands in the destination (start per dim, ndim dims);
  * axis: the ring axis of WRITE_SLICE_ROTATING, and the axis a run-time position operand adds to */
 typedef struct { int32_t ndim; int32_t axis; int64_t start[FK_MAX_DIMS]; } fk_write_slice_params;
+/* QMATMUL: W's GGML quant type (a GGMLQuantizationType value) and the extents of
+ * A (m, k) @ dequant(W).T, W holding n rows of k quantized values */
+typedef struct { int32_t quant_type; int32_t reserved; int64_t m; int64_t n; int64_t k; } fk_qmatmul_params;
+/* NF4_MATMUL: the extents of A (m, k) @ dequant(W).T, W (n, k) in blocks of 64 NF4 codes */
+typedef struct { int64_t m; int64_t n; int64_t k; } fk_nf4_matmul_params;
 
 typedef union {
     fk_reduce_params reduce;
@@ -154,6 +159,8 @@ typedef union {
     fk_conv2d_backward_params conv2d_backward;
     fk_reduce_to_params reduce_to;
     fk_write_slice_params write_slice;
+    fk_qmatmul_params qmatmul;
+    fk_nf4_matmul_params nf4_matmul;
 } fk_params_union;
 
 typedef struct {

@@ -1,0 +1,49 @@
+"""QMATMUL decode (m = 1) on GGML-quantized weights: time against a memcpy of the same weight bytes
+(the bandwidth floor: ratio = memcpy GB/s over QMATMUL's GB/s of weight bytes) and against NumPy's
+F32 matvec on the dequantized weights (gguf's NumPy dequantization, when gguf is importable)."""
+import numpy as np
+
+import fuel_kernel as fk
+from fuel_kernel import spec
+from bench.harness import Case, optional_import
+
+from bench.bench_compute import _single_thread_peers
+
+N = K = 4096
+QUANTS = {q.name: q for q in spec.QUANT_TYPES}
+F16_FIELDS = {"Q8_0": (0,), "Q4_0": (0,)}         # byte offsets of the f16 scale in a block
+
+
+def random_weights(name, rng):
+    """N rows of K values of well-formed blocks: random codes, f16 scales in [-2, 2]."""
+    q = QUANTS[name]
+    blocks = rng.integers(0, 256, (N * K // q.block_size, q.block_bytes), dtype=np.uint8)
+    for at in F16_FIELDS[name]:
+        blocks[:, at:at + 2] = rng.standard_normal((blocks.shape[0], 1)).astype(np.float16).view(np.uint8)
+    return blocks.reshape(-1)
+
+
+def cases():
+    note = _single_thread_peers()
+    gguf, gguf_missing = optional_import("gguf")
+    rng = np.random.default_rng(0)
+    kernel = fk.bindings().lookup(fk.OpKind.QMATMUL, [fk.DType.F32, fk.DType.U8, fk.DType.F32], fk.Backend.CPU)
+    for name in ("Q4_0", "Q8_0"):
+        w = random_weights(name, rng)
+        copy = np.empty_like(w)
+        a = rng.standard_normal((1, K)).astype(np.float32)
+        c = np.empty((1, N), np.float32)
+        params = fk.params.qmatmul(QUANTS[name].code, 1, N, K)
+        contenders = {"memcpy of W (np.copyto)": lambda w=w, copy=copy: np.copyto(copy, w),
+                      "fk QMATMUL": lambda w=w, a=a, c=c, params=params: kernel(a, w, out=c, params=params)}
+        skipped = {}
+        if gguf is not None:
+            dequantized = np.ascontiguousarray(gguf.quants.dequantize(w.reshape(N, -1), gguf.GGMLQuantizationType(
+                QUANTS[name].code)).reshape(N, K))
+            contenders["numpy matmul, dequantized F32 W"] = \
+                lambda a=a, d=dequantized, c=c: np.matmul(a, d.T, out=c)
+        else:
+            skipped["numpy on dequantized W"] = gguf_missing
+        yield Case(name=f"fk: QMATMUL {name} m=1 k=n=4096 ({w.nbytes / 1e6:.1f} MB W) [{note}]",
+                   contenders=contenders, baseline="memcpy of W (np.copyto)", skipped=skipped,
+                   target="QMATMUL within 2x of memcpy")
