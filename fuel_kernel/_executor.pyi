@@ -6,6 +6,8 @@ from ._dispatch import BindingTable, Kernel, OpParams
 # One step operand: (base_index, byte_offset, nbytes, dtype, shape, strides, offset); in a group
 # member, base_index -1 is the group's tile buffer.
 StepOperand = tuple[int, int, int, int, tuple[int, ...], tuple[int, ...], int]
+# A group member's operand may end with tile_axes: the mask of the group's axes it follows.
+GroupOperand = tuple[int, int, int, int, tuple[int, ...], tuple[int, ...], int, int]
 
 class PlanProgram:
     """The compiled step list of one Plan; any number of threads may run it at once."""
@@ -17,7 +19,8 @@ class PlanProgram:
                  params: OpParams | None) -> None: ...
     def add_group(self, node_id: int, name: str, shape: tuple[int, ...], tile_axis: int, tile_len: int,
                   tile_bytes: int, scratch_base: int, scratch_offset: int,
-                  members: list[tuple[Kernel, int, str, list[StepOperand], OpParams | None]]) -> None: ...
+                  members: list[tuple[Kernel, int, str, list[StepOperand | GroupOperand], OpParams | None]],
+                  tile_outer: int = -1, serial: bool = False) -> None: ...
     def run(self, bases: list[Any]) -> None: ...
 
 def manifest_kernels(capsule: object, n_rows: int) -> list[tuple[int, int]]: ...

@@ -93,14 +93,13 @@ def groupable(step: _Step) -> Optional[str]:
         return "a runtime fused op"
     if op not in GROUPABLE_OPS and op not in ROW_OPS:
         return "inserted copy" if op == OpKind.CONTIGUIZE else f"{op.short_name} is not elementwise"
-    return _builtin_and_split(step)
+    return _builtin_and_split(step, op)
 
 
-def _builtin_and_split(step: _Step) -> Optional[str]:
-    """Why `step`'s kernel may not run on tiles: not a built-in CPU kernel, or one that checks its
-    data (or splits nowhere) so it runs whole; None when it may."""
+def _builtin_and_split(step: _Step, op: OpKind) -> Optional[str]:
+    """Why `step`'s kernel (of static op `op`) may not run on tiles: not a built-in CPU kernel, or
+    one that checks its data (or splits nowhere) so it runs whole; None when it may."""
     kernel = step.kernel
-    op = kernel.op
     if kernel.backend != Backend.CPU or (kernel.kernel_address, int(op)) not in builtin_kernels():
         return f"its kernel (source {kernel.source!r}) is not a built-in CPU kernel"
     if spec.split_rule(op.name, [d.name for d in kernel.dtypes], kernel.source) is None:
@@ -116,16 +115,16 @@ def epilogue_head(step: _Step) -> Tuple[Optional[str], str]:
     else (None, why not).  Its tiles: MATMUL cuts the columns of C (A is read whole on that axis);
     CONV2D cuts the batch (its weight and bias are read whole)."""
     op = step.kernel.op
-    if op not in (OpKind.MATMUL, OpKind.CONV2D) or len(step.outputs) != 1:
+    if not isinstance(op, OpKind) or op not in (OpKind.MATMUL, OpKind.CONV2D) or len(step.outputs) != 1:
         return None, ""
     if op == OpKind.MATMUL and len(step.inputs) != 2:
         return None, "its row count is read at run time"
-    why = _builtin_and_split(step)
+    why = _builtin_and_split(step, op)
     if why is not None:
         return None, why
     if op == OpKind.CONV2D:
         return "conv2d", ""
-    if step.params is not None and step.params.kind == "matmul":
+    if isinstance(step.params, _dispatch.OpParams) and step.params.kind == "matmul":
         fields = step.params.fields()
         c = step.output.shape
         a, b = step.inputs[0].shape, step.inputs[1].shape
