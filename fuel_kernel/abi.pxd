@@ -59,6 +59,9 @@ cdef extern from "fuel_kernel/abi.h" nogil:
     ctypedef enum fk_pad_mode:
         FK_PAD_CONSTANT, FK_PAD_REFLECT, FK_PAD_REPLICATE
 
+    ctypedef enum fk_ssm_activation:
+        FK_SSM_ACT_NONE, FK_SSM_ACT_SILU
+
     ctypedef struct fk_reduce_params:
         uint8_t ndims
         uint8_t keepdim
@@ -163,6 +166,11 @@ cdef extern from "fuel_kernel/abi.h" nogil:
         int32_t ndim
         int32_t reserved
         int64_t shape[8]
+    ctypedef struct fk_ssm_params:
+        int32_t activation
+        uint8_t delta_softplus
+        uint8_t reserved[3]
+        int64_t chunk_size
 
     ctypedef union fk_params_union:
         fk_reduce_params reduce
@@ -186,6 +194,7 @@ cdef extern from "fuel_kernel/abi.h" nogil:
         fk_cross_entropy_params cross_entropy
         fk_conv2d_backward_params conv2d_backward
         fk_reduce_to_params reduce_to
+        fk_ssm_params ssm
 
     ctypedef struct fk_params:
         int32_t kind

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define FK_ABI_VERSION 3
+#define FK_ABI_VERSION 4
 #define FK_MAX_DIMS 8
 #define FK_MAX_OPERANDS 8
 #define FK_SOURCE_LEN 16
@@ -127,6 +127,13 @@ typedef struct {
 } fk_cross_entropy_params;
 /* REDUCE_SUM_TO, REDUCE_MAX_TO, REDUCE_MAX_TO_BACKWARD: the target shape (ndim dims) */
 typedef struct { int32_t ndim; int32_t reserved; int64_t shape[FK_MAX_DIMS]; } fk_reduce_to_params;
+/* CAUSAL_CONV1D (activation), SELECTIVE_SCAN (delta_softplus), SSD_CHUNK_SCAN (chunk_size) */
+typedef enum { FK_SSM_ACT_NONE = 0, FK_SSM_ACT_SILU = 1 } fk_ssm_activation;
+typedef struct {
+    int32_t activation;              /* fk_ssm_activation */
+    uint8_t delta_softplus; uint8_t reserved[3];
+    int64_t chunk_size;              /* >= 1 */
+} fk_ssm_params;
 
 typedef union {
     fk_reduce_params reduce;
@@ -150,6 +157,7 @@ typedef union {
     fk_cross_entropy_params cross_entropy;
     fk_conv2d_backward_params conv2d_backward;
     fk_reduce_to_params reduce_to;
+    fk_ssm_params ssm;
 } fk_params_union;
 
 typedef struct {
