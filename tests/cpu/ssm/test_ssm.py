@@ -41,8 +41,7 @@ def check(got, want, scale, dtype, chain, where):
     fin = np.isfinite(want)
     assert (g[~fin & ~np.isnan(want)] == want[~fin & ~np.isnan(want)]).all(), where
     err = np.abs(g[fin] - want[fin])
-    bound = max_rel * scale[fin] + claim.max_abs + (ml_dtypes.finfo(g.dtype).smallest_subnormal
-                                                     if dtype != fk.DType.F64 else 0.0)
+    bound = max_rel * scale[fin] + claim.max_abs + float(ml_dtypes.finfo(dtype.numpy).smallest_subnormal)
     assert (err <= bound).all(), (where, float(np.max(err - bound)))
 
 
@@ -273,11 +272,11 @@ def test_dispatch_allocates_and_graph_builders_return_tuples(rng):
     assert fk.ops.infer_output_shapes(SSD, [v.shape for v in ssd]) == ((2, 5, 2, 3), (2, 2, 3, 4))
 
     g = Graph()
-    gc = g.causal_conv1d(g.input("x", x.shape, "f32"), g.constant(w), g.constant(bias),
+    gc = g.causal_conv1d(g.input(x.shape, "f32", "x"), g.constant(w), g.constant(bias),
                          params=fk.params.causal_conv1d("silu"))
-    scan_vals = [g.input(f"s{i}", v.shape, "f32") for i, v in enumerate(scan)]
+    scan_vals = [g.input(v.shape, "f32", f"s{i}") for i, v in enumerate(scan)]
     gs = g.selective_scan(*scan_vals, params=sp)
-    ssd_vals = [g.input(f"d{i}", v.shape, "f32") for i, v in enumerate(ssd)]
+    ssd_vals = [g.input(v.shape, "f32", f"d{i}") for i, v in enumerate(ssd)]
     gd = g.ssd_chunk_scan(*ssd_vals, params=chunk)
     assert isinstance(gs, tuple) and len(gs) == 2 and isinstance(gd, tuple) and len(gd) == 2
     got = g.compile([gc, *gs, *gd]).run([x, *scan, *ssd])
@@ -339,7 +338,7 @@ def test_scan_refusals_leave_every_output_untouched(rng):
         locked[i].flags.writeable = False
         refused(SCAN, inputs, locked, fk.ReadOnlyError, match=f"output {i}")
     refused(SCAN, inputs, [inputs[0], h], fk.AliasError)
-    refused(SCAN, inputs, [y, inputs[4][:, :, :3].reshape(b, 3, n)[:, :d]], fk.AliasError)
+    refused(SCAN, inputs, [y, inputs[4].reshape(-1)[:b * d * n].reshape(b, d, n)], fk.AliasError)   # state over C
     shared = np.zeros(b * d * length + 8, np.float32)
     refused(SCAN, inputs, [shared[:b * d * length].reshape(b, d, length), shared[:b * d * n].reshape(b, d, n)],
             fk.AliasError, match="overlaps output 0")
@@ -373,27 +372,27 @@ def broadcast(shape):
 
 
 def test_huge_stride_zero_extents_are_refused_before_any_write():
-    """A stride-0 output of 2**60 elements overlaps itself (AliasError, the other output untouched);
-    with the outputs empty (B = 0), scratch sizes over 2**62 broadcast extents overflow the size
+    """A stride-0 output of 2**59 elements overlaps itself (AliasError, the other output untouched);
+    with the outputs empty (B = 0), scratch sizes over broadcast extents overflow the size
     arithmetic: a ShapeError."""
-    huge = 2 ** 60
+    huge = 2 ** 59
     u, skip = np.ones((1, 1, 2), np.float32), np.zeros(1, np.float32)
     out_y = np.full((1, 1, 2), 9, np.float32)
     with pytest.raises(fk.AliasError, match="overlaps itself"):
         fk.dispatch(SCAN, [u, u, broadcast((1, huge)), broadcast((1, huge, 2)), broadcast((1, huge, 2)), skip],
                     (out_y, broadcast((1, 1, huge))))
     assert (out_y == 9).all()
-    big = 2 ** 62
+    big, steps = 2 ** 60, 2 ** 58      # NumPy caps an array's elements times its item size at 2**63
     with pytest.raises(fk.ShapeError, match="scratch"):
         fk.dispatch(CONV, [broadcast((0, 1, big)), broadcast((1, big)), skip], broadcast((0, 1, big)))
     with pytest.raises(fk.ShapeError, match="scratch"):
-        fk.dispatch(SCAN, [broadcast((0, 1, big)), broadcast((0, 1, big)), broadcast((1, big)),
-                           broadcast((0, big, big)), broadcast((0, big, big)), skip],
-                    (broadcast((0, 1, big)), broadcast((0, 1, big))))
+        fk.dispatch(SCAN, [broadcast((0, 1, steps)), broadcast((0, 1, steps)), broadcast((1, 4)),
+                           broadcast((0, 4, steps)), broadcast((0, 4, steps)), skip],
+                    (broadcast((0, 1, steps)), broadcast((0, 1, 4))))
     with pytest.raises(fk.ShapeError, match="scratch"):
-        fk.dispatch(SSD, [broadcast((0, big, 1, big)), broadcast((0, big, 1)), broadcast((0, big, 1, big)),
-                          broadcast((0, big, 1, big))], (broadcast((0, big, 1, big)), broadcast((0, 1, big, big))),
-                    params=fk.params.ssd_chunk_scan(big))
+        fk.dispatch(SSD, [broadcast((0, steps, 1, 1)), broadcast((0, steps, 1)), broadcast((0, steps, 1, 4)),
+                          broadcast((0, steps, 1, 4))], (broadcast((0, steps, 1, 1)), broadcast((0, 1, 1, 4))),
+                    params=fk.params.ssd_chunk_scan(steps))
 
 
 def test_ssm_ops_in_the_spec():
@@ -401,9 +400,12 @@ def test_ssm_ops_in_the_spec():
     numbers = [spec.OPS[i].name for i in range(len(spec.OPS))]
     assert numbers.index("SELECTIVE_SCAN") == numbers.index("CAUSAL_CONV1D") + 1
     assert numbers.index("SSD_CHUNK_SCAN") == numbers.index("SELECTIVE_SCAN") + 1
+    shapes = {CONV: [(2, 3, 8), (3, 4), (3,), (2, 3, 8)],
+              SCAN: [(2, 3, 8), (2, 3, 8), (3, 4), (2, 4, 8), (2, 4, 8), (3,), (2, 3, 8), (2, 3, 4)],
+              SSD: [(2, 8, 3, 5), (2, 8, 3), (2, 8, 3, 4), (2, 8, 3, 4), (2, 8, 3, 5), (2, 3, 5, 4)]}
     for op in (CONV, SCAN, SSD):
         for dtype in FLOAT_DTYPES:
             k = kernel(op, dtype)
             assert k.precision.max_rel == spec.CLAIMS[f"SSM_{dtype.name}"].max_rel
-            c = k.cost(*[(2, 3, 4, 5)[:len(s)] for s in ((2, 3, 4),) * N_OPERANDS[op]])
-            assert c.flops >= 0 and c.bytes_moved >= 0
+            c = k.cost(*shapes[op])
+            assert c.flops > 0 and c.bytes_moved > 0
