@@ -59,6 +59,9 @@ cdef extern from "fuel_kernel/abi.h" nogil:
     ctypedef enum fk_pad_mode:
         FK_PAD_CONSTANT, FK_PAD_REFLECT, FK_PAD_REPLICATE
 
+    ctypedef enum fk_ssm_activation:
+        FK_SSM_ACT_NONE, FK_SSM_ACT_SILU
+
     ctypedef struct fk_reduce_params:
         uint8_t ndims
         uint8_t keepdim
@@ -177,6 +180,11 @@ cdef extern from "fuel_kernel/abi.h" nogil:
         int64_t m
         int64_t n
         int64_t k
+    ctypedef struct fk_ssm_params:
+        int32_t activation
+        uint8_t delta_softplus
+        uint8_t reserved[3]
+        int64_t chunk_size
 
     ctypedef union fk_params_union:
         fk_reduce_params reduce
@@ -203,6 +211,7 @@ cdef extern from "fuel_kernel/abi.h" nogil:
         fk_write_slice_params write_slice
         fk_qmatmul_params qmatmul
         fk_nf4_matmul_params nf4_matmul
+        fk_ssm_params ssm
 
     ctypedef struct fk_params:
         int32_t kind

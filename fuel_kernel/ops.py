@@ -457,6 +457,8 @@ def destination_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None
     raise ShapeError("write_slice and write_slice_rotating update their destination in place and have no "
                      "output of their own: pass the destination as the output (fk.dispatch(op, [src], dst), "
                      "k(src, out=dst); in a graph, Graph.write_slice(src, state, ...))")
+
+
 QUANT_TYPES = {q.code: q for q in spec.QUANT_TYPES}
 
 
@@ -516,6 +518,52 @@ def nf4_matmul_dtype(dtypes: Sequence[DType], params: Optional[OpParams] = None)
             or dtypes[2] != DType.F32:
         raise DTypeError(f"nf4_matmul takes a F32 or BF16, codes U8 and absmax F32, got {[d.name for d in dtypes]}")
     return DType.F32
+# ---- state-space models (cpu/ssm_kernels.h.in) -------------------------------------------------------
+def _expect_shapes(name: str, shapes: Sequence[Shape], want: Sequence[tuple[str, Shape]]) -> None:
+    """Raise ShapeError naming the first input whose shape differs from its expected one."""
+    for shape, (arg, expected) in zip(shapes, want):
+        if tuple(shape) != tuple(expected):
+            raise ShapeError(f"{name}: {arg} must have shape {tuple(expected)}, got {tuple(shape)}")
+
+
+def causal_conv1d_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> Shape:
+    """[x (B, D, L), weight (D, W), bias (D,)] -> y (B, D, L); W >= 1."""
+    x, w = shapes[0], shapes[1]
+    if len(x) != 3 or len(w) != 2 or w[1] < 1:
+        raise ShapeError(f"causal_conv1d takes x (B, D, L) and weight (D, W >= 1), got {x} and {w}")
+    _expect_shapes("causal_conv1d", shapes[1:], (("weight", (x[1], w[1])), ("bias", (x[1],))))
+    return tuple(x)
+
+
+def selective_scan_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> tuple[Shape, ...]:
+    """[u (B, D, L), delta (B, D, L), A (D, N), B (B, N, L), C (B, N, L), D (D,)] -> (y (B, D, L),
+    last state (B, D, N))."""
+    u, a = shapes[0], shapes[2]
+    if len(u) != 3 or len(a) != 2:
+        raise ShapeError(f"selective_scan takes u (B, D, L) and A (D, N), got {u} and {a}")
+    b, d, length = u
+    n = a[1]
+    _expect_shapes("selective_scan", shapes[1:], (("delta", u), ("A", (d, n)), ("B", (b, n, length)),
+                                                 ("C", (b, n, length)), ("D", (d,))))
+    return tuple(u), (b, d, n)
+
+
+def ssd_chunk_scan_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> tuple[Shape, ...]:
+    """[X (B, L, H, P), A (B, L, H), B (B, L, H, N), C (B, L, H, N)] -> (Y (B, L, H, P), last state
+    (B, H, P, N))."""
+    x, bm = shapes[0], shapes[2]
+    if len(x) != 4 or len(bm) != 4:
+        raise ShapeError(f"ssd_chunk_scan takes X (B, L, H, P) and B (B, L, H, N), got {x} and {bm}")
+    b, length, h, p = x
+    n = bm[3]
+    _expect_shapes("ssd_chunk_scan", shapes[1:], (("A", (b, length, h)), ("B", (b, length, h, n)),
+                                                 ("C", (b, length, h, n))))
+    return tuple(x), (b, h, p, n)
+
+
+def two_same_as_first_dtype(dtypes: Sequence[DType], params: Optional[OpParams] = None) -> tuple[DType, ...]:
+    """Two outputs in the first input's dtype (the scans' output and last state)."""
+    return (dtypes[0],) * 2
 
 
 # ---- the schemas, one per spec op ----------------------------------------------------------------
@@ -532,3 +580,4 @@ def _schema(op_spec: Any) -> OpSchema:
 
 
 SCHEMAS = {OpKind[o.name]: _schema(o) for o in spec.OPS}
+

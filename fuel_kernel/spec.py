@@ -63,6 +63,8 @@ DTYPES = (
 ParamsSpec = namedtuple("ParamsSpec", "kind name member fields")
 
 _AXIS = (("int32_t", "axis"),)
+_SSM = (("int32_t", "activation"), ("uint8_t", "delta_softplus"), ("uint8_t[3]", "reserved"),
+        ("int64_t", "chunk_size"))
 PARAMS = (
     ParamsSpec(0, "none", None, ()),
     ParamsSpec(1, "reduce", "reduce", (("uint8_t", "ndims"), ("uint8_t", "keepdim"),
@@ -121,6 +123,10 @@ PARAMS = (
     ParamsSpec(27, "qmatmul", "qmatmul", (("int32_t", "quant_type"), ("int32_t", "reserved"),
                                           ("int64_t", "m"), ("int64_t", "n"), ("int64_t", "k"))),
     ParamsSpec(28, "nf4_matmul", "nf4_matmul", (("int64_t", "m"), ("int64_t", "n"), ("int64_t", "k"))),
+    # state-space models: the three ops share one member (each family reads its own fields)
+    ParamsSpec(29, "causal_conv1d", "ssm", _SSM),
+    ParamsSpec(30, "selective_scan", "ssm", _SSM),
+    ParamsSpec(31, "ssd_chunk_scan", "ssm", _SSM),
 )
 
 # ---- ops -----------------------------------------------------------------------------------------
@@ -325,6 +331,16 @@ OPS = (
     _op(95, "NF4_MATMUL", 3, "nf4_matmul",
         "A (m, k) @ dequant(W).T: W (n, k) in bitsandbytes NF4, 4-bit codes and an F32 absmax per 64 values",
         args=("a", "codes", "absmax"), shape="nf4_matmul", dtype="nf4_matmul"),
+    # state-space models (Mamba): cpu/ssm_kernels.h.in defines each exactly
+    _op(96, "CAUSAL_CONV1D", 3, "causal_conv1d",
+        "depthwise causal conv: y[b,d,t] = act(bias[d] + sum_k w[d,k] x[b,d,t-W+1+k]), zeros before t=0",
+        args=("x", "weight", "bias"), shape="causal_conv1d"),
+    _op(97, "SELECTIVE_SCAN", 6, "selective_scan",
+        "Mamba selective scan: h = exp(dt A) h + dt B u, y = C h + D u; outputs y and the last state",
+        outputs=2, args=("u", "delta", "A", "B", "C", "D"), shape="selective_scan", dtype="two_same_as_first"),
+    _op(98, "SSD_CHUNK_SCAN", 4, "ssd_chunk_scan",
+        "Mamba-2 SSD scan by chunks: h_t = exp(A_t) h + B_t x_t, y_t = C_t h_t; outputs Y and the last state",
+        outputs=2, args=("X", "A", "B", "C"), shape="ssd_chunk_scan", dtype="two_same_as_first"),
 )
 
 # ---- GGML quant types (QMATMUL's W) ----------------------------------------------------------------
@@ -1015,6 +1031,30 @@ CPU_KERNELS["norm_backward"] = (
                {n: f"NORM_BACKWARD_{n}" for n in FLOAT}, "fk_norm_backward_cost", "FK_CAP_STRIDED_INPUT"),
 )
 
+# ssm: CAUSAL_CONV1D, SELECTIVE_SCAN, SSD_CHUNK_SCAN for every float dtype (cpu/ssm_kernels.h.in).
+# F16/BF16/F32 compute in F32, F64 in F64, each output rounded once.  With u the compute unit
+# (2^-24, 2^-53) every output element is within max_rel * S + max_abs of the exact value, S the sum
+# of the magnitudes of the terms it is made of (the same recurrence run on |terms|: the kernel
+# header defines S per op), where max_rel = (the output's half ulp) + u * (the longest chain of
+# roundings: W + 8 for the conv, 4 L + N + 8 for the scans, 4 L + 2 N + 2 Q + 8 for SSD) and the claims
+# below hold for W <= 64 and L, N, Q (the chunk) with that chain at most 2^12.
+_SSM_NOTES = "|err| <= max_rel*S + max_abs, S the recurrence on |terms| (kernel header); chains <= 2^12"
+CLAIMS.update({
+    "SSM_F16": Claim(1, _SSM_NOTES, 4.9e-4 + 4096 * 2.0 ** -24, 6e-8),
+    "SSM_BF16": Claim(1, _SSM_NOTES, 3.92e-3 + 4096 * 2.0 ** -24, 1e-40),
+    "SSM_F32": Claim(1, _SSM_NOTES, 6.0e-8 + 4096 * 2.0 ** -24, 1.4e-45),
+    "SSM_F64": Claim(1, _SSM_NOTES, 4096 * 2.0 ** -53, 5e-324),
+})
+CPU_KERNELS["ssm"] = (
+    KernelRows(("CAUSAL_CONV1D",), same(FLOAT, 4), "fk_{op}_{d0}", {n: f"SSM_{n}" for n in FLOAT},
+               "fk_ssm_cost", "FK_CAP_STRIDED_INPUT"),
+    KernelRows(("SELECTIVE_SCAN",), same(FLOAT, 8), "fk_{op}_{d0}", {n: f"SSM_{n}" for n in FLOAT},
+               "fk_ssm_cost", "FK_CAP_STRIDED_INPUT"),
+    KernelRows(("SSD_CHUNK_SCAN",), same(FLOAT, 6), "fk_{op}_{d0}", {n: f"SSM_{n}" for n in FLOAT},
+               "fk_ssm_cost", "FK_CAP_STRIDED_INPUT"),
+)
+
+
 def output_range(op: OpSpec) -> tuple[int, int]:
     """(fewest, most) outputs of op."""
     return op.outputs if isinstance(op.outputs, tuple) else (op.outputs, op.outputs)
@@ -1205,6 +1245,15 @@ PARAMS_CONSTRUCTORS = (
     ParamsConstructor("nf4_matmul", "The extents of A (m, k) @ dequant(W).T for W (n, k) in NF4.",
                       (ParamsArg("m", **_MATMUL_EXTENT), ParamsArg("n", **_MATMUL_EXTENT),
                        ParamsArg("k", **_MATMUL_EXTENT))),
+    # state-space models
+    ParamsConstructor("causal_conv1d", "The activation applied after the bias: none or silu.",
+                      (ParamsArg("activation", "choice", "none",
+                                 choices=(("none", "FK_SSM_ACT_NONE"), ("silu", "FK_SSM_ACT_SILU"))),)),
+    ParamsConstructor("selective_scan", "Whether delta goes through softplus before the scan.",
+                      (ParamsArg("delta_softplus", "bool", False),)),
+    ParamsConstructor("ssd_chunk_scan", "The chunk length the scan is evaluated by (any >= 1 gives the "
+                      "same values within the claim).",
+                      (ParamsArg("chunk_size", "int", 64, check=">= 1"),)),
 )
 
 # ---- CPU kernel modules --------------------------------------------------------------------------
@@ -1238,6 +1287,7 @@ KERNEL_MODULES = (
     _module("loss", "CPU FUSED_SOFTMAX_CROSS_ENTROPY and its backward"),
     _module("conv", "CPU CONV2D kernels, im2col+GEMM and direct siblings, and its gradients"),
     _module("quant", "CPU QMATMUL and NF4_MATMUL: A @ dequant(W).T for GGML- or NF4-quantized W"),
+    _module("ssm", "CPU state-space kernels: CAUSAL_CONV1D, SELECTIVE_SCAN, SSD_CHUNK_SCAN"),
 )
 
 PARAMS_ARG_KINDS = ("int", "float", "real", "bool", "ints", "dims", "pair", "choice", "matmul_m", "const")

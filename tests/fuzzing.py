@@ -440,6 +440,12 @@ def valid_params(draw, family, shapes):
     if family == "nf4_matmul":
         m, k = shapes[0] if shapes and len(shapes[0]) == 2 else (1, 64)
         return P.nf4_matmul(m, draw(st.sampled_from((0, 1, 3))), k)
+    if family == "causal_conv1d":
+        return draw(st.sampled_from([None, P.none(), P.causal_conv1d(), P.causal_conv1d("silu")]))
+    if family == "selective_scan":
+        return draw(st.sampled_from([None, P.selective_scan(False), P.selective_scan(True)]))
+    if family == "ssd_chunk_scan":
+        return draw(st.sampled_from([None, P.ssd_chunk_scan(draw(st.integers(1, 9)))]))
     if family == "cross_entropy":
         if draw(st.integers(0, 3)) == 0:
             return draw(st.sampled_from([None, P.none()]))
@@ -608,6 +614,13 @@ def _pad_backward(draw, op, n_in):
     return [tuple(dy)], params, {}
 
 
+def _causal_conv1d(draw, op, n_in):
+    """x (B, D, L), weight (D, W) with W from 1 past L, bias (D,)."""
+    b, d = draw(st.sampled_from((0, 1, 2, 3))), draw(st.sampled_from((0, 1, 3, 5)))
+    length, w = draw(st.sampled_from((0, 1, 2, 7, 33))), draw(st.integers(1, 5))
+    return [(b, d, length), (d, w), (d,)], valid_params(draw, "causal_conv1d", []), {}
+
+
 def _fused_linear(draw, op, n_in):
     """x (M, K), w (K, N), b (N,)."""
     m, k, n = (draw(st.sampled_from((0, 1, 2, 3, 5, 7, 17, 33))) for _ in range(3))
@@ -668,6 +681,8 @@ OPERANDS = {
     fk.OpKind.REDUCE_MAX_TO_BACKWARD: _reduce_max_to_backward, fk.OpKind.PAD_BACKWARD: _pad_backward,
     fk.OpKind.FUSED_LINEAR: _fused_linear,
     fk.OpKind.QMATMUL: _qmatmul, fk.OpKind.NF4_MATMUL: _nf4_matmul,
+    # state-space models (the two scans have two outputs: tests/cpu/ssm fuzzes them)
+    fk.OpKind.CAUSAL_CONV1D: _causal_conv1d,
 }
 
 

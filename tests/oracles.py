@@ -1732,6 +1732,111 @@ def _nf4_matmul(inputs, params, out_dtype, out_shape):
     values, magnitude = nf4_matmul_reference(a, codes, absmax, n, k)
     skip_infinite_values(values)
     return Accumulated(to(values, out_dtype), magnitude, max(k, 1))
+# ---- state-space models: CAUSAL_CONV1D, SELECTIVE_SCAN, SSD_CHUNK_SCAN (accumulate) --------------
+def silu(a):
+    """a / (1 + exp(-a)), the form the kernels evaluate (silu(-inf) is NaN there and here)."""
+    with np.errstate(all="ignore"):
+        return a / (1 + np.exp(-a))
+
+
+def causal_conv1d(x, w, bias, activation="none"):
+    """(y, S) for x (B, D, L), w (D, W), bias (D,) in their dtype (float64 in the tests): taps before
+    t = 0 are left out (not multiplied by 0), as the kernels do; S = |bias| + sum |w x|."""
+    b, d, length = x.shape
+    width = w.shape[1]
+    acc = np.broadcast_to(bias[None, :, None], (b, d, length)).astype(x.dtype)
+    mag = np.abs(acc)
+    with np.errstate(all="ignore"):
+        for k in range(width):
+            shift = width - 1 - k          # the tap reads x[t - shift]
+            if shift >= length:
+                continue
+            term = w[None, :, k, None] * x[:, :, :length - shift]
+            acc = acc + np.concatenate([np.zeros((b, d, shift), x.dtype), term], axis=2)
+            mag = mag + np.concatenate([np.zeros((b, d, shift), x.dtype), np.abs(term)], axis=2)
+    return (silu(acc) if activation == "silu" else acc), mag
+
+
+def softplus(v):
+    """log(1 + exp(v)), v itself above 20 (torch's threshold)."""
+    with np.errstate(all="ignore"):
+        return np.where(v <= 20, np.log1p(np.exp(np.minimum(v, 20))), v)
+
+
+def selective_scan(u, delta, a, bm, cm, skip, delta_softplus=False):
+    """(y, state, S_y, S_state) of Mamba's selective scan, the plain recurrence over t: per (b, d, n)
+    h = exp(dt A) h + dt B u (dt = softplus(delta) or delta), y = sum_n C h + D u; S the same
+    recurrence on |terms|."""
+    dt = softplus(delta) if delta_softplus else delta
+    nb, nd, length = u.shape
+    n = a.shape[1]
+    h = np.zeros((nb, nd, n), u.dtype)
+    g = np.zeros((nb, nd, n), u.dtype)
+    y = np.zeros((nb, nd, length), u.dtype)
+    mag = np.zeros((nb, nd, length), u.dtype)
+    with np.errstate(all="ignore"):
+        for t in range(length):
+            decay = np.exp(dt[:, :, t, None] * a[None])
+            update = (dt[:, :, t] * u[:, :, t])[:, :, None] * bm[:, None, :, t]
+            h = decay * h + update
+            g = decay * g + np.abs(update)
+            y[:, :, t] = np.sum(cm[:, None, :, t] * h, axis=2) + skip[None] * u[:, :, t]
+            mag[:, :, t] = np.sum(np.abs(cm[:, None, :, t]) * g, axis=2) + np.abs(skip[None] * u[:, :, t])
+    return y, h, mag, g
+
+
+def ssd_scan(x, a, bm, cm):
+    """(Y, state, S_Y, S_state) of Mamba-2's SSD as the plain sequential recurrence per (b, h):
+    h_t = exp(A_t) h_{t-1} + x_t^T B_t (P x N), Y_t = h_t C_t; S the recurrence on |terms|."""
+    nb, length, nh, p = x.shape
+    n = bm.shape[3]
+    h = np.zeros((nb, nh, p, n), x.dtype)
+    g = np.zeros((nb, nh, p, n), x.dtype)
+    y = np.zeros(x.shape, x.dtype)
+    mag = np.zeros(x.shape, x.dtype)
+    with np.errstate(all="ignore"):
+        for t in range(length):
+            decay = np.exp(a[:, t])[:, :, None, None]
+            update = x[:, t, :, :, None] * bm[:, t, :, None, :]
+            h = decay * h + update
+            g = decay * g + np.abs(update)
+            y[:, t] = np.sum(h * cm[:, t, :, None, :], axis=3)
+            mag[:, t] = np.sum(g * np.abs(cm[:, t, :, None, :]), axis=3)
+    return y, h, mag, g
+
+
+def _ssm_fields(params, family, key, default):
+    need_params(params, "none", family)
+    return default if params is None or params.kind == "none" else params.fields()[key]
+
+
+@register([fk.OpKind.CAUSAL_CONV1D], kind="accumulate", strict=False)
+def _causal_conv1d(inputs, params, out_dtype, out_shape):
+    if not D(out_dtype).is_float:
+        raise Skip("float ops only")
+    x, w, bias = (up(v).astype(np.float64) for v in inputs)
+    if x.ndim != 3 or w.ndim != 2 or w.shape != (x.shape[1], w.shape[1]) or w.shape[1] < 1 \
+            or bias.shape != (x.shape[1],):
+        raise ExpectError(fk.ShapeError)
+    activation = _ssm_fields(params, "causal_conv1d", "activation", "none")
+    y, mag = causal_conv1d(x, w, bias, activation)
+    return Accumulated(to(y, out_dtype), 1.25 * mag, w.shape[1] + 8)
+
+
+@register([fk.OpKind.SELECTIVE_SCAN], kind="accumulate", strict=False)
+def _selective_scan(inputs, params, out_dtype, out_shape):
+    """(y, state) rounded to the dtype."""
+    softplus_delta = _ssm_fields(params, "selective_scan", "delta_softplus", False)
+    y, h, _, _ = selective_scan(*(up(v).astype(np.float64) for v in inputs), softplus_delta)
+    return to(y, out_dtype), to(h, out_dtype)
+
+
+@register([fk.OpKind.SSD_CHUNK_SCAN], kind="accumulate", strict=False)
+def _ssd_chunk_scan(inputs, params, out_dtype, out_shape):
+    """(Y, state) rounded to the dtype: the chunk size changes the evaluation, not the values."""
+    _ssm_fields(params, "ssd_chunk_scan", "chunk_size", 64)
+    y, h, _, _ = ssd_scan(*(up(v).astype(np.float64) for v in inputs))
+    return to(y, out_dtype), to(h, out_dtype)
 
 
 # ---- comparison ----------------------------------------------------------------------------------

@@ -135,6 +135,13 @@ typedef struct { int32_t ndim; int32_t axis; int64_t start[FK_MAX_DIMS]; } fk_wr
 typedef struct { int32_t quant_type; int32_t reserved; int64_t m; int64_t n; int64_t k; } fk_qmatmul_params;
 /* NF4_MATMUL: the extents of A (m, k) @ dequant(W).T, W (n, k) in blocks of 64 NF4 codes */
 typedef struct { int64_t m; int64_t n; int64_t k; } fk_nf4_matmul_params;
+/* CAUSAL_CONV1D (activation), SELECTIVE_SCAN (delta_softplus), SSD_CHUNK_SCAN (chunk_size) */
+typedef enum { FK_SSM_ACT_NONE = 0, FK_SSM_ACT_SILU = 1 } fk_ssm_activation;
+typedef struct {
+    int32_t activation;              /* fk_ssm_activation */
+    uint8_t delta_softplus; uint8_t reserved[3];
+    int64_t chunk_size;              /* >= 1 */
+} fk_ssm_params;
 
 typedef union {
     fk_reduce_params reduce;
@@ -161,6 +168,7 @@ typedef union {
     fk_write_slice_params write_slice;
     fk_qmatmul_params qmatmul;
     fk_nf4_matmul_params nf4_matmul;
+    fk_ssm_params ssm;
 } fk_params_union;
 
 typedef struct {
