@@ -163,6 +163,18 @@ cdef extern from "fuel_kernel/abi.h" nogil:
         int32_t ndim
         int32_t reserved
         int64_t shape[8]
+    ctypedef struct fk_pool2d_params:
+        int32_t kernel[2]
+        int32_t stride[2]
+        int32_t pads_begin[2]
+        int32_t pads_end[2]
+        int32_t dilation[2]
+        uint8_t ceil_mode
+        uint8_t count_include_pad
+    ctypedef struct fk_topk_params:
+        int64_t k
+        uint8_t largest
+        uint8_t sorted
 
     ctypedef union fk_params_union:
         fk_reduce_params reduce
@@ -186,6 +198,8 @@ cdef extern from "fuel_kernel/abi.h" nogil:
         fk_cross_entropy_params cross_entropy
         fk_conv2d_backward_params conv2d_backward
         fk_reduce_to_params reduce_to
+        fk_pool2d_params pool2d
+        fk_topk_params topk
 
     ctypedef struct fk_params:
         int32_t kind

@@ -114,6 +114,13 @@ PARAMS = (
     # ---- training: the target shape of a reduction to a broadcast-compatible shape
     ParamsSpec(25, "reduce_to", "reduce_to", (("int32_t", "ndim"), ("int32_t", "reserved"),
                                               ("int64_t[FK_MAX_DIMS]", "shape"))),
+    # pooling: MAX_POOL2D, AVG_POOL2D (ONNX MaxPool / AveragePool on NCHW)
+    ParamsSpec(26, "pool2d", "pool2d", (("int32_t[2]", "kernel"), ("int32_t[2]", "stride"),
+                                        ("int32_t[2]", "pads_begin"), ("int32_t[2]", "pads_end"),
+                                        ("int32_t[2]", "dilation"), ("uint8_t", "ceil_mode"),
+                                        ("uint8_t", "count_include_pad"))),
+    # selection: TOPK
+    ParamsSpec(27, "topk", "topk", (("int64_t", "k"), ("uint8_t", "largest"), ("uint8_t", "sorted"))),
 )
 
 # ---- ops -----------------------------------------------------------------------------------------
@@ -303,6 +310,14 @@ OPS = (
         "gradients (dq, dk, dv) of FLASH_ATTN from q, k, v, its lse and the output gradient do",
         outputs=3, args=("q", "k", "v", "lse", "do"), shape="flash_attn_backward",
         dtype="flash_attn_backward"),
+    # pooling (cpu/pool_kernels.h.in)
+    _op(92, "MAX_POOL2D", 1, "pool2d", "NCHW max pooling (ONNX MaxPool: pads, dilation, ceil mode; NaN propagates)",
+        shape="pool2d"),
+    _op(93, "AVG_POOL2D", 1, "pool2d", "NCHW average pooling (ONNX AveragePool: pads, dilation, ceil mode, "
+        "count_include_pad)", shape="pool2d"),
+    # selection (cpu/topk_kernels.h.in)
+    _op(94, "TOPK", 1, "topk", "the k largest (or smallest) along the last dim and their I64 indices; "
+        "ties to the lower index, NaN above every number", outputs=2, shape="topk", dtype="topk"),
 )
 
 # ---- threads --------------------------------------------------------------------------------------
@@ -328,6 +343,9 @@ SPLIT_RULES = {
     "PAD_BACKWARD": "MOVEMENT",
     # attention training
     "FLASH_ATTN_BACKWARD": "ATTN_BACKWARD",
+    # pooling: (N, C) planes, each output plane from its own input plane; TOPK: rows of the last dim
+    # (both outputs share one shape, so ROWS_1 cuts them alike)
+    "MAX_POOL2D": "ROWS_2", "AVG_POOL2D": "ROWS_2", "TOPK": "ROWS_1",
 }
 # integer kernels of these refuse a zero divisor or a negative exponent before writing anything
 _INTEGER_CHECKS_DATA = ("DIV", "REM", "POW")
@@ -940,6 +958,31 @@ CPU_KERNELS["norm_backward"] = (
                {n: f"NORM_BACKWARD_{n}" for n in FLOAT}, "fk_norm_backward_cost", "FK_CAP_STRIDED_INPUT"),
 )
 
+# pool: MAX_POOL2D on every numeric dtype (exact: a maximum is one of its inputs), AVG_POOL2D on
+# every float dtype (cpu/pool_kernels.h.in).  AVG sums a window's taps in F64 in a fixed order
+# and divides once: for windows of n <= 2^20 taps the sum is within n 2^-53 sum|x| of the exact
+# sum, so |err| <= max_rel |y| + max_abs mean|x| with max_rel half an ulp of the output dtype.
+_AVG = "|err| <= max_rel*|y| + max_abs*mean|x| (window taps); F64 sum, one division, one rounding"
+CLAIMS.update({
+    "AVG_POOL_F16": Claim(0, _AVG, 4.9e-4, 1.2e-10),
+    "AVG_POOL_BF16": Claim(0, _AVG, 3.92e-3, 1.2e-10),
+    "AVG_POOL_F32": Claim(0, _AVG, 6.0e-8, 1.2e-10),
+    "AVG_POOL_F64": Claim(0, _AVG, 1.2e-16, 1.2e-10),
+})
+_POOL_CAPS = "FK_CAP_STRIDED_INPUT | FK_CAP_STRIDED_OUTPUT"
+CPU_KERNELS["pool"] = (
+    KernelRows(("MAX_POOL2D",), same(NUMERIC, 2), "fk_{op}_{d0}", "EXACT", "fk_pool_cost", _POOL_CAPS),
+    KernelRows(("AVG_POOL2D",), same(FLOAT, 2), "fk_{op}_{d0}", {n: "AVG_POOL_" + n for n in FLOAT},
+               "fk_pool_cost", _POOL_CAPS),
+)
+# topk: TOPK [x T (..., n) -> values T (..., k), indices I64 (..., k)] on every numeric dtype
+# (cpu/topk_kernels.h.in): values are copied, so exact.
+CPU_KERNELS["topk"] = (
+    KernelRows(("TOPK",), tuple((d, d, "I64") for d in NUMERIC), "fk_{op}_{d0}", "EXACT", "fk_topk_cost",
+               _POOL_CAPS),
+)
+
+
 def output_range(op: OpSpec) -> tuple[int, int]:
     """(fewest, most) outputs of op."""
     return op.outputs if isinstance(op.outputs, tuple) else (op.outputs, op.outputs)
@@ -1117,6 +1160,23 @@ PARAMS_CONSTRUCTORS = (
     ParamsConstructor("reduce_to", "The shape to reduce to: it must broadcast to the input's shape "
                       "(leading dims dropped, dims of extent 1 summed with keepdim).",
                       (ParamsArg("shape", "ints", count="ndim", length="FK_MAX_DIMS", check=">= 0"),)),
+    # pooling
+    ParamsConstructor("pool2d", "ONNX pooling attributes: kernel (KH, KW), stride, the pads before "
+                      "(top, left) and after (bottom, right) -- ONNX pads [t, l, b, r] are "
+                      "pads_begin=(t, l), pads_end=(b, r) --, dilation, ceil_mode and, for AVG_POOL2D "
+                      "only, count_include_pad.  Each pair also takes one int for both axes.",
+                      (ParamsArg("kernel", "pair", check=">= 1"),
+                       ParamsArg("stride", "pair", 1, check=">= 1"),
+                       ParamsArg("pads_begin", "pair", 0, check=">= 0"),
+                       ParamsArg("pads_end", "pair", 0, check=">= 0"),
+                       ParamsArg("dilation", "pair", 1, check=">= 1"),
+                       ParamsArg("ceil_mode", "bool", False),
+                       ParamsArg("count_include_pad", "bool", False))),
+    # selection
+    ParamsConstructor("topk", "How many (k >= 0), whether the largest (else the smallest) and whether "
+                      "sorted (the result is always in order: best first, ties by the lower index).",
+                      (ParamsArg("k", "int", check=">= 0"), ParamsArg("largest", "bool", True),
+                       ParamsArg("sorted", "bool", True))),
 )
 
 # ---- CPU kernel modules --------------------------------------------------------------------------
@@ -1149,6 +1209,8 @@ KERNEL_MODULES = (
     _module("norm_backward", "CPU RMS_NORM_BACKWARD and LAYER_NORM_BACKWARD kernels"),
     _module("loss", "CPU FUSED_SOFTMAX_CROSS_ENTROPY and its backward"),
     _module("conv", "CPU CONV2D kernels, im2col+GEMM and direct siblings, and its gradients"),
+    _module("pool", "CPU MAX_POOL2D and AVG_POOL2D kernels (NCHW, ONNX semantics)"),
+    _module("topk", "CPU TOPK kernels: the k best along the last dim and their indices"),
 )
 
 PARAMS_ARG_KINDS = ("int", "float", "real", "bool", "ints", "dims", "pair", "choice", "matmul_m", "const")

@@ -426,6 +426,16 @@ def valid_params(draw, family, shapes):
                                  dilation=draw(st.integers(1, 2)), groups=draw(st.integers(1, 3)))
     if family == "matmul":
         return None
+    if family == "pool2d":                         # pads below the kernel, as the kernels require
+        kernel = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+        pad = lambda a: draw(st.integers(0, kernel[a] - 1))
+        return P.pool2d(kernel, stride=(draw(st.integers(1, 3)), draw(st.integers(1, 3))),
+                        pads_begin=(pad(0), pad(1)), pads_end=(pad(0), pad(1)),
+                        dilation=(draw(st.integers(1, 2)), draw(st.integers(1, 2))),
+                        ceil_mode=draw(st.booleans()), count_include_pad=draw(st.booleans()))
+    if family == "topk":
+        n = shapes[0][-1] if shapes and len(shapes[0]) else 1
+        return P.topk(draw(st.integers(0, max(n, 0))), largest=draw(st.booleans()), sorted=draw(st.booleans()))
     if family == "cross_entropy":
         if draw(st.integers(0, 3)) == 0:
             return draw(st.sampled_from([None, P.none()]))
@@ -594,6 +604,14 @@ def _pad_backward(draw, op, n_in):
     return [tuple(dy)], params, {}
 
 
+def _pool2d(draw, op, n_in):
+    """x (N, C, H, W) and params.pool2d; a kernel that does not fit, or a dilated window over
+    padding only, leaves the kernels to refuse the call."""
+    x = (draw(st.sampled_from((1, 1, 2, 0))), draw(st.sampled_from((1, 2, 3, 0))), draw(st.integers(1, 9)),
+         draw(st.integers(1, 9)))
+    return [x], valid_params(draw, "pool2d", [x]), {}
+
+
 def _fused_linear(draw, op, n_in):
     """x (M, K), w (K, N), b (N,)."""
     m, k, n = (draw(st.sampled_from((0, 1, 2, 3, 5, 7, 17, 33))) for _ in range(3))
@@ -614,6 +632,8 @@ OPERANDS = {
     fk.OpKind.REDUCE_SUM_TO: _one_input(max_ndim=5), fk.OpKind.REDUCE_MAX_TO: _one_input(max_ndim=5),
     fk.OpKind.REDUCE_MAX_TO_BACKWARD: _reduce_max_to_backward, fk.OpKind.PAD_BACKWARD: _pad_backward,
     fk.OpKind.FUSED_LINEAR: _fused_linear,
+    # pooling
+    fk.OpKind.MAX_POOL2D: _pool2d, fk.OpKind.AVG_POOL2D: _pool2d,
 }
 
 

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define FK_ABI_VERSION 3
+#define FK_ABI_VERSION 4
 #define FK_MAX_DIMS 8
 #define FK_MAX_OPERANDS 8
 #define FK_SOURCE_LEN 16
@@ -127,6 +127,15 @@ typedef struct {
 } fk_cross_entropy_params;
 /* REDUCE_SUM_TO, REDUCE_MAX_TO, REDUCE_MAX_TO_BACKWARD: the target shape (ndim dims) */
 typedef struct { int32_t ndim; int32_t reserved; int64_t shape[FK_MAX_DIMS]; } fk_reduce_to_params;
+/* MAX_POOL2D, AVG_POOL2D: ONNX pads [t, l, b, r] are pads_begin {t, l}, pads_end {b, r};
+ * count_include_pad is read by AVG_POOL2D only */
+typedef struct {
+    int32_t kernel[2]; int32_t stride[2]; int32_t pads_begin[2]; int32_t pads_end[2];
+    int32_t dilation[2]; uint8_t ceil_mode; uint8_t count_include_pad;
+} fk_pool2d_params;
+/* TOPK: k along the last dim, the largest (else the smallest); sorted is accepted for ONNX's sake:
+ * the result is always best first */
+typedef struct { int64_t k; uint8_t largest; uint8_t sorted; } fk_topk_params;
 
 typedef union {
     fk_reduce_params reduce;
@@ -150,6 +159,8 @@ typedef union {
     fk_cross_entropy_params cross_entropy;
     fk_conv2d_backward_params conv2d_backward;
     fk_reduce_to_params reduce_to;
+    fk_pool2d_params pool2d;
+    fk_topk_params topk;
 } fk_params_union;
 
 typedef struct {
