@@ -1640,7 +1640,7 @@ def pool2d_reference(x, f, average):
             inside_c = [q for q in cols if 0 <= q < w]
             if not inside_r or not inside_c:
                 return None
-            win = x[:, :, inside_r][:, :, :, inside_c].reshape(n, c, -1)
+            win = x[:, :, inside_r][:, :, :, inside_c].reshape(n, c, len(inside_r) * len(inside_c))
             if not average:
                 if x.dtype.kind == "f":
                     with np.errstate(invalid="ignore"):
@@ -1703,11 +1703,11 @@ def topk_reference(x, k, largest):
     ties in index order; descending sorts the reversed row and reverses the order back, which
     keeps ties in index order and puts NaN first."""
     x = np.asarray(x)
-    n = x.shape[-1]
+    keys, n = up(x), x.shape[-1]                # F16/BF16 ordered as F32: the same order
     if largest:
-        order = (n - 1 - np.argsort(x[..., ::-1], axis=-1, kind="stable"))[..., ::-1]
+        order = (n - 1 - np.argsort(keys[..., ::-1], axis=-1, kind="stable"))[..., ::-1]
     else:
-        order = np.argsort(x, axis=-1, kind="stable")
+        order = np.argsort(keys, axis=-1, kind="stable")
     order = np.ascontiguousarray(order[..., :k]).astype(np.int64)
     return np.take_along_axis(x, order, axis=-1), order
 
