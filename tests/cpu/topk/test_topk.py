@@ -1,5 +1,5 @@
 """TOPK (two outputs: values and I64 indices along the last dim): every binding over every layout,
-both selection paths (the insertion buffer for small k, the merge sort for larger k), largest and
+both selection paths (the sorted buffer for k <= 256, the merge sort for larger k), largest and
 smallest, against NumPy's stable argsort (tests/oracles.py, topk_reference); ties to the lower
 index, NaN above every number, -0.0 tied with 0.0; the same bits for every thread count; every
 refusal leaving both outputs untouched."""
@@ -15,11 +15,11 @@ OP = fk.OpKind
 D = fk.DType
 DTYPES = tuple(D[name] for name in fk.spec.NUMERIC)
 COVERED = {(OP.TOPK, (dt, dt, D.I64)) for dt in DTYPES}
-SHAPES = [(5, 7), (3, 40), (2, 3, 100), (1,), (4, 1), (0, 5), (3, 0), (300,)]
+SHAPES = [(5, 7), (3, 40), (2, 3, 100), (1,), (4, 1), (0, 5), (3, 0), (300,), (2, 700)]
 
 
 def ks(n):
-    return sorted({0, min(1, n), min(3, n), min(16, n), min(17, n), n // 2, n})
+    return sorted({0, min(1, n), min(3, n), min(256, n), min(257, n), n // 2, n})
 
 
 def call(kernel, x, k, largest, sorted_=True, outs=None):
@@ -61,8 +61,8 @@ def test_binding(dtype, rng):
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.short_name)
 def test_ties_pick_the_lower_index(dtype, rng):
     kernel = fk.bindings().lookup(OP.TOPK, [dtype, dtype, D.I64], fk.Backend.CPU)
-    x = rng.integers(0, 3, (4, 50)).astype(dtype.numpy)
-    for k in (5, 16, 17, 50):
+    x = rng.integers(0, 3, (4, 400)).astype(dtype.numpy)
+    for k in (5, 16, 17, 50, 300):
         for largest in (True, False):
             _, indices = call(kernel, x, k, largest)
             np.testing.assert_array_equal(indices, oracles.topk_reference(x, k, largest)[1])
@@ -82,19 +82,19 @@ def test_nan_ranks_above_every_number(dtype):
         np.testing.assert_array_equal(indices, [1, 4, 2, 7, 0, 3, 5, 6][:k])
         values, indices = call(kernel, x, k, False)
         np.testing.assert_array_equal(indices, [6, 3, 5, 0, 7, 2, 1, 4][:k])
-    # the long path (k > 16) on a row with NaNs and signed zeros
-    row = np.tile(x, 5)
+    # the merge-sort path (k > 256) on a row with NaNs and signed zeros
+    row = np.tile(x, 40)
     for largest in (True, False):
-        values, indices = call(kernel, row, 30, largest)
-        want_values, want_indices = oracles.topk_reference(row, 30, largest)
+        values, indices = call(kernel, row, 300, largest)
+        want_values, want_indices = oracles.topk_reference(row, 300, largest)
         np.testing.assert_array_equal(indices, want_indices)
         assert same(values, want_values)
 
 
 def test_sorted_false_gives_the_sorted_result(rng):
     kernel = fk.bindings().lookup(OP.TOPK, ["f32", "f32", "i64"], fk.Backend.CPU)
-    x = rng.standard_normal((3, 64)).astype(np.float32)
-    for k in (4, 20):
+    x = rng.standard_normal((3, 400)).astype(np.float32)
+    for k in (4, 20, 300):
         a = call(kernel, x, k, True, sorted_=False)
         b = call(kernel, x, k, True, sorted_=True)
         np.testing.assert_array_equal(a[0], b[0])
