@@ -1,6 +1,6 @@
 """Compute kernels against NumPy and PyTorch, single-threaded: MATMUL, SUM, SOFTMAX, CONV2D and its
-gradients CONV2D_BACKWARD_INPUT and CONV2D_BACKWARD_WEIGHT, and the training ops FUSED_LINEAR and
-REDUCE_SUM_TO.
+gradients CONV2D_BACKWARD_INPUT and CONV2D_BACKWARD_WEIGHT, the training ops FUSED_LINEAR and
+REDUCE_SUM_TO, and MAX_POOL2D, AVG_POOL2D and TOPK.
 
 Every peer runs on one thread: torch.set_num_threads(1), and NumPy's/SciPy's BLAS through the
 OPENBLAS_NUM_THREADS=1 pin that `python -m bench` sets before they load (or threadpoolctl when
@@ -205,3 +205,63 @@ def conv2d_backward_cases(rng, note, torch, torch_missing):
                            "numpy sum(axis=0)": lambda: g.sum(axis=0),
                            "numpy sum(axis=0, out=)": lambda: g.sum(axis=0, out=gs)},
                baseline="numpy sum(axis=0)", target="fk <= 1.0x numpy")
+    yield from pool_and_topk_cases(rng, note, torch, torch_missing)
+
+
+def numpy_pool2d(x, kernel, stride, pad, average):
+    """NCHW pooling in NumPy: pad (with -inf for max, 0 for the average that counts the padding),
+    a strided sliding-window view, and one max or mean over the window axes."""
+    fill = 0.0 if average else -np.inf
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)), constant_values=fill)
+    win = np.lib.stride_tricks.sliding_window_view(xp, (kernel, kernel), axis=(2, 3))[:, :, ::stride, ::stride]
+    return win.mean(axis=(-2, -1)) if average else win.max(axis=(-2, -1))
+
+
+def pool_and_topk_cases(rng, note, torch, torch_missing):
+    F32 = fk.DType.F32
+    table = fk.bindings()
+    # ---- MAX_POOL2D / AVG_POOL2D f32 8x64x56x56, 3x3 stride 2 pad 1 (a ResNet stem's pooling) ----
+    x = rng.standard_normal((8, 64, 56, 56)).astype(np.float32)
+    y = np.empty((8, 64, 28, 28), np.float32)
+    p = fk.params.pool2d(3, stride=2, pads_begin=1, pads_end=1, count_include_pad=True)
+    for op, average in ((fk.OpKind.MAX_POOL2D, False), (fk.OpKind.AVG_POOL2D, True)):
+        kernel = table.lookup(op, [F32, F32], fk.Backend.CPU)
+        contenders = {"fk (out=)": lambda k=kernel: k(x, out=y, params=p),
+                      "numpy sliding_window_view": lambda a=average: numpy_pool2d(x, 3, 2, 1, a)}
+        skipped = {}
+        if torch is not None:
+            xt = torch.from_numpy(x)
+            fn = torch.nn.functional.avg_pool2d if average else torch.nn.functional.max_pool2d
+            contenders["torch"] = lambda f=fn: f(xt, 3, 2, 1)
+        else:
+            skipped["torch"] = torch_missing
+        yield Case(name=f"fk: {op.name} f32 8x64x56x56 3x3 stride 2 pad 1 [{note}]", contenders=contenders,
+                   baseline="numpy sliding_window_view", skipped=skipped, target="fk <= 1.0x numpy")
+
+    # ---- TOPK f32 [4096, 1000], k 10 and 100 -----------------------------------------------------
+    r = rng.standard_normal((4096, 1000)).astype(np.float32)
+    topk = table.lookup(fk.OpKind.TOPK, [F32, F32, fk.DType.I64], fk.Backend.CPU)
+    for k in (10, 100):
+        values, indices = np.empty((4096, k), np.float32), np.empty((4096, k), np.int64)
+        pk = fk.params.topk(k)
+
+        def partition(k=k):
+            part = np.argpartition(-r, k - 1, axis=-1)[:, :k]
+            order = np.take_along_axis(part, np.argsort(-np.take_along_axis(r, part, -1), axis=-1), -1)
+            return np.take_along_axis(r, order, -1), order
+
+        def stable(k=k):
+            order = (r.shape[-1] - 1 - np.argsort(r[:, ::-1], axis=-1, kind="stable"))[:, ::-1][:, :k]
+            return np.take_along_axis(r, order, -1), order
+        contenders = {"fk (out=)": lambda pk=pk, v=values, i=indices: topk(r, out=(v, i), params=pk),
+                      "numpy argpartition+argsort (ties unordered)": partition,
+                      "numpy stable argsort (same result)": stable}
+        skipped = {}
+        if torch is not None:
+            rt = torch.from_numpy(r)
+            contenders["torch topk"] = lambda k=k: torch.topk(rt, k)
+        else:
+            skipped["torch"] = torch_missing
+        yield Case(name=f"fk: TOPK f32 4096x1000 k={k} [{note}]", contenders=contenders,
+                   baseline="numpy argpartition+argsort (ties unordered)", skipped=skipped,
+                   target="fk <= 1.0x numpy")

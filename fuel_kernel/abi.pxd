@@ -185,6 +185,18 @@ cdef extern from "fuel_kernel/abi.h" nogil:
         uint8_t delta_softplus
         uint8_t reserved[3]
         int64_t chunk_size
+    ctypedef struct fk_pool2d_params:
+        int32_t kernel[2]
+        int32_t stride[2]
+        int32_t pads_begin[2]
+        int32_t pads_end[2]
+        int32_t dilation[2]
+        uint8_t ceil_mode
+        uint8_t count_include_pad
+    ctypedef struct fk_topk_params:
+        int64_t k
+        uint8_t largest
+        uint8_t sorted
 
     ctypedef union fk_params_union:
         fk_reduce_params reduce
@@ -212,6 +224,8 @@ cdef extern from "fuel_kernel/abi.h" nogil:
         fk_qmatmul_params qmatmul
         fk_nf4_matmul_params nf4_matmul
         fk_ssm_params ssm
+        fk_pool2d_params pool2d
+        fk_topk_params topk
 
     ctypedef struct fk_params:
         int32_t kind

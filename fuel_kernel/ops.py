@@ -324,6 +324,61 @@ def conv2d_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> 
     return tuple(out)
 
 
+def pool2d_output_size(size: int, kernel: int, stride: int, pad_begin: int, pad_end: int, dilation: int,
+                       ceil_mode: bool) -> int:
+    """One axis of ONNX pooling: floor (or ceil) of (size + pads - dilated kernel) / stride, plus 1;
+    in ceil mode a last window that would start past the input and its begin padding is dropped
+    (the rule PyTorch and ONNX share).  -1 when the dilated kernel does not fit the padded axis."""
+    span = size + pad_begin + pad_end - (dilation * (kernel - 1) + 1)
+    if span < 0:
+        return -1
+    out = (span + stride - 1) // stride + 1 if ceil_mode else span // stride + 1
+    if ceil_mode and (out - 1) * stride >= size + pad_begin:
+        out -= 1
+    return out
+
+
+def pool2d_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> Shape:
+    """[x (N, C, H, W)] -> (N, C, OH, OW) by params.pool2d (required: it holds the kernel size)."""
+    if params is None or params.kind != "pool2d":
+        raise ParamsError(f"pooling takes params.pool2d(kernel, ...), not {'none' if params is None else params.kind}")
+    x = shapes[0]
+    if len(x) != 4:
+        raise ShapeError(f"pooling takes NCHW x (4 dims), got {x}")
+    f = params.fields()
+    out = [x[0], x[1]]
+    for i in range(2):
+        if f["pads_begin"][i] >= f["kernel"][i] or f["pads_end"][i] >= f["kernel"][i]:
+            raise ParamsError(f"pooling pads {f['pads_begin']}, {f['pads_end']} must be smaller than the "
+                              f"kernel {f['kernel']}")
+        o = pool2d_output_size(x[2 + i], f["kernel"][i], f["stride"][i], f["pads_begin"][i], f["pads_end"][i],
+                               f["dilation"][i], f["ceil_mode"])
+        if o < 0:
+            raise ShapeError(f"pooling kernel {f['kernel']} (dilation {f['dilation']}) does not fit the "
+                             f"padded input {x[2:]}")
+        out.append(o)
+    return tuple(out)
+
+
+def topk_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> tuple[Shape, ...]:
+    """[x (..., n)] -> (values (..., k), indices (..., k)) by params.topk (required: it holds k)."""
+    if params is None or params.kind != "topk":
+        raise ParamsError(f"topk takes params.topk(k, ...), not {'none' if params is None else params.kind}")
+    x = shapes[0]
+    k = params.fields()["k"]
+    if len(x) < 1:
+        raise ShapeError("topk needs x with at least 1 dim")
+    if k > x[-1]:
+        raise ShapeError(f"topk k={k} exceeds the last dim's extent {x[-1]}")
+    out = tuple(x[:-1]) + (k,)
+    return out, out
+
+
+def topk_dtype(dtypes: Sequence[DType], params: Optional[OpParams] = None) -> tuple[DType, ...]:
+    """The values in x's dtype; the indices I64."""
+    return dtypes[0], DType.I64
+
+
 def _norm_backward_shapes(name: str, shapes: Sequence[Shape], n_vectors: int) -> tuple[Shape, ...]:
     """[x (..., D), D-vectors..., dy like x] -> (dx like x, then one (D,) per parameter gradient)."""
     x, dy = shapes[0], shapes[-1]

@@ -127,6 +127,13 @@ PARAMS = (
     ParamsSpec(29, "causal_conv1d", "ssm", _SSM),
     ParamsSpec(30, "selective_scan", "ssm", _SSM),
     ParamsSpec(31, "ssd_chunk_scan", "ssm", _SSM),
+    # pooling: MAX_POOL2D, AVG_POOL2D (ONNX MaxPool / AveragePool on NCHW)
+    ParamsSpec(32, "pool2d", "pool2d", (("int32_t[2]", "kernel"), ("int32_t[2]", "stride"),
+                                        ("int32_t[2]", "pads_begin"), ("int32_t[2]", "pads_end"),
+                                        ("int32_t[2]", "dilation"), ("uint8_t", "ceil_mode"),
+                                        ("uint8_t", "count_include_pad"))),
+    # selection: TOPK
+    ParamsSpec(33, "topk", "topk", (("int64_t", "k"), ("uint8_t", "largest"), ("uint8_t", "sorted"))),
 )
 
 # ---- ops -----------------------------------------------------------------------------------------
@@ -341,6 +348,14 @@ OPS = (
     _op(98, "SSD_CHUNK_SCAN", 4, "ssd_chunk_scan",
         "Mamba-2 SSD scan by chunks: h_t = exp(A_t) h + B_t x_t, y_t = C_t h_t; outputs Y and the last state",
         outputs=2, args=("X", "A", "B", "C"), shape="ssd_chunk_scan", dtype="two_same_as_first"),
+    # pooling (cpu/pool_kernels.h.in)
+    _op(99, "MAX_POOL2D", 1, "pool2d", "NCHW max pooling (ONNX MaxPool: pads, dilation, ceil mode; NaN propagates)",
+        shape="pool2d"),
+    _op(100, "AVG_POOL2D", 1, "pool2d", "NCHW average pooling (ONNX AveragePool: pads, dilation, ceil mode, "
+        "count_include_pad)", shape="pool2d"),
+    # selection (cpu/topk_kernels.h.in)
+    _op(101, "TOPK", 1, "topk", "the k largest (or smallest) along the last dim and their I64 indices; "
+        "ties to the lower index, NaN above every number", outputs=2, shape="topk", dtype="topk"),
 )
 
 # ---- GGML quant types (QMATMUL's W) ----------------------------------------------------------------
@@ -391,6 +406,9 @@ SPLIT_RULES = {
     "PAD_BACKWARD": "MOVEMENT",
     # attention training
     "FLASH_ATTN_BACKWARD": "ATTN_BACKWARD",
+    # pooling: (N, C) planes, each output plane from its own input plane; TOPK: rows of the last dim
+    # (both outputs share one shape, so ROWS_1 cuts them alike)
+    "MAX_POOL2D": "ROWS_2", "AVG_POOL2D": "ROWS_2", "TOPK": "ROWS_1",
 }
 # integer kernels of these refuse a zero divisor or a negative exponent before writing anything
 _INTEGER_CHECKS_DATA = ("DIV", "REM", "POW")
@@ -1054,6 +1072,30 @@ CPU_KERNELS["ssm"] = (
                "fk_ssm_cost", "FK_CAP_STRIDED_INPUT"),
 )
 
+# pool: MAX_POOL2D on every numeric dtype (exact: a maximum is one of its inputs), AVG_POOL2D on
+# every float dtype (cpu/pool_kernels.h.in).  AVG sums a window's taps in F64 in a fixed order
+# and divides once: for windows of n <= 2^20 taps the sum is within n 2^-53 sum|x| of the exact
+# sum, so |err| <= max_rel |y| + max_abs mean|x| with max_rel half an ulp of the output dtype.
+_AVG = "|err| <= max_rel*|y| + max_abs*mean|x| (window taps); F64 sum, one division, one rounding"
+CLAIMS.update({
+    "AVG_POOL_F16": Claim(0, _AVG, 4.9e-4, 1.2e-10),
+    "AVG_POOL_BF16": Claim(0, _AVG, 3.92e-3, 1.2e-10),
+    "AVG_POOL_F32": Claim(0, _AVG, 6.0e-8, 1.2e-10),
+    "AVG_POOL_F64": Claim(0, _AVG, 1.2e-16, 1.2e-10),
+})
+_POOL_CAPS = "FK_CAP_STRIDED_INPUT | FK_CAP_STRIDED_OUTPUT"
+CPU_KERNELS["pool"] = (
+    KernelRows(("MAX_POOL2D",), same(NUMERIC, 2), "fk_{op}_{d0}", "EXACT", "fk_pool_cost", _POOL_CAPS),
+    KernelRows(("AVG_POOL2D",), same(FLOAT, 2), "fk_{op}_{d0}", {n: "AVG_POOL_" + n for n in FLOAT},
+               "fk_pool_cost", _POOL_CAPS),
+)
+# topk: TOPK [x T (..., n) -> values T (..., k), indices I64 (..., k)] on every numeric dtype
+# (cpu/topk_kernels.h.in): values are copied, so exact.
+CPU_KERNELS["topk"] = (
+    KernelRows(("TOPK",), tuple((d, d, "I64") for d in NUMERIC), "fk_{op}_{d0}", "EXACT", "fk_topk_cost",
+               _POOL_CAPS),
+)
+
 
 def output_range(op: OpSpec) -> tuple[int, int]:
     """(fewest, most) outputs of op."""
@@ -1254,6 +1296,23 @@ PARAMS_CONSTRUCTORS = (
     ParamsConstructor("ssd_chunk_scan", "The chunk length the scan is evaluated by (any >= 1 gives the "
                       "same values within the claim).",
                       (ParamsArg("chunk_size", "int", 64, check=">= 1"),)),
+    # pooling
+    ParamsConstructor("pool2d", "ONNX pooling attributes: kernel (KH, KW), stride, the pads before "
+                      "(top, left) and after (bottom, right) -- ONNX pads [t, l, b, r] are "
+                      "pads_begin=(t, l), pads_end=(b, r) --, dilation, ceil_mode and, for AVG_POOL2D "
+                      "only, count_include_pad.  Each pair also takes one int for both axes.",
+                      (ParamsArg("kernel", "pair", check=">= 1"),
+                       ParamsArg("stride", "pair", 1, check=">= 1"),
+                       ParamsArg("pads_begin", "pair", 0, check=">= 0"),
+                       ParamsArg("pads_end", "pair", 0, check=">= 0"),
+                       ParamsArg("dilation", "pair", 1, check=">= 1"),
+                       ParamsArg("ceil_mode", "bool", False),
+                       ParamsArg("count_include_pad", "bool", False))),
+    # selection
+    ParamsConstructor("topk", "How many (k >= 0), whether the largest (else the smallest) and whether "
+                      "sorted (the result is always in order: best first, ties by the lower index).",
+                      (ParamsArg("k", "int", check=">= 0"), ParamsArg("largest", "bool", True),
+                       ParamsArg("sorted", "bool", True))),
 )
 
 # ---- CPU kernel modules --------------------------------------------------------------------------
@@ -1288,6 +1347,8 @@ KERNEL_MODULES = (
     _module("conv", "CPU CONV2D kernels, im2col+GEMM and direct siblings, and its gradients"),
     _module("quant", "CPU QMATMUL and NF4_MATMUL: A @ dequant(W).T for GGML- or NF4-quantized W"),
     _module("ssm", "CPU state-space kernels: CAUSAL_CONV1D, SELECTIVE_SCAN, SSD_CHUNK_SCAN"),
+    _module("pool", "CPU MAX_POOL2D and AVG_POOL2D kernels (NCHW, ONNX semantics)"),
+    _module("topk", "CPU TOPK kernels: the k best along the last dim and their indices"),
 )
 
 PARAMS_ARG_KINDS = ("int", "float", "real", "bool", "ints", "dims", "pair", "choice", "matmul_m", "const")

@@ -446,6 +446,16 @@ def valid_params(draw, family, shapes):
         return draw(st.sampled_from([None, P.selective_scan(False), P.selective_scan(True)]))
     if family == "ssd_chunk_scan":
         return draw(st.sampled_from([None, P.ssd_chunk_scan(draw(st.integers(1, 9)))]))
+    if family == "pool2d":                         # pads below the kernel, as the kernels require
+        kernel = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+        pad = lambda a: draw(st.integers(0, kernel[a] - 1))
+        return P.pool2d(kernel, stride=(draw(st.integers(1, 3)), draw(st.integers(1, 3))),
+                        pads_begin=(pad(0), pad(1)), pads_end=(pad(0), pad(1)),
+                        dilation=(draw(st.integers(1, 2)), draw(st.integers(1, 2))),
+                        ceil_mode=draw(st.booleans()), count_include_pad=draw(st.booleans()))
+    if family == "topk":
+        n = shapes[0][-1] if shapes and len(shapes[0]) else 1
+        return P.topk(draw(st.integers(0, max(n, 0))), largest=draw(st.booleans()), sorted=draw(st.booleans()))
     if family == "cross_entropy":
         if draw(st.integers(0, 3)) == 0:
             return draw(st.sampled_from([None, P.none()]))
@@ -619,6 +629,12 @@ def _causal_conv1d(draw, op, n_in):
     b, d = draw(st.sampled_from((0, 1, 2, 3))), draw(st.sampled_from((0, 1, 3, 5)))
     length, w = draw(st.sampled_from((0, 1, 2, 7, 33))), draw(st.integers(1, 5))
     return [(b, d, length), (d, w), (d,)], valid_params(draw, "causal_conv1d", []), {}
+def _pool2d(draw, op, n_in):
+    """x (N, C, H, W) and params.pool2d; a kernel that does not fit, or a dilated window over
+    padding only, leaves the kernels to refuse the call."""
+    x = (draw(st.sampled_from((1, 1, 2, 0))), draw(st.sampled_from((1, 2, 3, 0))), draw(st.integers(1, 9)),
+         draw(st.integers(1, 9)))
+    return [x], valid_params(draw, "pool2d", [x]), {}
 
 
 def _fused_linear(draw, op, n_in):
@@ -683,6 +699,8 @@ OPERANDS = {
     fk.OpKind.QMATMUL: _qmatmul, fk.OpKind.NF4_MATMUL: _nf4_matmul,
     # state-space models (the two scans have two outputs: tests/cpu/ssm fuzzes them)
     fk.OpKind.CAUSAL_CONV1D: _causal_conv1d,
+    # pooling
+    fk.OpKind.MAX_POOL2D: _pool2d, fk.OpKind.AVG_POOL2D: _pool2d,
 }
 
 

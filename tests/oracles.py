@@ -1837,6 +1837,121 @@ def _ssd_chunk_scan(inputs, params, out_dtype, out_shape):
     _ssm_fields(params, "ssd_chunk_scan", "chunk_size", 64)
     y, h, _, _ = ssd_scan(*(up(v).astype(np.float64) for v in inputs))
     return to(y, out_dtype), to(h, out_dtype)
+# ---- pooling: MAX_POOL2D (exact), AVG_POOL2D (accumulate); selection: TOPK (exact) ---------------
+def pool2d_output_size(size, kernel, stride, pad_begin, pad_end, dilation, ceil_mode):
+    """One axis of ONNX pooling (floor or ceil; in ceil mode a window starting in the after padding
+    is dropped), or None where the dilated kernel does not fit the padded axis."""
+    span = size + pad_begin + pad_end - (dilation * (kernel - 1) + 1)
+    if span < 0:
+        return None
+    out = -(-span // stride) + 1 if ceil_mode else span // stride + 1
+    if ceil_mode and (out - 1) * stride >= size + pad_begin:
+        out -= 1
+    return out
+
+
+def pool2d_reference(x, f, average):
+    """MAX_POOL2D (average=False) or AVG_POOL2D by plain loops over every output and tap:
+    (values in float64 or x's integer type, mean |taps| per output, taps per output).  None when a
+    window holds padding only."""
+    x = up(np.asarray(x))
+    n, c, h, w = x.shape
+    sizes = [pool2d_output_size(x.shape[2 + a], f["kernel"][a], f["stride"][a], f["pads_begin"][a],
+                                f["pads_end"][a], f["dilation"][a], f["ceil_mode"]) for a in range(2)]
+    oh, ow = sizes
+    out = np.zeros((n, c, oh, ow), dtype=np.float64 if average or x.dtype.kind == "f" else x.dtype)
+    magnitude = np.zeros((n, c, oh, ow))
+    terms = 1
+    for i in range(oh):
+        for j in range(ow):
+            rows = [i * f["stride"][0] - f["pads_begin"][0] + t * f["dilation"][0] for t in range(f["kernel"][0])]
+            cols = [j * f["stride"][1] - f["pads_begin"][1] + t * f["dilation"][1] for t in range(f["kernel"][1])]
+            inside_r = [r for r in rows if 0 <= r < h]
+            inside_c = [q for q in cols if 0 <= q < w]
+            if not inside_r or not inside_c:
+                return None
+            win = x[:, :, inside_r][:, :, :, inside_c].reshape(n, c, len(inside_r) * len(inside_c))
+            if not average:
+                if x.dtype.kind == "f":
+                    with np.errstate(invalid="ignore"):
+                        out[:, :, i, j] = np.max(win.astype(np.float64), axis=-1)
+                else:
+                    out[:, :, i, j] = np.max(win, axis=-1)
+                continue
+            if f["count_include_pad"]:
+                count = (sum(-f["pads_begin"][0] <= r < h + f["pads_end"][0] for r in rows)
+                         * sum(-f["pads_begin"][1] <= q < w + f["pads_end"][1] for q in cols))
+            else:
+                count = len(inside_r) * len(inside_c)
+            win = win.astype(np.float64)
+            with np.errstate(invalid="ignore", over="ignore"):
+                out[:, :, i, j] = win.astype(np.longdouble).sum(axis=-1) / count
+                magnitude[:, :, i, j] = np.abs(win).sum(axis=-1) / count
+            terms = max(terms, count)
+    return out, magnitude, terms
+
+
+def _pool2d_case(inputs, params, out_shape):
+    """The pool2d fields after the refusals the kernels make (params and shapes)."""
+    if params_family(params) != "pool2d":
+        raise ExpectError(fk.ParamsError)
+    f = params.fields()
+    x = inputs[0]
+    if any(f["pads_begin"][a] >= f["kernel"][a] or f["pads_end"][a] >= f["kernel"][a] for a in range(2)):
+        raise ExpectError(fk.ParamsError)
+    if x.ndim != 4 or len(out_shape) != 4:
+        raise ExpectError(fk.ShapeError)
+    sizes = [pool2d_output_size(x.shape[2 + a], f["kernel"][a], f["stride"][a], f["pads_begin"][a],
+                                f["pads_end"][a], f["dilation"][a], f["ceil_mode"]) for a in range(2)]
+    if None in sizes:
+        raise ExpectError(fk.ShapeError)
+    expect_shape(out_shape, x.shape[:2] + tuple(sizes))
+    return f
+
+
+@register([fk.OpKind.MAX_POOL2D])
+def _max_pool2d(inputs, params, out_dtype, out_shape):
+    f = _pool2d_case(inputs, params, out_shape)
+    result = pool2d_reference(inputs[0], f, average=False)
+    if result is None:
+        raise ExpectError(fk.ShapeError)
+    return to(result[0], out_dtype)
+
+
+@register([fk.OpKind.AVG_POOL2D], kind="accumulate")
+def _avg_pool2d(inputs, params, out_dtype, out_shape):
+    f = _pool2d_case(inputs, params, out_shape)
+    result = pool2d_reference(inputs[0], f, average=True)
+    if result is None:
+        raise ExpectError(fk.ShapeError)
+    values, magnitude, terms = result
+    return Accumulated(to(values, out_dtype), magnitude, terms, D.F64)
+
+
+def topk_reference(x, k, largest):
+    """(values, I64 indices) of TOPK by NumPy's stable argsort: ascending puts NaN last and keeps
+    ties in index order; descending sorts the reversed row and reverses the order back, which
+    keeps ties in index order and puts NaN first."""
+    x = np.asarray(x)
+    keys, n = up(x), x.shape[-1]                # F16/BF16 ordered as F32: the same order
+    if largest:
+        order = (n - 1 - np.argsort(keys[..., ::-1], axis=-1, kind="stable"))[..., ::-1]
+    else:
+        order = np.argsort(keys, axis=-1, kind="stable")
+    order = np.ascontiguousarray(order[..., :k]).astype(np.int64)
+    return np.take_along_axis(x, order, axis=-1), order
+
+
+@register([fk.OpKind.TOPK])
+def _topk(inputs, params, out_dtype, out_shape):
+    if params_family(params) != "topk":
+        raise ExpectError(fk.ParamsError)
+    f = params.fields()
+    x = inputs[0]
+    if x.ndim < 1 or f["k"] > x.shape[-1]:
+        raise ExpectError(fk.ShapeError)
+    expect_shape(out_shape, x.shape[:-1] + (f["k"],))
+    return topk_reference(x, f["k"], f["largest"])
 
 
 # ---- comparison ----------------------------------------------------------------------------------

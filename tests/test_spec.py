@@ -45,7 +45,8 @@ def keys_under_test():
     keys |= {(op, (dt,) * (norm.N_INPUTS[op] + 1)) for op, dt in norm.CASES}
     keys |= {(OP.CONV2D, (dt,) * (4 if bias else 3)) for dt, bias in conv.CASES}
     keys |= {(op, (dt,) * 3) for op, dt in conv.BACKWARD_CASES}
-    for name in ("movement", "index", "attention", "norm_backward", "loss", "reduce", "matmul", "quant", "ssm"):
+    for name in ("movement", "index", "attention", "norm_backward", "loss", "reduce", "matmul", "quant", "ssm",
+                 "pool", "topk"):
         keys |= family(name).COVERED
     return keys
 

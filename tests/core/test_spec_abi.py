@@ -188,13 +188,19 @@ def test_params_round_trip_through_the_generated_fill():
             "pad": fk.params.pad((1, 2), (0, 3), mode="reflect", value=2.5),
             "slice": fk.params.slice((0, 1), (4, 5)),
             "conv2d": fk.params.conv2d(2, (0, 1)),
-            "softmax_last_dim": fk.params.softmax_last_dim()}
+            "softmax_last_dim": fk.params.softmax_last_dim(),
+            "pool2d": fk.params.pool2d((3, 2), stride=2, pads_begin=(1, 0), pads_end=(2, 1), dilation=(1, 3),
+                                       ceil_mode=True, count_include_pad=True),
+            "topk": fk.params.topk(7, largest=False)}
     assert made["reduce"].fields() == {"dims": (0, -1), "keepdim": True}
     assert made["roll"].fields() == {"shifts": (2, -1), "dims": (0, 1)}
     assert made["pad"].fields() == {"before": (1, 2), "after": (0, 3), "mode": "reflect", "value": 2.5}
     assert made["slice"].fields() == {"start": (0, 1), "stop": (4, 5), "step": (1, 1)}
     assert made["conv2d"].fields() == {"stride": (2, 2), "padding": (0, 1), "dilation": (1, 1), "groups": 1}
     assert made["softmax_last_dim"].fields() == {"axis": -1}
+    assert made["pool2d"].fields() == {"kernel": (3, 2), "stride": (2, 2), "pads_begin": (1, 0), "pads_end": (2, 1),
+                                       "dilation": (1, 3), "ceil_mode": True, "count_include_pad": True}
+    assert made["topk"].fields() == {"k": 7, "largest": False, "sorted": True}
     assert [p.kind for p in made.values()] == list(made)
 
 
@@ -207,7 +213,8 @@ def test_params_round_trip_through_the_generated_fill():
     lambda: fk.params.roll((1, 2), (0,)), lambda: fk.params.flip((0, 0)), lambda: fk.params.reduce((9,)),
     lambda: fk.params.pad((1,), (1,), mode="wrap"), lambda: fk.params.pad((-1,), (1,)),
     lambda: fk.params.paged_attn(1.0, 0), lambda: fk.params.powi(1.5), lambda: fk.params.affine("1", 0),
-    lambda: fk.params.triangular(2 ** 70)])
+    lambda: fk.params.triangular(2 ** 70), lambda: fk.params.pool2d(0), lambda: fk.params.pool2d(2, stride=0),
+    lambda: fk.params.pool2d(2, pads_end=-1), lambda: fk.params.topk(-1)])
 def test_every_spec_check_is_a_params_error(make):
     with pytest.raises(fk.ParamsError):
         make()

@@ -169,6 +169,8 @@ def large_shapes(op, rule, n_in):
         shapes = [(300, 256), (256,), (256,)][:n_in]
         return shapes, (300, 256), P.norm_last_dim(1e-5) if "NORM" in name else None
     if rule == "ROWS_2":
+        if name.endswith("POOL2D"):                  # 2 images x 64 channels, each plane whole
+            return [(2, 64, 40, 40)], (2, 64, 40, 40), P.pool2d(3, pads_begin=1, pads_end=1, count_include_pad=True)
         return [(4, 130, 130)], (4, 130, 130), P.triangular(1)
     if rule == "REDUCE":
         return [(300, 256)], (300,), P.reduce((1,))

@@ -142,6 +142,15 @@ typedef struct {
     uint8_t delta_softplus; uint8_t reserved[3];
     int64_t chunk_size;              /* >= 1 */
 } fk_ssm_params;
+/* MAX_POOL2D, AVG_POOL2D: ONNX pads [t, l, b, r] are pads_begin {t, l}, pads_end {b, r};
+ * count_include_pad is read by AVG_POOL2D only */
+typedef struct {
+    int32_t kernel[2]; int32_t stride[2]; int32_t pads_begin[2]; int32_t pads_end[2];
+    int32_t dilation[2]; uint8_t ceil_mode; uint8_t count_include_pad;
+} fk_pool2d_params;
+/* TOPK: k along the last dim, the largest (else the smallest); sorted is accepted for ONNX's sake:
+ * the result is always best first */
+typedef struct { int64_t k; uint8_t largest; uint8_t sorted; } fk_topk_params;
 
 typedef union {
     fk_reduce_params reduce;
@@ -169,6 +178,8 @@ typedef union {
     fk_qmatmul_params qmatmul;
     fk_nf4_matmul_params nf4_matmul;
     fk_ssm_params ssm;
+    fk_pool2d_params pool2d;
+    fk_topk_params topk;
 } fk_params_union;
 
 typedef struct {
