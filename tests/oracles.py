@@ -1669,11 +1669,16 @@ def dequantized_weights(w, quant_type, n, k):
         return gguf.quants.dequantize(rows, gguf.GGMLQuantizationType(quant_type)).reshape(n, k)
 
 
-def qmatmul_reference(a, w, quant_type, n, k):
-    """A @ dequant(W).T in F64 and its magnitude |A| @ |dequant(W)|.T."""
-    deq = dequantized_weights(w, quant_type, n, k).astype(np.float64)
+def product_with_dequantized(a, deq):
+    """A @ deq.T in F64 and its magnitude |A| @ |deq|.T."""
+    deq = deq.astype(np.float64)
     with np.errstate(all="ignore"):
         return f64(a) @ deq.T, np.abs(f64(a)) @ np.abs(deq).T
+
+
+def qmatmul_reference(a, w, quant_type, n, k):
+    """A @ dequant(W).T in F64 and its magnitude |A| @ |dequant(W)|.T."""
+    return product_with_dequantized(a, dequantized_weights(w, quant_type, n, k))
 
 
 @register([fk.OpKind.QMATMUL], kind="accumulate", strict=False)
@@ -1712,9 +1717,7 @@ def nf4_dequantized_weights(codes, absmax, n, k):
 
 def nf4_matmul_reference(a, codes, absmax, n, k):
     """A @ dequant(W).T in F64 and its magnitude |A| @ |dequant(W)|.T."""
-    deq = nf4_dequantized_weights(codes, absmax, n, k).astype(np.float64)
-    with np.errstate(all="ignore"):
-        return f64(a) @ deq.T, np.abs(f64(a)) @ np.abs(deq).T
+    return product_with_dequantized(a, nf4_dequantized_weights(codes, absmax, n, k))
 
 
 @register([fk.OpKind.NF4_MATMUL], kind="accumulate", strict=False)

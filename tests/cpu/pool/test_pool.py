@@ -58,10 +58,9 @@ def check_avg(got, dtype, x, params, claim, where):
     assert (err <= bound).all(), (where, float(np.max(err - bound)))
 
 
-@pytest.mark.parametrize("dtype", MAX_DTYPES, ids=lambda d: d.short_name)
-def test_max_pool2d_binding(dtype, rng):
-    kernel = fk.bindings().lookup(OP.MAX_POOL2D, [dtype, dtype], fk.Backend.CPU)
-    assert kernel.has_cost and kernel.precision.max_ulp == 0 and kernel.precision.max_rel == 0
+def pooled_cases(kernel, dtype, rng):
+    """(x, out, params, where) for every shape, setting that fits it and input layout: `kernel`
+    has run on x into out (filled with 3 first)."""
     for shape in SHAPES:
         for params in SETTINGS:
             if not fits(shape, params):
@@ -70,25 +69,26 @@ def test_max_pool2d_binding(dtype, rng):
                 x = make_operand(shape, dtype, layout, rng)
                 out = np.full(output_shape(shape, params), 3, dtype.numpy)
                 kernel(x, out=out, params=params)
-                want = oracles.to(oracles.pool2d_reference(x, params.fields(), average=False)[0], dtype)
-                if dtype.is_float:              # NaN == NaN in the comparison, for BF16 too
-                    out, want = out.astype(np.float64), want.astype(np.float64)
-                np.testing.assert_array_equal(out, want, err_msg=f"{shape} {layout} {params.fields()}")
+                yield x, out, params, (shape, layout, params.fields())
+
+
+@pytest.mark.parametrize("dtype", MAX_DTYPES, ids=lambda d: d.short_name)
+def test_max_pool2d_binding(dtype, rng):
+    kernel = fk.bindings().lookup(OP.MAX_POOL2D, [dtype, dtype], fk.Backend.CPU)
+    assert kernel.has_cost and kernel.precision.max_ulp == 0 and kernel.precision.max_rel == 0
+    for x, out, params, where in pooled_cases(kernel, dtype, rng):
+        want = oracles.to(oracles.pool2d_reference(x, params.fields(), average=False)[0], dtype)
+        if dtype.is_float:              # NaN == NaN in the comparison, for BF16 too
+            out, want = out.astype(np.float64), want.astype(np.float64)
+        np.testing.assert_array_equal(out, want, err_msg=str(where))
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: d.short_name)
 def test_avg_pool2d_binding(dtype, rng):
     kernel = fk.bindings().lookup(OP.AVG_POOL2D, [dtype, dtype], fk.Backend.CPU)
     assert kernel.has_cost and kernel.precision.notes
-    for shape in SHAPES:
-        for params in SETTINGS:
-            if not fits(shape, params):
-                continue
-            for layout in LAYOUTS:
-                x = make_operand(shape, dtype, layout, rng)
-                out = np.full(output_shape(shape, params), 3, dtype.numpy)
-                kernel(x, out=out, params=params)
-                check_avg(out, dtype, x, params, kernel.precision, (shape, layout, params.fields()))
+    for x, out, params, where in pooled_cases(kernel, dtype, rng):
+        check_avg(out, dtype, x, params, kernel.precision, where)
 
 
 def test_output_layouts_and_dispatch(rng):
