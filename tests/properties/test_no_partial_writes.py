@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import fuel_kernel as fk
 
-from fuzzing import MUST_FAIL, cases, fill, guarded, live_bindings, random_values, run_case
+from fuzzing import MUST_FAIL, cases, fill, guarded, live_bindings, random_values, refusal_of_inputs, run_case
 
 D = fk.DType
 CPU = fk.Backend.CPU
@@ -60,7 +60,13 @@ def test_validation_error_paths_write_nothing(mode, data):
             raise
 
     assert run_case(case, call=call) == "error"
-    assert isinstance(calls[0], MUTATIONS[mode]), (calls[0], case.describe())
+    if mode == "self_overlap" and not isinstance(calls[0], MUTATIONS[mode]):
+        # the drawn inputs may be refused on their own (CONV2D's gradients draw an input_size one
+        # off in a tenth of the cases): the kernel may report that before the output's overlap
+        expected = refusal_of_inputs(case)
+        assert expected is not None and isinstance(calls[0], expected), (calls[0], case.describe())
+    else:
+        assert isinstance(calls[0], MUTATIONS[mode]), (calls[0], case.describe())
 
 
 def _valid_operands(op, dtypes, rng):
