@@ -356,6 +356,9 @@ OPS = (
     # selection (cpu/topk_kernels.h.in)
     _op(101, "TOPK", 1, "topk", "the k largest (or smallest) along the last dim and their I64 indices; "
         "ties to the lower index, NaN above every number", outputs=2, shape="topk", dtype="topk"),
+    # C-style integer division (ONNX Mod with fmod=1, Div on integers): DIV and REM keep NumPy's floor
+    _op(102, "FMOD", 2, "none", "C fmod: a - trunc(a / b) b, the sign of a (an integer division by zero is an error)"),
+    _op(103, "TRUNC_DIV", 2, "none", "integer a / b rounded toward zero, as C (a division by zero is an error)"),
 )
 
 # ---- GGML quant types (QMATMUL's W) ----------------------------------------------------------------
@@ -411,7 +414,7 @@ SPLIT_RULES = {
     "MAX_POOL2D": "ROWS_2", "AVG_POOL2D": "ROWS_2", "TOPK": "ROWS_1",
 }
 # integer kernels of these refuse a zero divisor or a negative exponent before writing anything
-_INTEGER_CHECKS_DATA = ("DIV", "REM", "POW")
+_INTEGER_CHECKS_DATA = ("DIV", "REM", "POW", "FMOD", "TRUNC_DIV")
 
 
 def split_rule(op: str, signature: Sequence[str], source: str) -> Optional[str]:
@@ -763,6 +766,11 @@ CPU_KERNELS["binary"] = (
     KernelRows(("POW",), same(NUMERIC, 3), "fk_{op}_{d0}", _BINARY_POW, "fk_cost_simple",
                "FK_ELEMENTWISE_CAPS"),
     KernelRows(("REM",), same(NUMERIC, 3), "fk_{op}_{d0}", "BINARY_REM", "fk_cost_simple",
+               "FK_ELEMENTWISE_CAPS"),
+    # C-style: fmod is exact in every float format (its result is representable in the inputs'),
+    # integer quotients and remainders are exact
+    KernelRows(("FMOD",), same(NUMERIC, 3), "fk_{op}_{d0}", "EXACT", "fk_cost_simple", "FK_ELEMENTWISE_CAPS"),
+    KernelRows(("TRUNC_DIV",), same(dtype_names("int", "uint"), 3), "fk_{op}_{d0}", "EXACT", "fk_cost_simple",
                "FK_ELEMENTWISE_CAPS"),
     KernelRows(("ADD", "MUL", "MAXIMUM", "MINIMUM"), same(dtype_names("bool"), 3), "fk_{op}_{d0}", "EXACT",
                "fk_cost_simple", "FK_ELEMENTWISE_CAPS"),

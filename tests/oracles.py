@@ -264,13 +264,22 @@ def binary(fn, bool_fn=None):
     return oracle
 
 
+def trunc_divide(a, b):
+    """Integer a / b rounded toward zero (C): the floor quotient, plus one where a remainder is
+    left and the signs differ; MIN / -1 wraps to MIN as NumPy's floor division does."""
+    q = np.floor_divide(a, b)
+    return q + ((np.remainder(a, b) != 0) & ((a < 0) != (b < 0))).astype(q.dtype)
+
+
 def _int_division(fn):
+    """fn on integers (a zero divisor: KernelZeroDivisionError); on floats true division for the
+    floor quotient, the same remainder function otherwise."""
     def oracle(a, b):
         if a.dtype.kind in "iu":
             if (b == 0).any():
                 raise ExpectError(fk.KernelZeroDivisionError)
             return fn(a, b)
-        return (np.divide if fn is np.floor_divide else np.remainder)(a, b)
+        return np.divide(a, b) if fn is np.floor_divide else fn(a, b)
     return oracle
 
 
@@ -287,6 +296,8 @@ ORACLES[fk.OpKind.SUB] = Oracle(binary(np.subtract))
 ORACLES[fk.OpKind.MUL] = Oracle(binary(np.multiply, np.logical_and))
 ORACLES[fk.OpKind.DIV] = Oracle(binary(_int_division(np.floor_divide)))
 ORACLES[fk.OpKind.REM] = Oracle(binary(_int_division(np.remainder)))
+ORACLES[fk.OpKind.FMOD] = Oracle(binary(_int_division(np.fmod)))
+ORACLES[fk.OpKind.TRUNC_DIV] = Oracle(binary(_int_division(trunc_divide)))
 ORACLES[fk.OpKind.MAXIMUM] = Oracle(binary(np.maximum, np.logical_or))
 ORACLES[fk.OpKind.MINIMUM] = Oracle(binary(np.minimum, np.logical_and))
 ORACLES[fk.OpKind.POW] = Oracle(binary(_pow), "transcendental")

@@ -69,7 +69,7 @@ def supported(op, dtypes):
     return fk.bindings().supports(op, dtypes, CPU)
 
 
-CHECKS_DATA = (fk.OpKind.DIV, fk.OpKind.REM, fk.OpKind.POW)
+CHECKS_DATA = (fk.OpKind.DIV, fk.OpKind.REM, fk.OpKind.POW, fk.OpKind.FMOD, fk.OpKind.TRUNC_DIV)
 
 
 def pair_ops(dtype):

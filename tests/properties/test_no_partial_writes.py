@@ -172,7 +172,7 @@ def _bindings(op, predicate=lambda dtypes: True):
 
 
 INT = lambda d: not D(d).is_float and d != D.BOOL
-DIVISION = [(op, dts) for op in (fk.OpKind.DIV, fk.OpKind.REM)
+DIVISION = [(op, dts) for op in (fk.OpKind.DIV, fk.OpKind.REM, fk.OpKind.FMOD, fk.OpKind.TRUNC_DIV)
             for dts in _bindings(op, lambda dts: INT(dts[0]))]
 
 

@@ -14,7 +14,7 @@ import pytest
 
 import fuel_kernel as fk
 from oracles import (TRANSCENDENTAL_UNARY, activation_grad, compute_dtype, infinite_dy_meets_underflow,
-                     softmax_last_dim)
+                     softmax_last_dim, trunc_divide)
 from support import LAYOUTS, assert_same, make_operand, random_values
 
 D = fk.DType
@@ -23,13 +23,14 @@ Op = fk.OpKind
 UNARY = (Op.NEG, Op.ABS, Op.SQR, Op.SQRT, Op.RSQRT, Op.RECIP, Op.EXP, Op.LOG, Op.SIN, Op.COS,
          Op.TANH, Op.SIGMOID, Op.RELU, Op.SILU, Op.GELU, Op.GELU_ERF, Op.ERF, Op.STEP, Op.FLOOR,
          Op.CEIL, Op.ROUND, Op.SIGN)
-BINARY = (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.MAXIMUM, Op.MINIMUM, Op.POW, Op.REM)
+BINARY = (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.MAXIMUM, Op.MINIMUM, Op.POW, Op.REM, Op.FMOD)
+INT_BINARY_ONLY = (Op.TRUNC_DIV,)        # C's truncating division: integers only
 COMPARE = (Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE)
 PARAMS_OPS = (Op.AFFINE, Op.CLAMP, Op.POWI)
 # the activation backward ops: inputs (x, dy), dx = dy * f'(x)
 BACKWARD = (Op.GELU_BACKWARD, Op.GELU_ERF_BACKWARD, Op.SILU_BACKWARD, Op.SIGMOID_BACKWARD,
             Op.TANH_BACKWARD, Op.RELU_BACKWARD, Op.POWI_BACKWARD)
-ELEMENTWISE = UNARY + BINARY + COMPARE + (Op.WHERE,) + PARAMS_OPS + BACKWARD
+ELEMENTWISE = UNARY + BINARY + INT_BINARY_ONLY + COMPARE + (Op.WHERE,) + PARAMS_OPS + BACKWARD
 
 SMALL = (6, 37)
 TILED = (80, 100)       # big enough that a transposed operand takes the tiled walk
@@ -73,9 +74,10 @@ INT_UNARY = {Op.NEG: np.negative, Op.ABS: np.abs, Op.SQR: lambda x: x * x, Op.SI
              Op.RELU: lambda x: np.maximum(x, np.zeros_like(x))}
 
 FLOAT_BINARY = {Op.ADD: np.add, Op.SUB: np.subtract, Op.MUL: np.multiply, Op.DIV: np.divide,
-                Op.MAXIMUM: np.maximum, Op.MINIMUM: np.minimum, Op.REM: np.remainder}
+                Op.MAXIMUM: np.maximum, Op.MINIMUM: np.minimum, Op.REM: np.remainder, Op.FMOD: np.fmod}
 INT_BINARY = {Op.ADD: np.add, Op.SUB: np.subtract, Op.MUL: np.multiply, Op.DIV: np.floor_divide,
-              Op.MAXIMUM: np.maximum, Op.MINIMUM: np.minimum, Op.REM: np.remainder, Op.POW: np.power}
+              Op.MAXIMUM: np.maximum, Op.MINIMUM: np.minimum, Op.REM: np.remainder, Op.POW: np.power,
+              Op.FMOD: np.fmod, Op.TRUNC_DIV: trunc_divide}
 BOOL_BINARY = {Op.ADD: np.logical_or, Op.MUL: np.logical_and, Op.MAXIMUM: np.logical_or,
                Op.MINIMUM: np.logical_and}
 COMPARE_FN = {Op.EQ: np.equal, Op.NE: np.not_equal, Op.LT: np.less, Op.LE: np.less_equal,
@@ -204,7 +206,7 @@ def values(op, position, shape, dtype, rng):
         info = np.iinfo(dtype.numpy)
         flat[:4] = [info.min, info.max, 0, (-1 if info.min < 0 else 1)]   # wrap-around and MIN // -1
         rng.shuffle(flat)
-    if op in (Op.DIV, Op.REM) and position == 1 and not dtype.is_float:
+    if op in (Op.DIV, Op.REM, Op.FMOD, Op.TRUNC_DIV) and position == 1 and not dtype.is_float:
         flat[flat == 0] = 1
     if op == Op.POW and position == 1 and not dtype.is_float:
         flat[...] = rng.integers(0, 9, flat.size)
@@ -328,6 +330,9 @@ def test_registered_coverage():
     for op in BINARY:
         for d in numeric:
             assert table.supports(op, [d, d, d]), (op, d)
+    for op in INT_BINARY_ONLY:
+        for d in numeric:
+            assert table.supports(op, [d, d, d]) == (not d.is_float), (op, d)
     for op in COMPARE:
         for d in fk.DType:
             assert table.supports(op, [d, d, D.BOOL]), (op, d)
@@ -519,6 +524,8 @@ def test_integer_semantics_documented():
     assert call(Op.MUL, i8(64), i8(4)).tolist() == [0]
     assert call(Op.DIV, i8(-7, 7, -7, 7, -128), i8(2, -2, -2, 2, -1)).tolist() == [-4, -4, 3, 3, -128]
     assert call(Op.REM, i8(-7, 7, -7, 7, -128), i8(2, -2, -2, 2, -1)).tolist() == [1, -1, -1, 1, 0]
+    assert call(Op.TRUNC_DIV, i8(-7, 7, -7, 7, -128), i8(2, -2, -2, 2, -1)).tolist() == [-3, -3, 3, 3, -128]
+    assert call(Op.FMOD, i8(-7, 7, -7, 7, -128), i8(2, -2, -2, 2, -1)).tolist() == [-1, 1, -1, 1, 0]
     assert call(Op.POW, i8(3, 2, -2), i8(5, 7, 7)).tolist() == [-13, -128, -128]
     assert call(Op.NEG, i8(-128)).tolist() == [-128] and call(Op.ABS, i8(-128)).tolist() == [-128]
     u = np.array([3, 250], np.uint8)
@@ -535,6 +542,8 @@ def test_float_semantics_documented():
     assert call(Op.STEP, f(-1, 0, 2)).tolist() == [0, 0, 1]
     assert call(Op.SILU, f(-np.inf)).tolist() == [0] and call(Op.GELU, f(-np.inf, np.inf)).tolist() == [0, np.inf]
     assert call(Op.REM, f(5, -5, 5, 0), f(3, 3, -3, -3)).tolist() == [2, 1, -1, 0]
+    got = call(Op.FMOD, f(5, -5, 5, -0.0, 1, np.inf), f(3, 3, -3, 3, np.inf, 2))
+    assert got[:5].tolist() == [2, -2, 2, 0, 1] and np.signbit(got[3]) and np.isnan(got[5])
     b = lambda *v: np.array(v, np.bool_)
     assert call(Op.ADD, b(1, 0, 0), b(1, 1, 0)).tolist() == [True, True, False]
     assert call(Op.MUL, b(1, 0, 1), b(1, 1, 0)).tolist() == [True, False, False]
@@ -546,7 +555,7 @@ def sentinel(shape, dtype):
 
 
 @pytest.mark.parametrize("dtype", [D.U8, D.I8, D.I16, D.I32, D.I64, D.U32])
-@pytest.mark.parametrize("op", [Op.DIV, Op.REM])
+@pytest.mark.parametrize("op", [Op.DIV, Op.REM, Op.FMOD, Op.TRUNC_DIV])
 def test_integer_division_by_zero(op, dtype):
     k = fk.bindings().lookup(op, [dtype] * 3)
     a = np.arange(1, 41, dtype=dtype.numpy).reshape(5, 8)
