@@ -85,7 +85,7 @@ def extension(name, sources, extra_macros=(), extra_includes=()):
 
 extensions = [
     extension("fuel_kernel._dispatch", ["fuel_kernel/_dispatch.pyx", "fuel_kernel/_core/table.c",
-                                           "fuel_kernel/_core/pool.c"],
+                                           "fuel_kernel/_core/pool.c", "fuel_kernel/_core/scratch.c"],
               extra_macros=[("FK_BUILDING_CORE", "1")], extra_includes=["fuel_kernel/_core"]),
 ]
 for path in sorted(glob.glob("fuel_kernel/**/*.pyx", recursive=True)):

@@ -329,6 +329,8 @@ cdef extern from "fuel_kernel/abi.h" nogil:
     int fk_parallel_for(int64_t n_tasks, fk_task_fn fn, void *context)
     int fk_num_threads()
     int fk_key_outputs(const fk_key *key)
+    void *fk_scratch_alloc(size_t nbytes)
+    void fk_scratch_free(void *p)
 
 
 # fk_import_api needs the GIL (it imports fuel_kernel._dispatch) and raises ImportError when the

@@ -30,6 +30,7 @@
 
 #include "table.h"
 #include "pool.h"
+#include "scratch.h"
 
 #define FK_TRACEMALLOC_DOMAIN 0x464b  /* "FK": the table's C allocations, visible to tracemalloc */
 
@@ -563,7 +564,7 @@ static const fk_api g_api = {
     fk_lookup, fk_lookup_with_caps, fk_call,
     fk_txn_begin, fk_txn_register, fk_txn_register_manifest, fk_txn_drop_runtime_fused,
     fk_txn_commit, fk_txn_abort, fk_new_runtime_fused_id, fk_claim_backend, fk_unknown_cost,
-    fk_parallel_for, fk_get_num_threads, fk_key_outputs,
+    fk_parallel_for, fk_get_num_threads, fk_key_outputs, fk_scratch_alloc, fk_scratch_free,
 };
 const fk_api *fk_core_api(void) { return &g_api; }
 

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define FK_ABI_VERSION 4
+#define FK_ABI_VERSION 5
 #define FK_MAX_DIMS 8
 #define FK_MAX_OPERANDS 8
 #define FK_SOURCE_LEN 16
@@ -326,6 +326,12 @@ typedef struct {
      * the key's length minus its fixed input count), 1 for a runtime fused op; -1 (with the error
      * set) for a static id past FK_OP_COUNT.  The rest are inputs. */
     int (*key_outputs)(const fk_key *key);
+    /* scratch memory (since ABI 5): a 64-byte aligned block of at least `bytes` (NULL with
+     * FK_ERR_NO_MEMORY set on failure), and its return; each thread keeps its last freed block for
+     * its next call, so kernels that allocate per block of work do not churn the C allocator.  A
+     * block may also go back with plain free(), which skips the keeping. */
+    void *(*scratch_alloc)(size_t bytes);
+    void (*scratch_free)(void *p);
 } fk_api;
 
 #define FK_API_CAPSULE_NAME "fuel_kernel._dispatch._C_API"
@@ -358,6 +364,8 @@ static const fk_api *fk_api_table __attribute__((unused)) = NULL;
 #define fk_parallel_for (fk_api_table->parallel_for)
 #define fk_num_threads (fk_api_table->num_threads)
 #define fk_key_outputs (fk_api_table->key_outputs)
+#define fk_scratch_alloc (fk_api_table->scratch_alloc)
+#define fk_scratch_free (fk_api_table->scratch_free)
 
 #ifdef Py_PYTHON_H
 /* Import the API table; returns 0, or -1 with a Python ImportError set.  Call with the GIL. */
