@@ -394,6 +394,25 @@ def test_nonzero_output_layouts_dispatch_and_graph(rng):
     np.testing.assert_array_equal(got_ind[:, :n], want)
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "negative", "transposed"])
+def test_nonzero_same_result_for_every_thread_count(layout, rng):
+    """Past one block of 65536 elements (cpu/index_kernels.h.in, FK_NZ_BLOCK) the count and the
+    writes run on the pool in blocks, rows cut mid-way included; the result is the serial pass's."""
+    from fuel_kernel import _dispatch
+    values = rng.standard_normal((37, 5003)).astype(np.float32) * (rng.integers(0, 4, (37, 5003)) == 0)
+    x = make_operand(values.shape, D.F32, layout, rng, values=values)
+    want, n = oracles.nonzero_reference(x)
+    k = kernel(OP.NONZERO, [D.F32, D.I64, D.I64])
+    for threads in (1, 2, 3, 4):
+        calls = _dispatch._parallel_calls()
+        with fk.threads(threads):
+            ind, count = nonzero_call(k, x)
+        assert (_dispatch._parallel_calls() > calls) == (threads > 1)
+        assert count == n
+        np.testing.assert_array_equal(ind[:, :n], want)
+        assert (ind[:, n:] == -3).all()
+
+
 def ops_shapes():
     from fuel_kernel import ops
     return ops.infer_output_shapes(OP.NONZERO, [(4, 5, 6)])
