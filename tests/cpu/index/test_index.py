@@ -325,6 +325,18 @@ def test_scatter_refusals_leave_the_output_untouched(rng):
     locked.flags.writeable = False
     refused(fk.ReadOnlyError, x, idx, src, out=locked)
     refused(fk.AliasError, x, idx, src, out=np.lib.stride_tricks.as_strided(src, (5, 3), (0, 4)))
+    ki = kernel(OP.SCATTER, [D.I64, D.I64, D.I64, D.I64])
+    shared = np.zeros(20, np.int64)
+    xi, ii = shared[:15].reshape(5, 3), shared[14:20].reshape(2, 3)            # out = x overlaps idx
+    before = shared.copy()
+    with pytest.raises(fk.AliasError):
+        ki(xi.copy(), ii, np.ones((2, 3), np.int64), out=xi, params=good)
+    np.testing.assert_array_equal(shared, before)
+    wide = np.zeros((6, 3), np.float32)                                         # out overlaps x, not exactly x
+    before = wide.copy()
+    with pytest.raises(fk.AliasError):
+        k(wide[:5], idx, src, out=wide[1:], params=good)
+    np.testing.assert_array_equal(wide, before)
     with pytest.raises(fk.ParamsError):
         P.scatter_reduce(0, "add")                              # SCATTER_ADD adds
     assert P.scatter_reduce(1, "max").fields() == {"axis": 1, "reduction": "max"}
