@@ -62,10 +62,14 @@ cdef extern from "fuel_kernel/abi.h" nogil:
     ctypedef enum fk_ssm_activation:
         FK_SSM_ACT_NONE, FK_SSM_ACT_SILU
 
+    ctypedef enum fk_scatter_reduction:
+        FK_SCATTER_NONE, FK_SCATTER_MAX, FK_SCATTER_MIN, FK_SCATTER_MUL
+
     ctypedef struct fk_reduce_params:
         uint8_t ndims
         uint8_t keepdim
         int8_t dims[8]
+        uint8_t select_last
 
     ctypedef struct fk_matmul_params:
         int32_t batch_ndim
@@ -197,6 +201,9 @@ cdef extern from "fuel_kernel/abi.h" nogil:
         int64_t k
         uint8_t largest
         uint8_t sorted
+    ctypedef struct fk_scatter_reduce_params:
+        int32_t axis
+        int32_t reduction
 
     ctypedef union fk_params_union:
         fk_reduce_params reduce
@@ -226,6 +233,7 @@ cdef extern from "fuel_kernel/abi.h" nogil:
         fk_ssm_params ssm
         fk_pool2d_params pool2d
         fk_topk_params topk
+        fk_scatter_reduce_params scatter_reduce
 
     ctypedef struct fk_params:
         int32_t kind

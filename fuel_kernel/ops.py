@@ -379,6 +379,22 @@ def topk_dtype(dtypes: Sequence[DType], params: Optional[OpParams] = None) -> tu
     return dtypes[0], DType.I64
 
 
+def nonzero_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> tuple[Shape, ...]:
+    """[x] -> (indices (ndim, numel), count ()): NONZERO's count is data-dependent, so indices has
+    room for every element of x (ONNX's layout: one row per dim of x); the kernel fills the first
+    count columns, tuple(indices[:, :count]) == np.nonzero(x), and leaves the rest as it was."""
+    x = tuple(shapes[0])
+    numel = 1
+    for s in x:
+        numel *= s
+    return (len(x), numel), ()
+
+
+def nonzero_dtype(dtypes: Sequence[DType], params: Optional[OpParams] = None) -> tuple[DType, ...]:
+    """The indices and the count, both I64."""
+    return DType.I64, DType.I64
+
+
 def _norm_backward_shapes(name: str, shapes: Sequence[Shape], n_vectors: int) -> tuple[Shape, ...]:
     """[x (..., D), D-vectors..., dy like x] -> (dx like x, then one (D,) per parameter gradient)."""
     x, dy = shapes[0], shapes[-1]

@@ -68,7 +68,7 @@ _SSM = (("int32_t", "activation"), ("uint8_t", "delta_softplus"), ("uint8_t[3]",
 PARAMS = (
     ParamsSpec(0, "none", None, ()),
     ParamsSpec(1, "reduce", "reduce", (("uint8_t", "ndims"), ("uint8_t", "keepdim"),
-                                       ("int8_t[FK_MAX_DIMS]", "dims"))),
+                                       ("int8_t[FK_MAX_DIMS]", "dims"), ("uint8_t", "select_last"))),
     ParamsSpec(2, "matmul", "matmul", (("int32_t", "batch_ndim"), ("int32_t", "reserved"),
                                        ("int64_t[FK_MAX_DIMS]", "batch"), ("int64_t", "m"),
                                        ("int64_t", "n"), ("int64_t", "k"),
@@ -134,6 +134,8 @@ PARAMS = (
                                         ("uint8_t", "count_include_pad"))),
     # selection: TOPK
     ParamsSpec(33, "topk", "topk", (("int64_t", "k"), ("uint8_t", "largest"), ("uint8_t", "sorted"))),
+    # SCATTER (ONNX ScatterElements): the axis and the reduction applied at each index
+    ParamsSpec(34, "scatter_reduce", "scatter_reduce", (("int32_t", "axis"), ("int32_t", "reduction"))),
 )
 
 # ---- ops -----------------------------------------------------------------------------------------
@@ -221,9 +223,9 @@ OPS = (
         shape="reduce", dtype="mean"),
     _op(46, "PROD", 1, "reduce", "product over dims (integers accumulate in I64)",
         shape="reduce", dtype="accumulate"),
-    _op(47, "ARGMAX", 1, "reduce", "index of the first maximum (I64)",
+    _op(47, "ARGMAX", 1, "reduce", "index of the first (or with select_last_index the last) maximum (I64)",
         shape="reduce", dtype="index"),
-    _op(48, "ARGMIN", 1, "reduce", "index of the first minimum (I64)",
+    _op(48, "ARGMIN", 1, "reduce", "index of the first (or with select_last_index the last) minimum (I64)",
         shape="reduce", dtype="index"),
     # compute
     _op(49, "MATMUL", (2, 3), "matmul", "batched A @ B; a third input is the run-time row count",
@@ -359,6 +361,14 @@ OPS = (
     # C-style integer division (ONNX Mod with fmod=1, Div on integers): DIV and REM keep NumPy's floor
     _op(102, "FMOD", 2, "none", "C fmod: a - trunc(a / b) b, the sign of a (an integer division by zero is an error)"),
     _op(103, "TRUNC_DIV", 2, "none", "integer a / b rounded toward zero, as C (a division by zero is an error)"),
+    # ONNX indexing (cpu/index_kernels.h.in): ScatterElements with a reduction; NonZero, whose count is
+    # data-dependent: indices has room for every element and the count output says how many are valid
+    _op(104, "SCATTER", 3, "scatter_reduce",
+        "copy of x with src written (none: last in index order wins) or folded (max, min, mul) at index along an axis",
+        args=("x", "idx", "src"), shape="same_as_first"),
+    _op(105, "NONZERO", 1, "none",
+        "the indices [ndim, numel] of x's nonzero elements in row-major order (the first count columns) "
+        "and their count (0-d I64)", outputs=2, shape="nonzero", dtype="nonzero"),
 )
 
 # ---- GGML quant types (QMATMUL's W) ----------------------------------------------------------------
@@ -549,16 +559,26 @@ CPU_KERNELS["movement"] = (
                "fk_mv_add_cost", _MOVE_CAPS),
 )
 
-# index: INDEX_SELECT, GATHER, SCATTER_ADD and INDEX_ADD for every data dtype crossed with each
-# index dtype (cpu/index_kernels.h.in).  INDEX_DTYPES are the index operand dtypes the kernels load.
+# index: INDEX_SELECT, GATHER, SCATTER_ADD, INDEX_ADD and SCATTER for every data dtype crossed with each
+# index dtype, NONZERO for every dtype (cpu/index_kernels.h.in).  INDEX_DTYPES are the index operand
+# dtypes the kernels load.
 INDEX_DTYPES = ("I32", "I64")
 CLAIMS["INDEX_ADD_IN_ORDER"] = Claim(
     0, "adds in index order, one rounding per add (= numpy.add.at); ints wrap; bool ORs")
+# none: the last src in index order wins (a bit copy); max / min: exact, NaN propagates as np.maximum;
+# mul: one rounding per product in index order (16-bit floats through F32), integers wrap
+CLAIMS["SCATTER_IN_ORDER"] = Claim(0, "in index order: none copies (last wins), max/min exact, mul one rounding per product")
+CLAIMS["NONZERO_EXACT"] = Claim(0, "exact: the row-major multi-indices of the nonzero elements (np.nonzero)")
+NONZERO_INDEX_DTYPE = "I64"
 CPU_KERNELS["index"] = (
     KernelRows(("INDEX_SELECT", "GATHER"), tuple((d, i, d) for d in ALL_DTYPES for i in INDEX_DTYPES),
                "fk_{op}", "MOVEMENT_COPY", "fk_mv_copy_cost", _MOVE_CAPS),
     KernelRows(("SCATTER_ADD", "INDEX_ADD"), tuple((d, i, d, d) for d in ALL_DTYPES for i in INDEX_DTYPES),
                "fk_{op}_{d0}", "INDEX_ADD_IN_ORDER", "fk_mv_add_cost", _MOVE_INPLACE_CAPS),
+    KernelRows(("SCATTER",), tuple((d, i, d, d) for d in ALL_DTYPES for i in INDEX_DTYPES),
+               "fk_{op}_{d0}", "SCATTER_IN_ORDER", "fk_mv_add_cost", _MOVE_INPLACE_CAPS),
+    KernelRows(("NONZERO",), tuple((d, NONZERO_INDEX_DTYPE, NONZERO_INDEX_DTYPE) for d in ALL_DTYPES),
+               "fk_{op}_{d0}", "NONZERO_EXACT", "fk_mv_copy_cost", _MOVE_CAPS),
 )
 
 # reduce: SUM, MAX, MIN, MEAN, PROD, ARGMAX, ARGMIN for every dtype (cpu/reduce_kernels.h.in)
@@ -1200,9 +1220,11 @@ def _axis_constructor(name: str, doc: str) -> ParamsConstructor:
 _MATMUL_EXTENT = dict(kind="int", check=">= 0")
 PARAMS_CONSTRUCTORS = (
     ParamsConstructor("none", "No params: what an op without params takes.", ()),
-    ParamsConstructor("reduce", "The dims to reduce (negative from the end; empty: every dim) and "
-                      "whether they stay as extent 1.",
-                      (ParamsArg("dims", "dims", count="ndims"), ParamsArg("keepdim", "bool", False))),
+    ParamsConstructor("reduce", "The dims to reduce (negative from the end; empty: every dim), "
+                      "whether they stay as extent 1 and, for ARGMAX and ARGMIN only (the other "
+                      "reductions refuse it), whether ties give the last index (ONNX's select_last_index).",
+                      (ParamsArg("dims", "dims", count="ndims"), ParamsArg("keepdim", "bool", False),
+                       ParamsArg("select_last_index", "bool", False, field="select_last"))),
     ParamsConstructor("matmul", "The extents of a batched (m, k) @ (k, n); m is the row capacity and "
                       "m_compute (a MatmulM) says how many rows to compute.",
                       (ParamsArg("m", **_MATMUL_EXTENT), ParamsArg("n", **_MATMUL_EXTENT),
@@ -1321,6 +1343,12 @@ PARAMS_CONSTRUCTORS = (
                       "sorted (the result is always in order: best first, ties by the lower index).",
                       (ParamsArg("k", "int", check=">= 0"), ParamsArg("largest", "bool", True),
                        ParamsArg("sorted", "bool", True))),
+    ParamsConstructor("scatter_reduce", "The axis src is scattered along and the reduction at each index: "
+                      "none (the last src in index order wins), max, min or mul (SCATTER_ADD adds).",
+                      (ParamsArg("axis", "int"),
+                       ParamsArg("reduction", "choice", "none",
+                                 choices=(("none", "FK_SCATTER_NONE"), ("max", "FK_SCATTER_MAX"),
+                                          ("min", "FK_SCATTER_MIN"), ("mul", "FK_SCATTER_MUL"))))),
 )
 
 # ---- CPU kernel modules --------------------------------------------------------------------------
@@ -1343,7 +1371,7 @@ KERNEL_MODULES = (
     _module("unary", "CPU elementwise unary kernels"),
     _module("movement", "CPU data-movement kernels: SLICE, CONCAT, FLIP, ROLL, TRIU, TRIL, PAD, "
             "MASKED_FILL, CUMSUM, WRITE_SLICE, WRITE_SLICE_ROTATING"),
-    _module("index", "CPU indexing kernels: INDEX_SELECT, GATHER, SCATTER_ADD, INDEX_ADD"),
+    _module("index", "CPU indexing kernels: INDEX_SELECT, GATHER, SCATTER_ADD, INDEX_ADD, SCATTER, NONZERO"),
     _module("attention", "CPU attention kernels: ROPE, FLASH_ATTN, PAGED_ATTN, FLASH_ATTN_BACKWARD"),
     _module("reduce", "CPU reductions SUM/MAX/MIN/MEAN/PROD/ARGMAX/ARGMIN"),
     _module("matmul", "Native CPU MATMUL kernels (GEMM engine in gemm_core.h)"),

@@ -393,13 +393,18 @@ def valid_params(draw, family, shapes):
         if draw(st.integers(0, 5)) == 0:
             return None
         dims = draw(st.lists(st.integers(-ndim, ndim - 1), max_size=ndim, unique_by=lambda d: d % max(ndim, 1))) if ndim else []
-        return P.reduce(tuple(dims), keepdim=draw(st.booleans()))
+        # select_last_index is for ARGMAX / ARGMIN: the other reductions refuse it (a ParamsError)
+        return P.reduce(tuple(dims), keepdim=draw(st.booleans()),
+                        select_last_index=draw(st.integers(0, 3)) == 0)
     if family == "slice":
         starts = [draw(st.integers(-3, 3)) for _ in range(ndim)]
         return P.slice(starts, [s + draw(st.integers(-2, 6)) for s in starts],
                        [draw(st.sampled_from([1, 1, 2, -1, 3])) for _ in range(ndim)])
     if family in ("concat", "index_select", "gather", "scatter"):
         return getattr(P, family)(draw(st.integers(-max(ndim, 1), max(ndim - 1, 0))))
+    if family == "scatter_reduce":
+        return P.scatter_reduce(draw(st.integers(-max(ndim, 1), max(ndim - 1, 0))),
+                                draw(st.sampled_from(("none", "max", "min", "mul"))))
     if family == "cumsum":
         return P.cumsum(draw(st.integers(-max(ndim, 1), max(ndim - 1, 0))), draw(st.booleans()), draw(st.booleans()))
     if family in ("flip", "roll"):                   # roll needs a dim, flip may list none
@@ -706,6 +711,7 @@ OPERANDS = {
     fk.OpKind.PAD: _one_input(max_ndim=4, max_size=256),       # the output grows by up to 6 per dim
     fk.OpKind.CONCAT: _concat, fk.OpKind.INDEX_SELECT: _index_select,
     fk.OpKind.GATHER: _gather, fk.OpKind.SCATTER_ADD: _scatter_add, fk.OpKind.INDEX_ADD: _index_add,
+    fk.OpKind.SCATTER: _scatter_add,
     fk.OpKind.ROPE: _rope, fk.OpKind.FLASH_ATTN: _flash_attn, fk.OpKind.PAGED_ATTN: _paged_attn,
     fk.OpKind.CONV2D: _conv2d, fk.OpKind.FUSED_SOFTMAX_CROSS_ENTROPY_BACKWARD: _cross_entropy_backward,
     fk.OpKind.CONV2D_BACKWARD_INPUT: _conv2d_backward, fk.OpKind.CONV2D_BACKWARD_WEIGHT: _conv2d_backward,

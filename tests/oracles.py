@@ -488,10 +488,26 @@ def reduce_axes(x, params):
     return tuple(sorted(axes)), bool(fields.get("keepdim", False))
 
 
+def select_last(params):
+    """params.reduce's select_last_index (False without params)."""
+    return bool(params is not None and params.kind == "reduce" and params.fields()["select_last_index"])
+
+
+def arg_extremum(flat, name, last):
+    """np.argmax / np.argmin over the last axis of flat; with last, the last such index (ONNX's
+    select_last_index): n - 1 - the first index in the reversed row (so the last NaN if any)."""
+    find = np.argmax if name == "argmax" else np.argmin
+    if not last:
+        return find(flat, axis=-1)
+    return flat.shape[-1] - 1 - find(flat[..., ::-1], axis=-1)
+
+
 def reduction(name):
     def oracle(inputs, params, out_dtype, out_shape):
         (x,) = inputs
         axes, keepdim = reduce_axes(x, params)
+        if select_last(params) and name not in ("argmax", "argmin"):
+            raise ExpectError(fk.ParamsError)
         n = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
         if n == 0 and name in ("max", "min", "argmax", "argmin"):
             raise ExpectError(fk.ShapeError)
@@ -502,7 +518,7 @@ def reduction(name):
                 flat = up(moved).reshape(moved.shape[:x.ndim - len(axes)] + (n,))
                 if flat.dtype == np.bool_:
                     flat = flat.astype(np.uint8)
-                r = (np.argmax if name == "argmax" else np.argmin)(flat, axis=-1)
+                r = arg_extremum(flat, name, select_last(params))
                 if keepdim:
                     r = r.reshape(tuple(1 if d in axes else s for d, s in enumerate(x.shape)))
                 return r.astype(np.int64)
@@ -1062,6 +1078,69 @@ def _index_add(inputs, params, out_dtype, out_shape):
         raise ExpectError(fk.ShapeError)
     index = (slice(None),) * axis + (checked_indices(idx, x.shape[axis]),)
     return indexed_sum(x, index, src, out_dtype)
+
+
+def scatter_fold(current, value, reduction):
+    """One SCATTER step at an index (index_kernels.h.in): none writes value; max and min keep the
+    current value unless value is larger (smaller) or is NaN where current is not -- np.maximum's
+    NaN propagation, with ties (-0.0 against 0.0 too) keeping what is there; mul multiplies in the
+    dtype (integers wrap; F16/BF16 round each product, as NumPy and ml_dtypes do).  BOOL: max ORs,
+    min and mul AND."""
+    if reduction == "none":
+        return value
+    if current.dtype == np.bool_:
+        return np.bool_(current or value) if reduction == "max" else np.bool_(current and value)
+    if reduction == "mul":
+        with np.errstate(all="ignore"):
+            return (np.array([current]) * np.array([value]))[0]
+    number = (lambda v: float(up(v))) if D.parse(current.dtype).is_float else int
+    a, b = number(current), number(value)
+    keep = (a >= b if reduction == "max" else a <= b) or a != a
+    return current if keep else value
+
+
+def scatter_reference(x, idx, src, axis, reduction):
+    """SCATTER as a plain loop: a copy of x, then every index of idx in row-major order applies
+    scatter_fold at out[i with i[axis] = idx[i]] with src[i]."""
+    out = np.array(x, copy=True)
+    for i in np.ndindex(*idx.shape):
+        target = list(i)
+        target[axis] = int(idx[i])
+        target = tuple(target)
+        out[target] = scatter_fold(out[target], src[i], reduction)
+    return out
+
+
+@register([fk.OpKind.SCATTER])
+def _scatter(inputs, params, out_dtype, out_shape):
+    """ONNX ScatterElements with reduction none / max / min / mul; SCATTER_ADD's shapes."""
+    need_params(params, "scatter_reduce")
+    x, idx, src = inputs
+    f = params.fields()
+    axis = kernel_axis(f["axis"], x.ndim)
+    expect_shape(out_shape, x.shape)
+    if idx.ndim != x.ndim or src.ndim != x.ndim or any(
+            i > s or (d != axis and i > n) for d, (i, s, n) in enumerate(zip(idx.shape, src.shape, x.shape))):
+        raise ExpectError(fk.ShapeError)
+    return scatter_reference(x, checked_indices(idx, x.shape[axis]), src, axis, f["reduction"])
+
+
+def nonzero_reference(x):
+    """(indices (ndim, count), count) of NONZERO: np.nonzero's row-major multi-indices stacked as
+    ONNX's NonZero gives them (NaN is nonzero, -0.0 is zero); a 0-d x is one element with no dims.
+    The kernel's indices output has room for numel columns: compare its first count columns."""
+    x = np.asarray(x)
+    flat = up(x).reshape(-1) if x.dtype != np.bool_ else x.reshape(-1)
+    where = np.flatnonzero(flat != 0)
+    if x.ndim == 0:
+        return np.zeros((0, where.size), np.int64), where.size
+    return np.array(np.unravel_index(where, x.shape), dtype=np.int64).reshape(x.ndim, -1), where.size
+
+
+@register([fk.OpKind.NONZERO])
+def _nonzero(inputs, params, out_dtype, out_shape):
+    need_params(params, "none")
+    return nonzero_reference(inputs[0])
 
 
 # ---- CUMSUM --------------------------------------------------------------------------------------

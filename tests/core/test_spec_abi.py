@@ -191,8 +191,10 @@ def test_params_round_trip_through_the_generated_fill():
             "softmax_last_dim": fk.params.softmax_last_dim(),
             "pool2d": fk.params.pool2d((3, 2), stride=2, pads_begin=(1, 0), pads_end=(2, 1), dilation=(1, 3),
                                        ceil_mode=True, count_include_pad=True),
-            "topk": fk.params.topk(7, largest=False)}
-    assert made["reduce"].fields() == {"dims": (0, -1), "keepdim": True}
+            "topk": fk.params.topk(7, largest=False),
+            "scatter_reduce": fk.params.scatter_reduce(-1, "min")}
+    assert made["reduce"].fields() == {"dims": (0, -1), "keepdim": True, "select_last_index": False}
+    assert fk.params.reduce((), select_last_index=True).fields()["select_last_index"] is True
     assert made["roll"].fields() == {"shifts": (2, -1), "dims": (0, 1)}
     assert made["pad"].fields() == {"before": (1, 2), "after": (0, 3), "mode": "reflect", "value": 2.5}
     assert made["slice"].fields() == {"start": (0, 1), "stop": (4, 5), "step": (1, 1)}
@@ -201,6 +203,7 @@ def test_params_round_trip_through_the_generated_fill():
     assert made["pool2d"].fields() == {"kernel": (3, 2), "stride": (2, 2), "pads_begin": (1, 0), "pads_end": (2, 1),
                                        "dilation": (1, 3), "ceil_mode": True, "count_include_pad": True}
     assert made["topk"].fields() == {"k": 7, "largest": False, "sorted": True}
+    assert made["scatter_reduce"].fields() == {"axis": -1, "reduction": "min"}
     assert [p.kind for p in made.values()] == list(made)
 
 
@@ -214,7 +217,8 @@ def test_params_round_trip_through_the_generated_fill():
     lambda: fk.params.pad((1,), (1,), mode="wrap"), lambda: fk.params.pad((-1,), (1,)),
     lambda: fk.params.paged_attn(1.0, 0), lambda: fk.params.powi(1.5), lambda: fk.params.affine("1", 0),
     lambda: fk.params.triangular(2 ** 70), lambda: fk.params.pool2d(0), lambda: fk.params.pool2d(2, stride=0),
-    lambda: fk.params.pool2d(2, pads_end=-1), lambda: fk.params.topk(-1)])
+    lambda: fk.params.pool2d(2, pads_end=-1), lambda: fk.params.topk(-1),
+    lambda: fk.params.scatter_reduce(0, "add"), lambda: fk.params.scatter_reduce(0.5)])
 def test_every_spec_check_is_a_params_error(make):
     with pytest.raises(fk.ParamsError):
         make()

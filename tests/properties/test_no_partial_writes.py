@@ -222,7 +222,8 @@ def test_negative_integer_exponent_writes_nothing(dtypes, rng):
         assert np.array_equal(o.root, before_bytes)
 
 
-INDEX_OPS = (fk.OpKind.INDEX_SELECT, fk.OpKind.GATHER, fk.OpKind.SCATTER_ADD, fk.OpKind.INDEX_ADD)
+INDEX_OPS = (fk.OpKind.INDEX_SELECT, fk.OpKind.GATHER, fk.OpKind.SCATTER_ADD, fk.OpKind.INDEX_ADD,
+             fk.OpKind.SCATTER)
 INDEXED = [(op, dts) for op in INDEX_OPS for dts in _bindings(op)[:3]]
 
 
@@ -232,6 +233,7 @@ def _index_call(op, dtypes, rng, bad):
     n_idx = 5
     shapes = {fk.OpKind.INDEX_SELECT: [(6, 4), (n_idx,)], fk.OpKind.GATHER: [(6, 4), (n_idx, 4)],
               fk.OpKind.SCATTER_ADD: [(6, 4), (n_idx, 4), (n_idx, 4)],
+              fk.OpKind.SCATTER: [(6, 4), (n_idx, 4), (n_idx, 4)],
               fk.OpKind.INDEX_ADD: [(6, 4), (n_idx,), (n_idx, 4)]}[op]
     out_shape = {fk.OpKind.INDEX_SELECT: (n_idx, 4), fk.OpKind.GATHER: (n_idx, 4)}.get(op, (6, 4))
     operands = []
@@ -246,8 +248,8 @@ def _index_call(op, dtypes, rng, bad):
             fill(o, random_values(shape, dt, rng, "plain"))
         operands.append(o)
     out = guarded(out_shape, D(dtypes[-1]).numpy, "strided", rng)
-    params = {fk.OpKind.INDEX_SELECT: fk.params.index_select(0), fk.OpKind.GATHER: fk.params.gather(0)}.get(
-        op, fk.params.scatter(0))
+    params = {fk.OpKind.INDEX_SELECT: fk.params.index_select(0), fk.OpKind.GATHER: fk.params.gather(0),
+              fk.OpKind.SCATTER: fk.params.scatter_reduce(0, "max")}.get(op, fk.params.scatter(0))
     return operands, out, params
 
 

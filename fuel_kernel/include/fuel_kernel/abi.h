@@ -83,7 +83,9 @@ typedef struct { int32_t kind; int32_t reserved; int64_t value; } fk_matmul_m;
 
 typedef enum { FK_PAD_CONSTANT = 0, FK_PAD_REFLECT = 1, FK_PAD_REPLICATE = 2 } fk_pad_mode;
 
-typedef struct { uint8_t ndims; uint8_t keepdim; int8_t dims[FK_MAX_DIMS]; } fk_reduce_params;
+/* select_last: ARGMAX / ARGMIN give the last index of the extremum (ONNX's select_last_index); the
+ * other reductions refuse it */
+typedef struct { uint8_t ndims; uint8_t keepdim; int8_t dims[FK_MAX_DIMS]; uint8_t select_last; } fk_reduce_params;
 typedef struct {
     int32_t batch_ndim; int32_t reserved;
     int64_t batch[FK_MAX_DIMS];      /* broadcast batch shape */
@@ -151,6 +153,10 @@ typedef struct {
 /* TOPK: k along the last dim, the largest (else the smallest); sorted is accepted for ONNX's sake:
  * the result is always best first */
 typedef struct { int64_t k; uint8_t largest; uint8_t sorted; } fk_topk_params;
+/* SCATTER (ONNX ScatterElements): the axis and what happens at each index: NONE writes src (the
+ * last in index order wins), MAX / MIN / MUL fold src into the value there */
+typedef enum { FK_SCATTER_NONE = 0, FK_SCATTER_MAX = 1, FK_SCATTER_MIN = 2, FK_SCATTER_MUL = 3 } fk_scatter_reduction;
+typedef struct { int32_t axis; int32_t reduction; } fk_scatter_reduce_params;
 
 typedef union {
     fk_reduce_params reduce;
@@ -180,6 +186,7 @@ typedef union {
     fk_ssm_params ssm;
     fk_pool2d_params pool2d;
     fk_topk_params topk;
+    fk_scatter_reduce_params scatter_reduce;
 } fk_params_union;
 
 typedef struct {

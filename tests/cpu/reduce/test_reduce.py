@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import fuel_kernel as fk
+import oracles
 from support import ALL_DTYPES, LAYOUTS, central_difference, make_operand, random_values
 
 OPS = (fk.OpKind.SUM, fk.OpKind.PROD, fk.OpKind.MEAN, fk.OpKind.MAX, fk.OpKind.MIN,
@@ -190,6 +191,84 @@ def test_nan_rules_match_numpy():
     got = run(t.lookup(fk.OpKind.SUM, [F, F], 0), x, (3,), F, p)
     with np.errstate(invalid="ignore"):                       # inf + -inf in the last row
         np.testing.assert_array_equal(got, np.sum(x, axis=1))
+
+
+ARG_CASES = [(op, dt) for op in (fk.OpKind.ARGMAX, fk.OpKind.ARGMIN) for dt in ALL_DTYPES]
+
+
+@pytest.mark.parametrize("op,dtype", ARG_CASES, ids=[f"{o.short_name}-{d.short_name}" for o, d in ARG_CASES])
+def test_arg_select_last_index(op, dtype, rng):
+    """select_last_index (ONNX's): the last extremum, or the last NaN, as n - 1 - np.argmax of the
+    reversed flat row (oracles.arg_extremum), on every layout; few distinct values so ties are common,
+    and the "one" (row), "outer" (column) and vector-lane paths all run."""
+    kernel = fk.bindings().lookup(op, [dtype, fk.DType.I64], fk.Backend.CPU)
+    name = op.name.lower()
+    for shape, dims, keepdim in SHAPES:
+        nd = normalize(shape, dims)
+        count = int(np.prod([shape[d] for d in nd], dtype=np.int64))
+        oshape = expected_shape(shape, nd, keepdim)
+        if count == 0 and int(np.prod(oshape, dtype=np.int64)) > 0:
+            continue
+        for n, layout in enumerate(LAYOUTS if shape else ("contiguous",)):
+            values = rng.integers(0, 3, shape) if n % 2 == 0 else None
+            x = make_operand(shape, dtype, layout, rng, values=values)
+            for last in (False, True):
+                got = run(kernel, x, oshape, fk.DType.I64, fk.params.reduce(dims, keepdim, select_last_index=last))
+                src = moved(x.astype(np.float64) if dtype.is_float else
+                            (x.astype(np.uint8) if dtype == fk.DType.BOOL else x), nd)
+                want = oracles.arg_extremum(src, name, last).reshape(oshape)
+                np.testing.assert_array_equal(got, want, err_msg=str((shape, dims, layout, last)))
+
+
+@pytest.mark.parametrize("dtype", [fk.DType.F16, fk.DType.BF16, fk.DType.F32, fk.DType.F64])
+def test_arg_select_last_index_nan_and_signed_zero(dtype):
+    """The last NaN wins over any number (today's first-NaN rule, mirrored); -0.0 ties with 0.0."""
+    nan, inf = float("nan"), float("inf")
+    x = np.array([[1.0, nan, 5.0, nan, 2.0], [0.0, -0.0, -inf, -0.0, -inf], [inf, 3.0, inf, -1.0, 0.0]],
+                 dtype.numpy)
+    t = fk.bindings()
+    last = fk.params.reduce((1,), select_last_index=True)
+    got = run(t.lookup(fk.OpKind.ARGMAX, [dtype, fk.DType.I64], 0), x, (3,), fk.DType.I64, last)
+    np.testing.assert_array_equal(got, [3, 3, 2])
+    got = run(t.lookup(fk.OpKind.ARGMIN, [dtype, fk.DType.I64], 0), x, (3,), fk.DType.I64, last)
+    np.testing.assert_array_equal(got, [3, 4, 3])
+    first = fk.params.reduce((1,))
+    got = run(t.lookup(fk.OpKind.ARGMAX, [dtype, fk.DType.I64], 0), x, (3,), fk.DType.I64, first)
+    np.testing.assert_array_equal(got, [1, 0, 0])
+
+
+def test_arg_select_last_index_same_bits_for_every_thread_count(rng):
+    """A call large enough for the REDUCE split (kept-axis blocks): same indices at 1..4 threads."""
+    x = rng.integers(0, 4, (3000, 64)).astype(np.float32)
+    k = fk.bindings().lookup(fk.OpKind.ARGMAX, ["f32", "i64"], fk.Backend.CPU)
+    params = fk.params.reduce((1,), select_last_index=True)
+    want = oracles.arg_extremum(x, "argmax", True)
+    for threads in (1, 2, 3, 4):
+        with fk.threads(threads):
+            np.testing.assert_array_equal(run(k, x, (3000,), fk.DType.I64, params), want)
+
+
+@pytest.mark.parametrize("op", [fk.OpKind.SUM, fk.OpKind.MAX, fk.OpKind.MIN, fk.OpKind.MEAN, fk.OpKind.PROD])
+def test_select_last_index_is_refused_by_the_other_reductions(op, rng):
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    k = fk.bindings().lookup(op, [fk.DType.F32, fk.DType.F32], fk.Backend.CPU)
+    out = np.full((3,), 7.0, dtype=np.float32)
+    with pytest.raises(fk.ParamsError, match="select_last_index"):
+        k(x, out=out, params=fk.params.reduce((1,), select_last_index=True))
+    assert (out == 7.0).all()
+    assert fk.params.reduce((1,)).fields()["select_last_index"] is False
+
+
+def test_select_last_index_through_dispatch_and_graph(rng):
+    x = rng.integers(0, 3, (4, 9)).astype(np.int32)
+    want = oracles.arg_extremum(x, "argmin", True)
+    got = fk.dispatch(fk.OpKind.ARGMIN, [x], params=fk.params.reduce((1,), select_last_index=True))
+    np.testing.assert_array_equal(got, want)
+    from fuel_kernel.graph import Graph
+    g = Graph()
+    gx = g.input((4, 9), "i32")
+    out = g.argmin(gx, dims=(1,), select_last_index=True)
+    np.testing.assert_array_equal(g.compile([out]).run([x])[0], want)
 
 
 def test_dispatch_allocates_with_the_schema(rng):
