@@ -55,6 +55,13 @@ class Config:
     rope_theta: float = 10000.0
     eps: float = 1e-5
 
+    def __post_init__(self):
+        if self.dim % self.heads or self.heads % self.kv_heads or (self.dim // self.heads) % 2:
+            raise ValueError(f"dim {self.dim} must split into {self.heads} heads of an even size, and the "
+                             f"query heads into groups over {self.kv_heads} KV heads")
+        if self.dim % 32 or self.ffn % 32:
+            raise ValueError(f"dim {self.dim} and ffn {self.ffn} must be multiples of 32 (GGML blocks)")
+
     @property
     def head_dim(self) -> int:
         return self.dim // self.heads
@@ -145,7 +152,7 @@ class _Builder:
     def __init__(self, cfg: Config, blocks: Dict[str, np.ndarray], quant: str, pages: int):
         import fuel_kernel as fk
         from fuel_kernel.graph import Graph
-        self.fk, self.cfg, self.blocks, self.pages = fk, cfg, blocks, pages
+        self.cfg, self.blocks, self.pages = cfg, blocks, pages
         self.code = {q.name: q.code for q in fk.spec.QUANT_TYPES}[quant]
         self.g = g = Graph()
         self.consts: Dict[str, object] = {}
