@@ -1,9 +1,10 @@
 """A Llama decode step on GGML-quantized weights (examples/llama_decode.py's model) against the same
-model in PyTorch on the dequantized F32 weights (NumPy F32 when torch is not installed), one thread.
+model in PyTorch on the dequantized F32 weights (NumPy F32 when torch is not installed), one thread
+(the runner pins fuel_kernel's and the BLAS pools; torch gets set_num_threads(1)).
 
 The model has TinyLlama 1.1B's layer shape (d 2048, 32 query and 4 KV heads of 64, SwiGLU 5632),
 2 layers and an 8192-token vocabulary: 105M projection weights, 59 MB in Q4_0, 111 MB in Q8_0 and
-420 MB in F32, so every contender streams its weights from memory.  The step is one token at
+420 MB in F32: larger than most last-level caches, so the step streams its weights from memory.  The step is one token at
 position 255 (a 256-token context already in the cache, random K and V, the same values in the
 peer's contiguous cache): fuel_kernel runs the example's decode plan (QMATMUL GEMVs, RoPE,
 WRITE_SLICE into the paged cache, PAGED_ATTN); the peer runs F.linear / SDPA.  Before timing, the
@@ -61,8 +62,6 @@ def cases():
         yield Case(name="Llama decode step (gguf-quantized weights)", contenders={"nothing to time": lambda: None},
                    baseline="nothing to time", skipped={"every contender (gguf)": gguf_missing})
         return
-    import fuel_kernel as fk
-    fk.set_num_threads(1)
     llama = _example()
     cfg = llama.Config(vocab=8192, dim=2048, layers=2, heads=32, kv_heads=4, ffn=5632, max_context=512)
     weights = llama.random_weights(cfg, seed=0)
