@@ -1,6 +1,7 @@
 """Run the benchmarks: python -m bench [--only SUBSTRING] [--json PATH] [--quick].
 
-Prints one table: case, contender, best time per call, ratio to the case's baseline.
+Prints one table: case, contender, best time per call, ratio to the case's baseline (and, for a
+case that states what one call does, the rate: tokens/s, GB/s).
 """
 import os
 
@@ -16,7 +17,7 @@ import json  # noqa: E402
 import pkgutil  # noqa: E402
 import sys  # noqa: E402
 
-from bench.harness import format_seconds, time_case
+from bench.harness import format_rate, format_seconds, time_case
 
 
 def benchmark_modules():
@@ -57,10 +58,12 @@ def run_case(case, repeats, min_seconds):
     best = time_case(case, repeats=repeats, min_seconds=min_seconds)
     base = best[case.baseline]
     for name, seconds in best.items():
-        print(f"{case.name[:58]:58} {name[:28]:28} {format_seconds(seconds):>10} {seconds / base:>7.3f}x")
+        rate = format_rate(case, seconds)
+        print(f"{case.name[:58]:58} {name[:28]:28} {format_seconds(seconds):>10} {seconds / base:>7.3f}x"
+              + (f"  {rate}" if rate else ""))
         rows.append({"case": case.name, "contender": name, "seconds": seconds,
                      "ratio_to_baseline": seconds / base, "baseline": case.baseline,
-                     "target": case.target, "notes": case.notes})
+                     "target": case.target, "notes": case.notes, **({"rate": rate} if rate else {})})
     for name, reason in case.skipped.items():
         print(f"{case.name[:58]:58} {name[:28]:28} {'skipped':>10}  {reason}")
         rows.append({"case": case.name, "contender": name, "skipped": reason})

@@ -1,6 +1,7 @@
 """QMATMUL decode (m = 1) on GGML-quantized weights: time against a memcpy of the same weight bytes
 (the bandwidth floor: ratio = memcpy GB/s over QMATMUL's GB/s of weight bytes) and against NumPy's
-F32 matvec on the dequantized weights (gguf's NumPy dequantization, when gguf is importable)."""
+F32 matvec on the dequantized weights (gguf's NumPy dequantization, when gguf is importable).  The
+rate column is the quantized W's bytes over each contender's time (GB/s), whatever it reads."""
 import numpy as np
 
 import fuel_kernel as fk
@@ -46,4 +47,5 @@ def cases():
             skipped["numpy on dequantized W"] = gguf_missing
         yield Case(name=f"fk: QMATMUL {name} m=1 k=n=4096 ({w.nbytes / 1e6:.1f} MB W) [{note}]",
                    contenders=contenders, baseline="memcpy of W (np.copyto)", skipped=skipped,
-                   target="QMATMUL reads W at >= 70% of a memcpy's bandwidth (<= 1.43x its time)")
+                   target="QMATMUL reads W at >= 70% of a memcpy's bandwidth (<= 1.43x its time)",
+                   rate=(w.nbytes / 1e9, "GB"))

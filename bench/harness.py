@@ -13,7 +13,7 @@ import importlib
 import time
 from dataclasses import dataclass, field
 import timeit
-from typing import Callable, Dict, Optional, Union
+from typing import Callable, Dict, Optional, Tuple, Union
 
 
 @dataclass
@@ -29,6 +29,9 @@ class Case:
     # A contender that runs a counted loop of n operations per call lists n here; its time is then
     # reported per operation, so a C loop and a single Python call compare in the same unit.
     items: Dict[str, int] = field(default_factory=dict)
+    # What one call does, as (amount, unit): the runner also prints amount / time, e.g. (1, "tokens")
+    # prints tokens/s and (bytes / 1e9, "GB") GB/s.
+    rate: Optional[Tuple[float, str]] = None
 
 
 def optional_import(name):
@@ -102,6 +105,14 @@ def time_case(case: Case, repeats=7, min_seconds=0.05):
         if gc_was_enabled:
             gc.enable()
     return {name: seconds / case.items.get(name, 1) for name, seconds in best.items()}
+
+
+def format_rate(case: Case, seconds: float) -> str:
+    """The case's rate at `seconds` per call ("12.3 GB/s"), or "" for a case without one."""
+    if case.rate is None:
+        return ""
+    amount, unit = case.rate
+    return f"{amount / seconds:.4g} {unit}/s"
 
 
 def format_seconds(seconds):
