@@ -156,7 +156,7 @@ def random_values(shape, dtype, rng, mode):
         flat = rng.integers(-3, 4, size).astype(np.float64)
         if not dtype.is_signed_int and not dtype.is_float:
             flat = np.abs(flat)
-    elif dtype.is_float:
+    elif dtype.is_float or dtype.is_float8:           # FP8: F64 values rounded by ml_dtypes
         flat = rng.standard_normal(size) * (4.0 if mode != "special" else 30.0)
         if mode == "special" and size:
             picks = rng.choice(size, size=min(size, 4), replace=False)

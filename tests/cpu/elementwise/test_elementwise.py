@@ -334,8 +334,8 @@ def test_registered_coverage():
         for d in numeric:
             assert table.supports(op, [d, d, d]) == (not d.is_float), (op, d)
     for op in COMPARE:
-        for d in fk.DType:
-            assert table.supports(op, [d, d, D.BOOL]), (op, d)
+        for d in fk.DType:          # every dtype but the FP8 storage formats, which compare after a CAST
+            assert table.supports(op, [d, d, D.BOOL]) == (not d.is_float8), (op, d)
     for d in fk.DType:
         assert table.supports(Op.WHERE, [D.BOOL, d, d, d]), d
     for op in PARAMS_OPS:
