@@ -941,7 +941,10 @@ def stride_zero(operand, extents):
     addressed = element_addresses(corner, operand.root)
     for b in range(view.itemsize):
         footprint[addressed + b] = True
-    out = np.lib.stride_tricks.as_strided(view, tuple(shape), tuple(strides))
+    # through unsigned ints of the item size: as_strided spells the dtype as an array-interface
+    # string, which NumPy cannot read back for ml_dtypes' float8_e5m2 ('<f1')
+    out = np.lib.stride_tricks.as_strided(view.view(f"u{view.itemsize}"), tuple(shape),
+                                          tuple(strides)).view(view.dtype)
     return Operand(operand.root, out, footprint, self_overlapping=True, huge=huge)
 
 
