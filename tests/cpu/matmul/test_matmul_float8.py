@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import fuel_kernel as fk
+from fuel_kernel import graph as fg
 from capi import kernel_function, layout, storage_of
 from oracles import matmul_reference
 from support import FLOAT8_DTYPES, LAYOUTS, make_operand, random_values
@@ -134,7 +135,7 @@ def test_dispatch_and_graph(rng):
     check(out, a, b, claim)
     out = fk.dispatch(fk.OpKind.MATMUL, [a, b], params=fk.params.matmul(3, 5, 8, batch=(2,), scale_a=4.0, scale_b=0.5))
     check(out, a, b, claim, 2.0)
-    g = fk.Graph()
+    g = fg.Graph()
     ga, gb = g.input((2, 3, 8), D.F8E4M3), g.input((8, 5), D.F8E5M2)
     y32 = g.matmul(ga, gb, scale_a=0.5, scale_b=0.25)
     y16 = g.matmul(ga, gb, scale_a=0.5, scale_b=0.25, out_dtype=D.BF16)
@@ -168,7 +169,7 @@ def fp8_error_case(problem, rng):
         out.setflags(write=False)
         error = fk.ReadOnlyError
     elif problem == "self_overlap":
-        out = np.lib.stride_tricks.as_strided(np.full(8, 7.0, np.float32), (4, 5), (4, 4))
+        out = np.lib.stride_tricks.as_strided(np.full(5, 7.0, np.float32), (4, 5), (0, 4))   # rows share memory
         error = fk.AliasError
     return dts, inputs, out, params, error
 
@@ -211,6 +212,7 @@ def test_other_dtypes_refuse_scales(rng):
 
 
 PARAMS_MATMUL = 2                                  # FK_PARAMS_MATMUL
+MATMUL_M_OFFSET = 8 + 72                            # fk_params.u (8) + offsetof(fk_matmul_params, m)
 SCALE_A_OFFSET = 8 + 112                            # fk_params.u (8) + offsetof(fk_matmul_params, scale_a)
 
 
@@ -222,8 +224,7 @@ def test_kernel_refuses_non_finite_scales_from_c(scale, rng):
     out = np.full((2, 4), 7.0, np.float32)
     raw = bytearray(1024)
     struct.pack_into("<ii", raw, 0, PARAMS_MATMUL, 0)
-    struct.pack_into("<q", raw, 8 + 80, 2)                        # m (batch_ndim 0, batch unused)
-    struct.pack_into("<qq", raw, 8 + 88, 4, 3)                    # n, k
+    struct.pack_into("<qqq", raw, MATMUL_M_OFFSET, 2, 4, 3)       # m, n, k (batch_ndim 0, m_compute ALL)
     struct.pack_into("<dd", raw, SCALE_A_OFFSET, 1.0, scale)
     params = ctypes.create_string_buffer(bytes(raw), len(raw))
     fn = kernel_function(fk.OpKind.MATMUL, [D.F8E4M3, D.F8E4M3, D.F32])
