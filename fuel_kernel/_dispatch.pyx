@@ -105,7 +105,7 @@ cdef int raise_status(int status) except -1:
 cdef extern from "operands.h":
     ctypedef struct fk_typenum_map:
         int by_typenum[64]
-        int bf16_typenum
+        int user_typenum[FK_DTYPE_COUNT]
         void *canonical[FK_DTYPE_COUNT]
     int fk_array_dtype(cnp.ndarray arr, const fk_typenum_map *map) noexcept
     int64_t fk_describe_array(cnp.ndarray arr, int dtype, fk_storage *storage, fk_layout *layout) noexcept
@@ -129,14 +129,14 @@ cdef void _init_typenums():
     cdef int i
     for i in range(64):
         DTYPE_MAP.by_typenum[i] = -1
-    DTYPE_MAP.bf16_typenum = -1
     for code in DType:
+        DTYPE_MAP.user_typenum[int(code)] = -1
         DTYPE_MAP.canonical[int(code)] = <void *>_CANONICAL_DESCRS[int(code)]
         num = code.numpy.num
         if num < 64:
             DTYPE_MAP.by_typenum[num] = int(code)
-        else:
-            DTYPE_MAP.bf16_typenum = num
+        else:                                   # an ml_dtypes type: a user type number
+            DTYPE_MAP.user_typenum[int(code)] = num
     for alias, code in ((np.longlong, DType.I64), (np.intc, DType.I32), (np.uintc, DType.U32)):
         num = np.dtype(alias).num
         if np.dtype(alias).itemsize == code.itemsize and num < 64:

@@ -79,6 +79,8 @@ cdef extern from "fuel_kernel/abi.h" nogil:
         int64_t n
         int64_t k
         fk_matmul_m m_compute
+        double scale_a
+        double scale_b
 
     ctypedef struct fk_conv2d_params:
         int32_t stride[2]

@@ -27,7 +27,8 @@ Missing = tuple[str, str, tuple[str, ...], str]
 # dtype families used by --missing: a key covered for one member of a family should be covered
 # for the others, with every operand of the same family moved together.
 FAMILIES = {family: tuple(fk.DType[name] for name in spec.dtype_names(kind))
-            for family, kind in (("float", "float"), ("signed", "int"), ("unsigned", "uint"))}
+            for family, kind in (("float", "float"), ("signed", "int"), ("unsigned", "uint"),
+                                 ("float8", "float8"))}
 
 
 def _family_of(dtype: fk.DType) -> Optional[str]:
@@ -151,7 +152,20 @@ def render_text(rows: Sequence[Row]) -> str:
                          f"source={sources:10} cost={cost:4} caps={caps}")
     if not rows:
         lines.append("no bindings match")
+    lines += float8_summary(rows)
     return "\n".join(lines)
+
+
+def float8_summary(rows: Sequence[Row]) -> list[str]:
+    """The FP8 rule as the rows show it: the ops holding an FP8 operand (CAST, the ops that move
+    elements by their bits, MATMUL), and that no other op takes one (docs/design.md, "8-bit floats")."""
+    names = {fk.DType[name].short_name for name in spec.FLOAT8}
+    fp8_rows = [r for r in rows if names & set(r["dtypes"])]
+    if not fp8_rows:
+        return []
+    ops_with = sorted({r["op"] for r in fp8_rows}, key=lambda o: int(fk.OpKind[o.upper()]))
+    return [f"FP8 ({', '.join(sorted(names))}) are storage formats: {len(fp8_rows)} keys, on "
+            f"{', '.join(ops_with)}; every other op computes on them only after a CAST"]
 
 
 def render_markdown(rows: Sequence[Row]) -> str:

@@ -305,6 +305,13 @@ def matmul_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> 
     return broadcast_shape([a[:-2], b[:-2]]) + (a[-2], b[-1])
 
 
+def matmul_dtype(dtypes: Sequence[DType], params: Optional[OpParams] = None) -> DType:
+    """A's dtype, but F32 for FP8 inputs (the FP8 kernels write F32 or BF16: pass a BF16 output
+    to get BF16)."""
+    if dtypes[0].is_float8 or (len(dtypes) > 1 and dtypes[1].is_float8):
+        return DType.F32
+    return dtypes[0]
+
 
 def conv2d_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> Shape:
     """[x (N, C, H, W), w (O, C/groups, KH, KW)] or with a bias (O,) -> (N, O, OH, OW)."""

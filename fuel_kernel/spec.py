@@ -36,8 +36,12 @@ from typing import Any, Optional, Sequence, Union
 # ---- dtypes --------------------------------------------------------------------------------------
 # code: the fk_dtype value; name: FK_<name> in C, DType.<name> in Python; short: the lower-case
 # name printed by the coverage diagnostic; itemsize in bytes; numpy: the NumPy type that holds it
-# ("module.name" when NumPy lacks it); kind: "bool", "uint", "int" or "float"; ctype: the C type
-# that stores one element; compute: the C type kernels compute in (F16 and BF16 compute in float).
+# ("module.name" when NumPy lacks it); kind: "bool", "uint", "int", "float" or "float8"; ctype: the C
+# type that stores one element; compute: the C type kernels compute in (F16, BF16 and the FP8 formats
+# compute in float).  Kind "float8" marks the 8-bit floats (E4M3 is the "fn" variant: no infinity,
+# one NaN per sign; E5M2 has infinities): storage formats, as in PyTorch, served by CAST, the ops
+# that move elements without computing on them, and MATMUL into F32 or BF16 with per-tensor scales,
+# never by the element-math families (FLOAT, NUMERIC and ARITHMETIC_DTYPES leave them out).
 DTypeSpec = namedtuple("DTypeSpec", "code name short itemsize numpy kind ctype compute")
 
 DTYPES = (
@@ -52,6 +56,8 @@ DTYPES = (
     DTypeSpec(8, "BF16", "bf16", 2, "ml_dtypes.bfloat16", "float", "uint16_t", "float"),
     DTypeSpec(9, "F32", "f32", 4, "float32", "float", "float", "float"),
     DTypeSpec(10, "F64", "f64", 8, "float64", "float", "double", "double"),
+    DTypeSpec(11, "F8E4M3", "f8e4m3", 1, "ml_dtypes.float8_e4m3fn", "float8", "uint8_t", "float"),
+    DTypeSpec(12, "F8E5M2", "f8e5m2", 1, "ml_dtypes.float8_e5m2", "float8", "uint8_t", "float"),
 )
 
 # ---- params families -----------------------------------------------------------------------------
@@ -72,7 +78,8 @@ PARAMS = (
     ParamsSpec(2, "matmul", "matmul", (("int32_t", "batch_ndim"), ("int32_t", "reserved"),
                                        ("int64_t[FK_MAX_DIMS]", "batch"), ("int64_t", "m"),
                                        ("int64_t", "n"), ("int64_t", "k"),
-                                       ("fk_matmul_m", "m_compute"))),
+                                       ("fk_matmul_m", "m_compute"), ("double", "scale_a"),
+                                       ("double", "scale_b"))),
     ParamsSpec(3, "conv2d", "conv2d", (("int32_t[2]", "stride"), ("int32_t[2]", "padding"),
                                        ("int32_t[2]", "dilation"), ("int32_t", "groups"))),
     ParamsSpec(4, "slice", "slice", (("int32_t", "ndim"), ("int32_t", "reserved"),
@@ -229,7 +236,7 @@ OPS = (
         shape="reduce", dtype="index"),
     # compute
     _op(49, "MATMUL", (2, 3), "matmul", "batched A @ B; a third input is the run-time row count",
-        args=("a", "b", "count"), shape="matmul"),
+        args=("a", "b", "count"), shape="matmul", dtype="matmul"),
     _op(50, "CONV2D", (2, 3), "conv2d", "NCHW 2-d convolution, optional bias",
         args=("x", "w", "bias"), shape="conv2d"),
     _op(51, "SOFTMAX_LAST_DIM", 1, "softmax_last_dim", "softmax over the last dim",
@@ -480,7 +487,7 @@ KernelRows = namedtuple("KernelRows", "ops signatures kernel claim cost caps sou
 
 
 def dtype_names(*kinds: str) -> tuple[str, ...]:
-    """The dtype names of the given kinds ("bool", "uint", "int", "float"), in code order."""
+    """The dtype names of the given kinds ("bool", "uint", "int", "float", "float8"), in code order."""
     return tuple(d.name for d in DTYPES if d.kind in kinds)
 
 
@@ -494,7 +501,13 @@ SIGNED = dtype_names("int")
 UNSIGNED = dtype_names("uint")
 INTEGER = dtype_names("int", "uint")
 NUMERIC = dtype_names("int", "uint", "float")
+# FLOAT8: the 8-bit storage floats.  ALL_DTYPES serves the ops that move elements by their bits
+# (CAST, CONTIGUIZE, SLICE, CONCAT, GATHER, WHERE, WRITE_SLICE, ...); ARITHMETIC_DTYPES, every
+# dtype but FLOAT8, the ops over every dtype that compute with the values (comparisons, reductions,
+# SCATTER_ADD / INDEX_ADD).
+FLOAT8 = dtype_names("float8")
 ALL_DTYPES = tuple(d.name for d in DTYPES)
+ARITHMETIC_DTYPES = tuple(name for name in ALL_DTYPES if name not in FLOAT8)
 
 # Precision claims shared by families (a family adds its own with a unique name).
 CLAIMS = {
@@ -573,11 +586,11 @@ NONZERO_INDEX_DTYPE = "I64"
 CPU_KERNELS["index"] = (
     KernelRows(("INDEX_SELECT", "GATHER"), tuple((d, i, d) for d in ALL_DTYPES for i in INDEX_DTYPES),
                "fk_{op}", "MOVEMENT_COPY", "fk_mv_copy_cost", _MOVE_CAPS),
-    KernelRows(("SCATTER_ADD", "INDEX_ADD"), tuple((d, i, d, d) for d in ALL_DTYPES for i in INDEX_DTYPES),
+    KernelRows(("SCATTER_ADD", "INDEX_ADD"), tuple((d, i, d, d) for d in ARITHMETIC_DTYPES for i in INDEX_DTYPES),
                "fk_{op}_{d0}", "INDEX_ADD_IN_ORDER", "fk_mv_add_cost", _MOVE_INPLACE_CAPS),
-    KernelRows(("SCATTER",), tuple((d, i, d, d) for d in ALL_DTYPES for i in INDEX_DTYPES),
+    KernelRows(("SCATTER",), tuple((d, i, d, d) for d in ARITHMETIC_DTYPES for i in INDEX_DTYPES),
                "fk_{op}_{d0}", "SCATTER_IN_ORDER", "fk_mv_add_cost", _MOVE_INPLACE_CAPS),
-    KernelRows(("NONZERO",), tuple((d, NONZERO_INDEX_DTYPE, NONZERO_INDEX_DTYPE) for d in ALL_DTYPES),
+    KernelRows(("NONZERO",), tuple((d, NONZERO_INDEX_DTYPE, NONZERO_INDEX_DTYPE) for d in ARITHMETIC_DTYPES),
                "fk_{op}_{d0}", "NONZERO_EXACT", "fk_mv_copy_cost", _MOVE_CAPS),
 )
 
@@ -632,8 +645,8 @@ def reduce_claim(op: str, name: str) -> str:
 
 
 CPU_KERNELS["reduce"] = tuple(
-    KernelRows((op,), tuple((name, reduce_output(op, name)) for name in ALL_DTYPES), "fk_{op}_{d0}",
-               {name: reduce_claim(op, name) for name in ALL_DTYPES}, "fk_reduce_cost",
+    KernelRows((op,), tuple((name, reduce_output(op, name)) for name in ARITHMETIC_DTYPES), "fk_{op}_{d0}",
+               {name: reduce_claim(op, name) for name in ARITHMETIC_DTYPES}, "fk_reduce_cost",
                "FK_CAP_STRIDED_INPUT")
     for op in REDUCE_OPS)
 
@@ -690,6 +703,26 @@ CPU_KERNELS["matmul"] = _matmul_rows(
     FLOAT + INTEGER, "fk_matmul_{d0}",
     {**{name: "MATMUL_" + name for name in FLOAT}, **{name: "MATMUL_WRAP" for name in INTEGER}},
     "fk_matmul_native_cost", "native")
+
+# ---- FP8: MATMUL [A, B, C] and [A, B, count, C] for A and B of any FP8 dtype (E4M3 x E5M2 too) and
+# C F32 or BF16, C = scale_a * scale_b * (A @ B) with the scales of params.matmul: A and B decode
+# to F32 exactly while packing, their products are exact in F32, the sums are the F32 GEMM's, and
+# the scale is applied once in F64 before C's one rounding, so the F32 (BF16) dot product bound
+# holds relative to |scale_a scale_b| sum_k |a*b|.
+MATMUL_FP8_OUTPUTS = ("F32", "BF16")
+_FP8_PAIRS = tuple((a, b) for a in FLOAT8 for b in FLOAT8)
+_MATMUL_CAPS = "FK_CAP_STRIDED_INPUT | FK_CAP_STRIDED_OUTPUT"
+for _name in MATMUL_FP8_OUTPUTS:
+    CLAIMS["MATMUL_FP8_" + _name] = Claim(
+        0, "|err| <= max_rel * |scale_a*scale_b| * sum_k |a*b| for k <= 4096; exact F32 products",
+        _DOT_MAX_REL[_name])
+CPU_KERNELS["matmul"] += tuple(
+    rows for _out in MATMUL_FP8_OUTPUTS for rows in (
+        KernelRows(("MATMUL",), tuple((a, b, _out) for a, b in _FP8_PAIRS), "fk_matmul_{d0}_{d1}_{d2}",
+                   "MATMUL_FP8_" + _out, "fk_matmul_native_cost", _MATMUL_CAPS),
+        KernelRows(("MATMUL",), tuple((a, b, count, _out) for a, b in _FP8_PAIRS for count in MATMUL_COUNT_DTYPES),
+                   "fk_matmul_{d0}_{d1}_{d3}_count_{d2}", "MATMUL_FP8_" + _out, "fk_matmul_native_cost",
+                   _MATMUL_CAPS)))
 
 # ---- training: FUSED_LINEAR [x, w, b, y] on every float dtype, the bias added in the GEMM's
 # output tile (native) or as ?gemm's beta = 1 output (blas, below)
@@ -830,7 +863,7 @@ CPU_KERNELS["binary"] += (
 CLAIMS["COMPARE"] = Claim(0, "exact: IEEE comparison")
 CLAIMS["WHERE_COPY"] = Claim(0, "exact: bit copy of the chosen operand")
 CPU_KERNELS["compare"] = (
-    KernelRows(("EQ", "NE", "LT", "LE", "GT", "GE"), tuple((n, n, "BOOL") for n in ALL_DTYPES), "fk_{op}_{d0}",
+    KernelRows(("EQ", "NE", "LT", "LE", "GT", "GE"), tuple((n, n, "BOOL") for n in ARITHMETIC_DTYPES), "fk_{op}_{d0}",
                "COMPARE", "fk_cost_simple", "FK_ELEMENTWISE_CAPS"),
     KernelRows(("WHERE",), tuple(("BOOL", n, n, n) for n in ALL_DTYPES), "fk_{op}_{d1}", "WHERE_COPY",
                "fk_cost_simple", "FK_ELEMENTWISE_CAPS"),
@@ -1194,7 +1227,7 @@ check()
 #
 # An argument: name (the Python keyword, the key in OpParams.fields()); kind, one of
 #   "int"      an integer (never truncated: 1.5 is refused), stored in `field`
-#   "float"    any real number; "real": a real number but not NaN
+#   "float"    any real number; "real": a real number but not NaN; "finite": neither NaN nor infinite
 #   "bool"     stored as 0 / 1
 #   "ints"     a sequence of integers, its length in the `count` field, at most `length` (a C
 #              expression) values; with `same_as`, exactly as many as that argument; a default of
@@ -1226,12 +1259,14 @@ PARAMS_CONSTRUCTORS = (
                       (ParamsArg("dims", "dims", count="ndims"), ParamsArg("keepdim", "bool", False),
                        ParamsArg("select_last_index", "bool", False, field="select_last"))),
     ParamsConstructor("matmul", "The extents of a batched (m, k) @ (k, n); m is the row capacity and "
-                      "m_compute (a MatmulM) says how many rows to compute.",
+                      "m_compute (a MatmulM) says how many rows to compute; scale_a and scale_b (finite) "
+                      "scale FP8 inputs: C = scale_a * scale_b * (A @ B) (other dtypes take only 1.0).",
                       (ParamsArg("m", **_MATMUL_EXTENT), ParamsArg("n", **_MATMUL_EXTENT),
                        ParamsArg("k", **_MATMUL_EXTENT),
                        ParamsArg("batch", "ints", (), count="batch_ndim", length="FK_MAX_DIMS - 2",
                                  check=">= 0"),
-                       ParamsArg("m_compute", "matmul_m", None, same_as="m"))),
+                       ParamsArg("m_compute", "matmul_m", None, same_as="m"),
+                       ParamsArg("scale_a", "finite", 1.0), ParamsArg("scale_b", "finite", 1.0))),
     ParamsConstructor("conv2d", "Stride, padding and dilation (one int or a pair (h, w)) and groups.",
                       (ParamsArg("stride", "pair", 1, check=">= 1"),
                        ParamsArg("padding", "pair", 0, check=">= 0"),
@@ -1387,7 +1422,7 @@ KERNEL_MODULES = (
     _module("topk", "CPU TOPK kernels: the k best along the last dim and their indices"),
 )
 
-PARAMS_ARG_KINDS = ("int", "float", "real", "bool", "ints", "dims", "pair", "choice", "matmul_m", "const")
+PARAMS_ARG_KINDS = ("int", "float", "real", "finite", "bool", "ints", "dims", "pair", "choice", "matmul_m", "const")
 
 
 def check_generated_tables() -> None:

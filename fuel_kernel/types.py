@@ -69,7 +69,8 @@ class _DTypeBase(enum.IntEnum, metaclass=_SuggestingEnumMeta):
 
     @property
     def numpy(self) -> np.dtype:
-        """The NumPy dtype that holds this dtype (ml_dtypes.bfloat16 for BF16)."""
+        """The NumPy dtype that holds this dtype (ml_dtypes' bfloat16, float8_e4m3fn and float8_e5m2
+        for BF16, F8E4M3 and F8E5M2)."""
         return _NUMPY_DTYPES[self]
 
     @property
@@ -79,6 +80,12 @@ class _DTypeBase(enum.IntEnum, metaclass=_SuggestingEnumMeta):
     @property
     def is_float(self) -> bool:
         return _DTYPE_SPEC[self].kind == "float"
+
+    @property
+    def is_float8(self) -> bool:
+        """An 8-bit float storage format (F8E4M3, F8E5M2): moved and cast like any dtype, computed
+        with only by MATMUL (docs/design.md); is_float is False for them."""
+        return _DTYPE_SPEC[self].kind == "float8"
 
     @property
     def is_signed_int(self) -> bool:

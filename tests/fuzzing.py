@@ -156,7 +156,7 @@ def random_values(shape, dtype, rng, mode):
         flat = rng.integers(-3, 4, size).astype(np.float64)
         if not dtype.is_signed_int and not dtype.is_float:
             flat = np.abs(flat)
-    elif dtype.is_float:
+    elif dtype.is_float or dtype.is_float8:           # FP8: F64 values rounded by ml_dtypes
         flat = rng.standard_normal(size) * (4.0 if mode != "special" else 30.0)
         if mode == "special" and size:
             picks = rng.choice(size, size=min(size, 4), replace=False)
@@ -947,7 +947,10 @@ def stride_zero(operand, extents):
     addressed = element_addresses(corner, operand.root)
     for b in range(view.itemsize):
         footprint[addressed + b] = True
-    out = np.lib.stride_tricks.as_strided(view, tuple(shape), tuple(strides))
+    # through unsigned ints of the item size: as_strided spells the dtype as an array-interface
+    # string, which NumPy cannot read back for ml_dtypes' float8_e5m2 ('<f1')
+    out = np.lib.stride_tricks.as_strided(view.view(f"u{view.itemsize}"), tuple(shape),
+                                          tuple(strides)).view(view.dtype)
     return Operand(operand.root, out, footprint, self_overlapping=True, huge=huge)
 
 

@@ -34,6 +34,8 @@ from fuel_kernel import spec
 
 D = fk.DType
 HALF = (D.F16, D.BF16)
+# the float types NumPy lacks (NumPy's dtype kind is not "f" for them): BF16 and the FP8 formats
+NARROW_FLOATS = (np.dtype(ml_dtypes.bfloat16), np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2))
 
 
 class Skip(Exception):
@@ -87,7 +89,7 @@ def compute_dtype(dtype):
 
 def up(x):
     x = np.asarray(x)
-    if x.dtype in (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)):
+    if x.dtype == np.dtype(np.float16) or x.dtype in NARROW_FLOATS:
         return x.astype(np.float32)
     return x
 
@@ -123,14 +125,15 @@ def need_params(params, *families):
 
 # ---- CAST, CONTIGUIZE ----------------------------------------------------------------------------
 def cast_values(x, dst):
-    """The documented CAST rules (README): saturating float->int, NaN->0, BF16 via F32."""
+    """The documented CAST rules (README): saturating float->int, NaN->0, BF16 via F32, FP8 as
+    ml_dtypes converts (F64 directly)."""
     src_dtype = np.asarray(x).dtype
     dst = D(dst)
     x = np.asarray(x)
     if src_dtype == dst.numpy:
         return x.copy()
-    if x.dtype.kind == "f" or x.dtype == np.dtype(ml_dtypes.bfloat16):
-        if dst != D.BOOL and not dst.is_float:
+    if x.dtype.kind == "f" or x.dtype in NARROW_FLOATS:
+        if dst != D.BOOL and not dst.is_float and not dst.is_float8:
             v = x.astype(np.float64)
             t = np.trunc(np.where(np.isnan(v), 0.0, v))
             info = np.iinfo(dst.numpy)
@@ -599,19 +602,23 @@ def _matmul(inputs, params, out_dtype, out_shape):
     a, b = inputs
     if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
         raise ExpectError(fk.ShapeError)
-    rows = a.shape[-2]
+    rows, scale = a.shape[-2], 1.0
     if params is not None:
         need_params(params, "matmul", "none")
         if params.kind == "matmul":
             f = params.fields()
             if (f["m"], f["n"], f["k"]) != (a.shape[-2], b.shape[-1], a.shape[-1]):
                 raise Skip("params disagree with the operand shapes")
+            # C = scale_a * scale_b * (A @ B) for FP8 inputs; other dtypes refuse scales but 1.0
+            if (f["scale_a"], f["scale_b"]) != (1.0, 1.0) and not (D.parse(a.dtype).is_float8 or D.parse(b.dtype).is_float8):
+                raise ExpectError(fk.ParamsError)
+            scale = f["scale_a"] * f["scale_b"]
             mc = f["m_compute"]
             if mc.kind == fk.MatmulM.DEFERRED_KIND:
                 raise Skip("deferred")
             if mc.kind == fk.MatmulM.ROWS_KIND:
                 rows = mc.value
-    r = matmul_reference(a, b)
+    r = matmul_reference(a, b) * scale if scale != 1.0 else matmul_reference(a, b)
     if r.shape != tuple(out_shape):
         try:                              # a batch broadcast that only the output spells out
             r = np.broadcast_to(r, out_shape).copy()
@@ -2058,6 +2065,10 @@ def compare(op, actual, expected, out_dtype, inputs, reduced=1):
     actual = np.asarray(actual)
     expected = np.asarray(expected)
     assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    if out_dtype.is_float8:       # copies and ml_dtypes conversions (no FP8 arithmetic): the same bits
+        expected = np.ascontiguousarray(expected.astype(out_dtype.numpy)).view(np.uint8)
+        np.testing.assert_array_equal(np.ascontiguousarray(actual).view(np.uint8), expected)
+        return
     if not out_dtype.is_float:
         np.testing.assert_array_equal(actual, expected)
         return

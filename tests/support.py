@@ -27,6 +27,8 @@ LAYOUTS = ("contiguous", "strided", "broadcast", "negative", "offset", "transpos
 ALL_DTYPES = tuple(fk.DType)
 FLOAT_DTYPES = tuple(fk.DType[name] for name in spec.FLOAT)
 INT_DTYPES = tuple(fk.DType[name] for name in spec.INTEGER)
+FLOAT8_DTYPES = tuple(fk.DType[name] for name in spec.FLOAT8)
+ARITHMETIC_DTYPES = tuple(fk.DType[name] for name in spec.ARITHMETIC_DTYPES)   # every dtype but FP8
 
 
 def np_dtype(dtype):
@@ -34,13 +36,14 @@ def np_dtype(dtype):
 
 
 def random_values(shape, dtype, rng, special=True):
-    """Random data of `dtype`; floats include NaN, +-Inf and -0.0 when `special`, ints their extremes."""
+    """Random data of `dtype`; floats include NaN, +-Inf and -0.0 when `special`, ints their extremes
+    (FP8 values are F64 values rounded by ml_dtypes: an infinity is E4M3's NaN)."""
     dtype = fk.DType.parse(dtype)
     nd = dtype.numpy
     size = int(np.prod(shape, dtype=np.int64))
     if dtype == fk.DType.BOOL:
         flat = rng.integers(0, 2, size).astype(np.bool_)
-    elif dtype.is_float:
+    elif dtype.is_float or dtype.is_float8:
         flat = (rng.standard_normal(size) * 4).astype(np.float64)
         if special and size >= 8:
             picks = rng.choice(size, size=min(size, 4), replace=False)
@@ -104,7 +107,7 @@ def assert_same(actual, expected, dtype, ulp=0, rtol=0.0, atol=0.0):
     actual = np.asarray(actual)
     expected = np.asarray(expected)
     assert actual.shape == expected.shape, (actual.shape, expected.shape)
-    if not dtype.is_float:
+    if not dtype.is_float and not dtype.is_float8:
         np.testing.assert_array_equal(actual, expected)
         return
     a = actual.astype(np.float64)

@@ -48,6 +48,8 @@ def keys_under_test():
     for name in ("movement", "index", "attention", "norm_backward", "loss", "reduce", "matmul", "quant", "ssm",
                  "pool", "topk"):
         keys |= family(name).COVERED
+    float8_matmul = importlib.import_module("test_matmul_float8")     # its folder is on sys.path now
+    keys |= {(OP.MATMUL, tuple(float8_matmul.key(*case))) for case in float8_matmul.CASES}
     return keys
 
 

@@ -233,7 +233,7 @@ def python_arguments(constructor):
 
 
 # The annotation of a params argument of each spec kind (fuel_kernel/spec.py, PARAMS_CONSTRUCTORS)
-ARGUMENT_TYPES = {"int": "int", "float": "float", "real": "float", "bool": "bool",
+ARGUMENT_TYPES = {"int": "int", "float": "float", "real": "float", "finite": "float", "bool": "bool",
                   "ints": "Sequence[int]", "dims": "Sequence[int]",
                   "pair": "Union[int, Sequence[int]]", "choice": "str", "matmul_m": "Optional[MatmulM]"}
 
@@ -330,8 +330,8 @@ def _fill_lines(spec, family, constructor):
         if a.kind == "const":
             store.append(f"    {field} = {a.default!r}")
             continue
-        if a.kind in ("int", "float", "real", "bool", "pair"):
-            function = {"int": "_int", "float": "_float", "real": "_float", "pair": "_pair"}.get(a.kind)
+        if a.kind in ("int", "float", "real", "finite", "bool", "pair"):
+            function = {"int": "_int", "float": "_float", "real": "_float", "finite": "_float", "pair": "_pair"}.get(a.kind)
             value = f"bool({given})" if a.kind == "bool" else f'{function}({given}, "{what}")'
         elif a.kind == "ints":
             value = f'_ints({given}, "{what}")'
@@ -346,6 +346,8 @@ def _fill_lines(spec, family, constructor):
         convert.append(f"    {local} = {value}")
         if a.kind == "real":
             convert += _refuse(f"{local} != {local}", f"{what} must be a number, not NaN")
+        if a.kind == "finite":
+            convert += _refuse(f"not math.isfinite({local})", f"{what} must be finite, not {{{local}!r}}")
         if a.length:
             convert += _refuse(f"len({local}) > {a.length}",
                                f"{what} lists {{len({local})}} values; at most {{{a.length}}}")

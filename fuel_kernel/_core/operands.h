@@ -12,20 +12,24 @@
 #include "fuel_kernel/strided.h"
 #include "table.h"
 
-/* NumPy type number -> fuel_kernel dtype code (-1: none); bfloat16 is a user type (number >= 256).
+/* NumPy type number -> fuel_kernel dtype code (-1: none).  The ml_dtypes types (bfloat16,
+ * float8_e4m3fn, float8_e5m2) are user types, numbered >= 256 at their registration: `user_typenum`
+ * holds each dtype's number when it is one (-1 otherwise), searched only for such numbers.
  * `canonical` holds each dtype's native-byte-order descriptor singleton (borrowed: the module keeps
  * them alive), which nearly every array shares, so a pointer compare settles its dtype without
  * the chain of dependent loads (descriptor, type number, table) of the general mapping. */
 typedef struct {
     int by_typenum[64];
-    int bf16_typenum;
+    int user_typenum[FK_DTYPE_COUNT];
     PyArray_Descr *canonical[FK_DTYPE_COUNT];
 } fk_typenum_map;
 
 static inline int fk_array_dtype(PyArrayObject *arr, const fk_typenum_map *map) {
     int num = PyArray_TYPE(arr);
-    if (num == map->bf16_typenum) return FK_BF16;
-    return num >= 0 && num < 64 ? map->by_typenum[num] : -1;
+    if (num >= 0 && num < 64) return map->by_typenum[num];
+    for (int d = 0; d < FK_DTYPE_COUNT; d++)
+        if (map->user_typenum[d] == num) return d;
+    return -1;
 }
 
 /* `dtype` is the array's fuel_kernel dtype code (already mapped from its NumPy type) and its byte

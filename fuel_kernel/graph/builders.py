@@ -189,7 +189,7 @@ class Graph(GeneratedBuilders):
                               backend)[0]
 
     def _node(self, op: OpKind, inputs: Sequence[Value], params: Optional[_dispatch.OpParams] = None, *,
-              backend: Optional[BackendLike] = None, **fields: Any) -> Any:
+              backend: Optional[BackendLike] = None, out_dtype: Optional[DTypeLike] = None, **fields: Any) -> Any:
         """The node every op builder makes: `op` on `inputs` with `params`, or with the params that
         `fields` (keywords of the op's fuel_kernel.params constructor; None: not given) build."""
         given = {name: value for name, value in fields.items() if value is not None}
@@ -202,17 +202,27 @@ class Graph(GeneratedBuilders):
             except TypeError as exc:           # a required keyword of the family is missing
                 raise ParamsError(f"{op.short_name} keywords {sorted(given)} do not make "
                                   f"fuel_kernel.params.{family}(...): {exc}") from None
-        return self.op(op, *inputs, params=params, backend=backend)
+        return self.op(op, *inputs, params=params, out_dtype=out_dtype, backend=backend)
 
     # ---- ops whose builder signature is special (every other op's builder is generated from
     # fuel_kernel/spec.py into GeneratedBuilders): optional or variadic inputs
     def matmul(self, a: Value, b: Value, count: Optional[Value] = None, *, m: Optional[int] = None,
                n: Optional[int] = None, k: Optional[int] = None, batch: Optional[Sequence[int]] = None,
-               m_compute: Any = None, params: Optional[_dispatch.OpParams] = None,
+               m_compute: Any = None, scale_a: Optional[float] = None, scale_b: Optional[float] = None,
+               out_dtype: Optional[DTypeLike] = None, params: Optional[_dispatch.OpParams] = None,
                backend: Optional[BackendLike] = None) -> Value:
-        """a (..., m, k) @ b (..., k, n), batch dims broadcast; count: rows to compute at run time."""
+        """a (..., m, k) @ b (..., k, n), batch dims broadcast; count: rows to compute at run time.
+        FP8 a and b give F32 (out_dtype=BF16 for BF16), scaled by scale_a * scale_b; given scales
+        without m, n, k take those from the shapes."""
+        a, b = self._own(a), self._own(b)
+        if (scale_a is not None or scale_b is not None) and params is None and (m, n, k) == (None, None, None) \
+                and len(a.shape) >= 2 and len(b.shape) >= 2:
+            m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+            if batch is None:
+                batch = ops.broadcast_shape([a.shape[:-2], b.shape[:-2]])
         return self._node(OpKind.MATMUL, (a, b) if count is None else (a, b, count), params, backend=backend,
-                          m=m, n=n, k=k, batch=batch, m_compute=m_compute)
+                          out_dtype=out_dtype, m=m, n=n, k=k, batch=batch, m_compute=m_compute,
+                          scale_a=scale_a, scale_b=scale_b)
 
     def conv2d(self, x: Value, w: Value, bias: Optional[Value] = None, *, stride: Optional[ShapeLike] = None,
                padding: Optional[ShapeLike] = None, dilation: Optional[ShapeLike] = None,

@@ -17,15 +17,27 @@ def test_text_lists_cast_and_contiguize_for_every_dtype():
     result = run()
     assert result.returncode == 0, result.stderr
     assert "backend cpu:" in result.stdout
-    assert "cast (121 keys)" in result.stdout
-    assert "contiguize (11 keys)" in result.stdout
+    assert "cast (169 keys)" in result.stdout
+    assert "contiguize (13 keys)" in result.stdout
+
+
+def test_text_states_the_float8_rule():
+    """The listing ends with the ops that hold an FP8 key: CAST, the bit-moving ops and MATMUL."""
+    result = run()
+    assert result.returncode == 0, result.stderr
+    (line,) = [x for x in result.stdout.splitlines() if x.startswith("FP8 (f8e4m3, f8e5m2) are storage formats")]
+    listed = line.split(", on ")[1].split(";")[0].split(", ")
+    assert {"cast", "contiguize", "slice", "concat", "gather", "where", "write_slice", "matmul"} <= set(listed)
+    assert not {"add", "sum", "eq", "exp", "scatter_add", "cumsum"} & set(listed)
+    filtered = run("--op", "add")
+    assert "FP8" not in filtered.stdout
 
 
 def test_json_shape():
     result = run("--json", "--op", "cast")
     assert result.returncode == 0
     rows = json.loads(result.stdout)
-    assert len(rows) == 121
+    assert len(rows) == 169
     row = next(r for r in rows if r["dtypes"] == ["f32", "f64"])
     assert row["backend"] == "cpu" and row["op"] == "cast"
     (alt,) = row["alternatives"]
@@ -38,7 +50,7 @@ def test_markdown_and_backend_filter():
     result = run("--markdown", "--backend", "cpu", "--op", "contiguize")
     assert result.returncode == 0
     lines = result.stdout.strip().splitlines()
-    assert lines[0].startswith("| backend | op | dtypes |") and len(lines) == 2 + 11
+    assert lines[0].startswith("| backend | op | dtypes |") and len(lines) == 2 + 13
 
 
 def test_missing_reports_family_gaps():

@@ -34,7 +34,7 @@ def test_misspelled_member_attribute_suggests_the_closest():
 
 
 def test_misspelled_dtype_suggests_and_lists():
-    with pytest.raises(fk.DTypeError, match=r"did you mean 'f32'\? \(the dtypes: bool, .*f64\)"):
+    with pytest.raises(fk.DTypeError, match=r"did you mean 'f32'\? \(the dtypes: bool, .*f64, f8e4m3, f8e5m2\)"):
         fk.DType.parse("f33")
 
 

@@ -91,6 +91,8 @@ typedef struct {
     int64_t batch[FK_MAX_DIMS];      /* broadcast batch shape */
     int64_t m, n, k;                 /* m is the row capacity */
     fk_matmul_m m_compute;
+    double scale_a, scale_b;         /* FP8 inputs: C = scale_a * scale_b * (A @ B); finite; other
+                                        dtypes take only 1.0 */
 } fk_matmul_params;
 typedef struct { int32_t stride[2]; int32_t padding[2]; int32_t dilation[2]; int32_t groups; } fk_conv2d_params;
 typedef struct { int32_t ndim; int32_t reserved; int64_t start[FK_MAX_DIMS]; int64_t stop[FK_MAX_DIMS]; int64_t step[FK_MAX_DIMS]; } fk_slice_params;

@@ -202,7 +202,7 @@ def values(op, position, shape, dtype, rng):
     """Random operand values with the special cases each op should see."""
     v = np.array(random_values(shape, dtype, rng))
     flat = v.reshape(-1)
-    if not dtype.is_float and dtype != D.BOOL and flat.size >= 4:
+    if not dtype.is_float and not dtype.is_float8 and dtype != D.BOOL and flat.size >= 4:
         info = np.iinfo(dtype.numpy)
         flat[:4] = [info.min, info.max, 0, (-1 if info.min < 0 else 1)]   # wrap-around and MIN // -1
         rng.shuffle(flat)
@@ -334,8 +334,8 @@ def test_registered_coverage():
         for d in numeric:
             assert table.supports(op, [d, d, d]) == (not d.is_float), (op, d)
     for op in COMPARE:
-        for d in fk.DType:
-            assert table.supports(op, [d, d, D.BOOL]), (op, d)
+        for d in fk.DType:          # every dtype but the FP8 storage formats, which compare after a CAST
+            assert table.supports(op, [d, d, D.BOOL]) == (not d.is_float8), (op, d)
     for d in fk.DType:
         assert table.supports(Op.WHERE, [D.BOOL, d, d, d]), d
     for op in PARAMS_OPS:
