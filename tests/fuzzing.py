@@ -579,12 +579,14 @@ def _flash_attn(draw, op, n_in):
 
 
 def _paged_attn(draw, op, n_in):
-    """q [N, Hq, D], k/v caches [blocks, block_size, Hkv, D or Dv], block_table [N, max_blocks] of
-    cache blocks, context_lens [N] up to max_blocks * block_size, alibi slopes [Hq] or [0]."""
+    """q [N, Hq, D] (decode) or, in half the cases, [N, Sq, Hq, D] (a chunk of 1-3 queries), k/v caches
+    [blocks, block_size, Hkv, D or Dv], block_table [N, max_blocks] of cache blocks, context_lens [N]
+    up to max_blocks * block_size, alibi slopes [Hq] or [0]."""
     hq, hkv = _heads(draw)
     n, d, dv = draw(st.sampled_from((1, 2, 3, 0))), draw(st.sampled_from((0, 1, 4, 8))), draw(st.sampled_from((0, 1, 3, 8)))
     block_size, blocks, max_blocks = draw(st.integers(1, 4)), draw(st.integers(1, 6)), draw(st.integers(0, 4))
-    shapes = [(n, hq, d), (blocks, block_size, hkv, d), (blocks, block_size, hkv, dv), (n, max_blocks), (n,),
+    chunk = (draw(st.integers(1, 3)),) if draw(st.booleans()) else ()
+    shapes = [(n,) + chunk + (hq, d), (blocks, block_size, hkv, d), (blocks, block_size, hkv, dv), (n, max_blocks), (n,),
               (draw(st.sampled_from((hq, 0))),)]
     return shapes, valid_params(draw, "paged_attn", shapes), {3: blocks, 4: max_blocks * block_size + 1}
 

@@ -1459,46 +1459,58 @@ def _flash_attn_backward(inputs, params, out_dtype, out_shape):
 
 def paged_sequence(q, k_cache, v_cache, block_table, context_lens, alibi, scale, block_size, softcap,
                    window_left, n):
-    """Sequence n's scores [Hq, 1, T] (and their sum |terms|) over its T visible tokens, and those
-    tokens' values [Hq, T, Dv].  Token t lives in block block_table[n, t / block_size], row
-    t % block_size; the query sits at context_len - 1 and sees tokens >= that - window_left (when
-    window_left >= 0); scores are softcapped, then biased by slope[h] * (t - (context_len - 1))."""
-    ctx, hq = int(context_lens[n]), q.shape[1]
-    t = np.arange(max(ctx - 1 - window_left, 0) if window_left >= 0 else 0, ctx)
+    """Sequence n's scores [Hq, Sq, T] (and their sum |terms|) over the T tokens its queries may see,
+    those tokens' values [Hq, T, Dv] and which token each query sees [Sq, T].  q[n] is [Sq, Hq, D]
+    (a chunk: rank-4 q) or [Hq, D] (one decode query, Sq = 1).  Token t lives in block
+    block_table[n, t / block_size], row t % block_size; with L the context length, query i sits at
+    p = L - Sq + i and sees tokens max(0, p - window_left) <= t <= p (no lower bound when window_left
+    < 0); scores are softcapped, then biased by slope[h] * (t - p)."""
+    qn = f64(q[n]) if q.ndim == 4 else f64(q[n])[None]           # [Sq, Hq, D]
+    sq, hq = qn.shape[:2]
+    ctx = int(context_lens[n])
+    pos = ctx - sq + np.arange(sq)[:, None]                       # [Sq, 1]
+    first = max(ctx - sq - window_left, 0) if window_left >= 0 else 0
+    t = np.arange(min(first, max(ctx, 0)), max(ctx, 0))
     blocks, rows = np.asarray(block_table[n, t // block_size]).astype(np.int64), t % block_size
     k = kv_for_query_heads(k_cache[blocks, rows].transpose(1, 0, 2)[None], hq)[0]    # [Hq, T, D]
     v = kv_for_query_heads(v_cache[blocks, rows].transpose(1, 0, 2)[None], hq)[0]
-    s, s_abs = attention_scores(q[n][:, None, :], k, scale, softcap)
+    s, s_abs = attention_scores(qn.transpose(1, 0, 2), k, scale, softcap)          # [Hq, Sq, T]
+    visible = t[None, :] <= pos
+    if window_left >= 0:
+        visible &= t[None, :] >= pos - window_left
     if len(alibi):
         with np.errstate(invalid="ignore"):
-            bias = f64(alibi)[:, None, None] * (t - (ctx - 1))
+            bias = f64(alibi)[:, None, None] * (t[None, None, :] - pos[None])
             s, s_abs = s + bias, s_abs + np.abs(bias)
-    return s, s_abs, v
+    return s, s_abs, v, visible
 
 
 def paged_reference(q, k_cache, v_cache, block_table, context_lens, alibi, scale, block_size, softcap, window_left):
-    """(out, error scale) in float64: one decode query per sequence against its tokens in the
-    paged caches (see paged_sequence)."""
-    out = np.zeros((q.shape[0], q.shape[1], v_cache.shape[3]))
-    magnitude = np.zeros((q.shape[0], q.shape[1], 1))
+    """(out, error scale) in float64: each sequence's queries (one, or a chunk of Sq) against its
+    tokens in the paged caches (see paged_sequence); out has q's rank, [N, Hq, Dv] or [N, Sq, Hq, Dv]."""
+    out = np.zeros(q.shape[:-1] + (v_cache.shape[3],))
+    magnitude = np.zeros(q.shape[:-1] + (1,))
     for n in range(q.shape[0]):
-        s, s_abs, v = paged_sequence(q, k_cache, v_cache, block_table, context_lens, alibi, scale, block_size,
-                                     softcap, window_left, n)
-        values, scale_n = attend(s, s_abs, v, np.ones(s.shape[1:], bool))
-        out[n], magnitude[n] = values[:, 0], scale_n[:, 0]
+        s, s_abs, v, visible = paged_sequence(q, k_cache, v_cache, block_table, context_lens, alibi, scale,
+                                              block_size, softcap, window_left, n)
+        values, scale_n = attend(s, s_abs, v, visible)           # [Hq, Sq, ...]
+        values, scale_n = values.transpose(1, 0, 2), scale_n.transpose(1, 0, 2)
+        out[n], magnitude[n] = (values, scale_n) if q.ndim == 4 else (values[0], scale_n[0])
     return out, magnitude
 
 
 @register([fk.OpKind.PAGED_ATTN], kind="accumulate")
 def _paged_attn(inputs, params, out_dtype, out_shape):
-    """q [N, Hq, D], k/v caches [blocks, block_size, Hkv, D or Dv], block_table [N, max_blocks]
-    (i32), context_lens [N] (i32), alibi_slopes [Hq] or [0] (f32); every context length and every
-    block index it reaches are bounds-checked (the rest of the table is never read)."""
+    """q [N, Hq, D] or [N, Sq, Hq, D], k/v caches [blocks, block_size, Hkv, D or Dv], block_table
+    [N, max_blocks] (i32), context_lens [N] (i32), alibi_slopes [Hq] or [0] (f32); every context
+    length (at least Sq for a chunk) and every block index it reaches are bounds-checked (the rest of
+    the table is never read)."""
     need_params(params, "paged_attn")
     q, k_cache, v_cache, table, lens, alibi = inputs
-    if (q.ndim, k_cache.ndim, v_cache.ndim, table.ndim, lens.ndim, alibi.ndim) != (3, 4, 4, 2, 1, 1):
+    if q.ndim not in (3, 4) or (k_cache.ndim, v_cache.ndim, table.ndim, lens.ndim, alibi.ndim) != (4, 4, 2, 1, 1):
         raise ExpectError(fk.ShapeError)
-    n_seqs, hq, d = q.shape
+    n_seqs, hq, d = q.shape[0], q.shape[-2], q.shape[-1]
+    sq = q.shape[1] if q.ndim == 4 else 1
     blocks, block_size, hkv = k_cache.shape[:3]
     if (k_cache.shape[3] != d or v_cache.shape[:3] != (blocks, block_size, hkv) or table.shape[0] != n_seqs
             or lens.shape[0] != n_seqs or alibi.shape[0] not in (hq, 0) or hkv == 0 or hq % hkv):
@@ -1506,9 +1518,11 @@ def _paged_attn(inputs, params, out_dtype, out_shape):
     f = params.fields()
     if f["block_size"] != block_size:
         raise ExpectError(fk.ParamsError)
-    expect_shape(out_shape, (n_seqs, hq, v_cache.shape[3]))
+    expect_shape(out_shape, q.shape[:-1] + (v_cache.shape[3],))
     checked_indices(lens, table.shape[1] * block_size + 1)
     for n in range(n_seqs):
+        if q.ndim == 4 and int(lens[n]) < sq:
+            raise ExpectError(fk.KernelIndexError)
         reached = -(-int(lens[n]) // block_size)            # blocks holding tokens < context_len
         checked_indices(table[n, :reached], blocks)
     args = (q, k_cache, v_cache, table, lens, alibi, f["scale"], block_size, f["softcap"], f["window_left"])
