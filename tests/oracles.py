@@ -1331,11 +1331,19 @@ def attend(s, s_abs, v, visible):
     return out, attention_error_scale(v, s, s_abs, visible)
 
 
-def attention_visible(sq, sk, causal, window_left, window_right):
-    """[Sq, Sk]: query i sits at key position i + Sk - Sq (bottom-right aligned)."""
-    pos = np.arange(sq)[:, None] + sk - sq
+def attention_positions(sq, keys, top_left=False):
+    """[Sq, 1]: where each query sits among `keys` keys: i + keys - Sq (bottom-right aligned), or i
+    (top-left, ONNX Attention's)."""
+    return np.arange(sq)[:, None] + (0 if top_left else keys - sq)
+
+
+def attention_visible(sq, sk, causal, window_left, window_right, top_left=False, keys=None):
+    """[Sq, Sk]: query i sits at attention_positions(Sq, keys, top_left); only the first `keys` of
+    the Sk keys (all when None: FLASH_ATTN_MASKED's key length) can be seen."""
+    keys = sk if keys is None else keys
+    pos = attention_positions(sq, keys, top_left)
     j = np.arange(sk)[None, :]
-    visible = np.ones((sq, sk), bool)
+    visible = np.broadcast_to(j < keys, (sq, sk)).copy()
     if causal:
         visible &= j <= pos
     if window_left >= 0:
@@ -1350,12 +1358,37 @@ def kv_for_query_heads(x, hq):
     return np.repeat(f64(x), hq // x.shape[1], axis=1)
 
 
-def attention_reference(q, k, v, scale, causal=False, window_left=-1, window_right=-1, softcap=0.0):
+def attention_reference(q, k, v, scale, causal=False, window_left=-1, window_right=-1, softcap=0.0,
+                        top_left=False):
     """(out, error scale) of plain attention in float64 with the kernel's masking rules: q [B, Hq,
     Sq, D], k [B, Hkv, Sk, D], v [B, Hkv, Sk, Dv]."""
     s, s_abs = attention_scores(q, kv_for_query_heads(k, q.shape[1]), scale, softcap)
-    visible = attention_visible(q.shape[2], k.shape[2], causal, window_left, window_right)
+    visible = attention_visible(q.shape[2], k.shape[2], causal, window_left, window_right, top_left)
     return attend(s, s_abs, kv_for_query_heads(v, q.shape[1]), visible)
+
+
+def masked_attention_reference(q, k, v, mask, alibi, key_lens, scale, causal=False, window_left=-1,
+                               window_right=-1, softcap=0.0, top_left=False):
+    """(out, lse, error scale) of FLASH_ATTN_MASKED in float64: batch b has L_b keys (key_lens[b], all
+    Sk when key_lens is empty), keys j >= L_b unseen, query i at p = i + L_b - Sq (or i, top-left);
+    t = softcap(scale q.k) + mask[b, h, i, j] (broadcast; none when mask is empty) - slope[h] |p - j|
+    (none when alibi is empty); softmax over the visible keys (a row with none, or only -inf, is 0)."""
+    b, hq, sq, _ = q.shape
+    sk = k.shape[2]
+    lens = [sk] * b if len(key_lens) == 0 else [int(x) for x in np.asarray(key_lens)]
+    s, s_abs = attention_scores(q, kv_for_query_heads(k, hq), scale, softcap)          # [B, Hq, Sq, Sk]
+    visible = np.array([attention_visible(sq, sk, causal, window_left, window_right, top_left, n) for n in lens],
+                       bool).reshape(b, 1, sq, sk)
+    visible = np.broadcast_to(visible, s.shape)
+    with np.errstate(all="ignore"):
+        if np.asarray(mask).ndim == 4:
+            s, s_abs = s + f64(mask), s_abs + np.abs(f64(mask))
+        if len(alibi):
+            pos = np.array([attention_positions(sq, n, top_left) for n in lens]).reshape(b, 1, sq, 1)
+            bias = -f64(alibi)[None, :, None, None] * np.abs(pos - np.arange(sk))
+            s, s_abs = s + bias, s_abs + np.abs(bias)
+    out, scale_out = attend(s, s_abs, kv_for_query_heads(v, hq), visible)
+    return out, attention_lse(s, visible), scale_out
 
 
 def attention_lse(s, visible):
@@ -1374,7 +1407,7 @@ def sum_group_heads(x, hkv):
 
 
 def attention_backward_reference(q, k, v, do, scale, causal=False, window_left=-1, window_right=-1,
-                                 softcap=0.0):
+                                 softcap=0.0, top_left=False):
     """FlashAttention's gradients in float64, from the math: with s = scale q.k (then t = softcap
     tanh(s / softcap) under softcap), P = softmax(t) over the visible keys, o = P v,
       dP = do v^T, D = rowsum(do * o), dt = P (dP - D), ds = dt (1 - tanh^2) (ds = dt without softcap),
@@ -1385,7 +1418,7 @@ def attention_backward_reference(q, k, v, do, scale, causal=False, window_left=-
     its weight."""
     hq, hkv = q.shape[1], k.shape[1]
     qf, kf, vf, dof = f64(q), kv_for_query_heads(k, hq), kv_for_query_heads(v, hq), f64(do)
-    visible = attention_visible(q.shape[2], k.shape[2], causal, window_left, window_right)
+    visible = attention_visible(q.shape[2], k.shape[2], causal, window_left, window_right, top_left)
     with np.errstate(all="ignore"):
         s = np.einsum("...id,...jd->...ij", qf, kf) * scale
         s_abs = np.einsum("...id,...jd->...ij", np.abs(qf), np.abs(kf)) * abs(scale)
@@ -1432,8 +1465,35 @@ def _flash_attn(inputs, params, out_dtype, out_shape):
     skip_infinite_values(v)
     f = params.fields()
     s, s_abs = attention_scores(q, kv_for_query_heads(k, hq), f["scale"], f["softcap"])
-    visible = attention_visible(sq, sk, f["causal"], f["window_left"], f["window_right"])
+    visible = attention_visible(sq, sk, f["causal"], f["window_left"], f["window_right"], f["top_left"])
     values, magnitude = attend(s, s_abs, kv_for_query_heads(v, hq), visible)
+    return Accumulated(to(values, out_dtype), magnitude, sk + d + 2)
+
+
+@register([fk.OpKind.FLASH_ATTN_MASKED], kind="accumulate")
+def _flash_attn_masked(inputs, params, out_dtype, out_shape):
+    """FLASH_ATTN plus mask [B|1, Hq|1, Sq|1, Sk] (q's dtype), ALiBi slopes [Hq] (f32) and key lengths
+    [B] (i32 / i64, each in [0, Sk]), each [0] when absent."""
+    need_params(params, "flash_attn")
+    q, k, v, mask, alibi, key_lens = inputs
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4 or len(out_shape) != 4:
+        raise ExpectError(fk.ShapeError)
+    b, hq, sq, d = q.shape
+    hkv, sk = k.shape[1:3]
+    if (k.shape[0], k.shape[3], v.shape[0]) != (b, d, b) or v.shape[1:3] != (hkv, sk) or hkv == 0 or hq % hkv:
+        raise ExpectError(fk.ShapeError)
+    expect_shape(out_shape, (b, hq, sq, v.shape[3]))
+    if mask.shape != (0,) and (mask.ndim != 4 or mask.shape[3] != sk
+                               or any(m not in (1, want) for m, want in zip(mask.shape[:3], (b, hq, sq)))):
+        raise ExpectError(fk.ShapeError)
+    if alibi.ndim != 1 or alibi.shape[0] not in (hq, 0) or key_lens.ndim != 1 or key_lens.shape[0] not in (b, 0):
+        raise ExpectError(fk.ShapeError)
+    checked_indices(key_lens, sk + 1)
+    skip_infinite_values(v)
+    f = params.fields()
+    values, _, magnitude = masked_attention_reference(q, k, v, mask, alibi, key_lens, f["scale"], f["causal"],
+                                                      f["window_left"], f["window_right"], f["softcap"],
+                                                      f["top_left"])
     return Accumulated(to(values, out_dtype), magnitude, sk + d + 2)
 
 
@@ -1453,7 +1513,7 @@ def _flash_attn_backward(inputs, params, out_dtype, out_shape):
         raise ExpectError(fk.ShapeError)
     f = params.fields()
     _, _, grads, _ = attention_backward_reference(q, k, v, do, f["scale"], f["causal"], f["window_left"],
-                                                  f["window_right"], f["softcap"])
+                                                  f["window_right"], f["softcap"], f["top_left"])
     return tuple(to(g, out_dtype) for g in grads)
 
 

@@ -15,8 +15,9 @@
  *                    otherwise), each block with w's matching in-channels
  *   FK_SPLIT_CONV2D_BACKWARD_WEIGHT  blocks of dw's in-channels with x's (groups = 1; whole
  *                    otherwise: every image adds into every dw element)
- *   FK_SPLIT_ATTN    batch x kv-head groups x (causal only) blocks of 64-row query blocks, each
- *                    with the keys up to its last query's diagonal; FLASH_ATTN's second output
+ *   FK_SPLIT_ATTN    batch x kv-head groups x (causal only; top-left only when Sq <= Sk) blocks of
+ *                    64-row query blocks, each with the keys up to its last query's diagonal
+ *                    (bottom-right aligned on them); FLASH_ATTN's second output
  *                    (lse [B, Hq, Sq]) is cut as output 0's first three axes
  *   FK_SPLIT_ATTN_BACKWARD  FLASH_ATTN_BACKWARD: batch x kv heads (each block the query heads of
  *                    one kv head, dq's rows of them, that kv head's whole dk and dv)
@@ -399,7 +400,9 @@ static int64_t fk_split_plan(fk_split *s) {
         for (d = 0; d < 3; d++) s->axis[0][d] = (int8_t)d;
         s->axis[1][0] = s->axis[2][0] = 0;          /* heads and keys: see fk_split_task */
         qc = sq;
-        if (p->causal && sq > 64) {
+        /* top-left queries cut into blocks only while every block's last diagonal is a key (Sq <= Sk):
+         * fk_split_call then gives each block its keys up to that diagonal, bottom-right aligned */
+        if (p->causal && sq > 64 && !(p->top_left && sq > sk)) {
             qc = 256 < sq ? 256 : sq;
             while (b * (hq / s->group) * fk_split_div_up(sq, qc) < FK_SPLIT_TASKS && qc > 64) qc /= 2;
             qc = (qc + 63) / 64 * 64;
@@ -485,9 +488,19 @@ static int fk_split_call(fk_split *s, int64_t task) {
             }
     } else if (s->rule == FK_SPLIT_ATTN) {
         /* the block's kv head; keys up to the diagonal of its last query (those past it are
-         * masked for every query of the block), so query i keeps key position i + Sk - Sq */
+         * masked for every query of the block), so query i keeps key position i + Sk - Sq.  A causal
+         * top-left call (Sq <= Sk, fk_split_plan) keeps position i the same way: its block is
+         * bottom-right aligned on keys up to lo + len; a non-causal one keeps every key. */
         int64_t sq = out->shape[2], sk = s->layouts[1].shape[2];
         int64_t keys = lo[2] + len[2] + sk - sq;
+        if (params.u.flash_attn.top_left) {
+            if (params.u.flash_attn.causal && sq <= sk) {
+                keys = lo[2] + len[2];
+                params.u.flash_attn.top_left = 0;
+            } else {
+                keys = sk;
+            }
+        }
         keys = keys < 0 ? 0 : keys > sk ? sk : keys;
         for (k = 1; k <= 2; k++) {
             layouts[k].offset += lo[1] / s->group * layouts[k].strides[1];

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define FK_ABI_VERSION 4
+#define FK_ABI_VERSION 5
 #define FK_MAX_DIMS 8
 #define FK_MAX_OPERANDS 8
 #define FK_SOURCE_LEN 16
@@ -106,7 +106,8 @@ typedef struct { double eps; } fk_norm_params;
 typedef struct { uint8_t interleaved; } fk_rope_params;
 typedef struct {
     double scale; double softcap;    /* softcap 0 = off */
-    uint8_t causal; uint8_t reserved[7];
+    uint8_t causal; uint8_t top_left;   /* top_left: query i at key position i, else i + Sk - Sq */
+    uint8_t reserved[6];
     int64_t window_left; int64_t window_right;   /* -1 = unbounded */
 } fk_flash_attn_params;
 typedef struct {
