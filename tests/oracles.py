@@ -529,9 +529,22 @@ for _op in (fk.OpKind.MAX, fk.OpKind.MIN, fk.OpKind.ARGMAX, fk.OpKind.ARGMIN):
 
 
 # ---- matmul, softmax, norms -----------------------------------------------------------------------
+def grouped_batch(a, b):
+    """b with each batch axis where a's extent is a multiple g > 1 of b's (b's > 1) repeated g times
+    per index (index i reads b's i / g: MATMUL's grouped, GQA, broadcasting)."""
+    n = min(a.ndim, b.ndim) - 2
+    for axis in range(1, n + 1):
+        ea, eb = a.shape[-2 - axis], b.shape[-2 - axis]
+        if eb > 1 and ea != eb and ea % eb == 0:
+            b = np.repeat(b, ea // eb, axis=b.ndim - 2 - axis)
+    return b
+
+
 def matmul_reference(a, b):
-    """a @ b exactly for integers (in int64, wrapping as the kernels do) and in float64 for floats."""
+    """a @ b exactly for integers (in int64, wrapping as the kernels do) and in float64 for floats;
+    batch dims broadcast, grouped ones too (grouped_batch)."""
     a, b = np.asarray(a), np.asarray(b)
+    b = grouped_batch(a, b)
     if a.dtype.kind in "iub":
         return np.matmul(a.astype(np.int64), b.astype(np.int64))
     return np.matmul(a.astype(np.float64), b.astype(np.float64))

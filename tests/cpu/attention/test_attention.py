@@ -319,6 +319,22 @@ def test_paged_attn_chunk_refusals_write_nothing(rng):
     refused(fk.ReadOnlyError, q, k_cache, v_cache, block_table, context_lens, none, out=read_only)
 
 
+def test_graph_paged_attn_takes_a_chunk(rng):
+    """Graph.paged_attn with a rank-4 q: the output [N, Sq, Hq, Dv] is inferred, planned and run."""
+    from fuel_kernel import graph as fg
+    q, k_cache, v_cache, block_table, context_lens = chunk_operands(D.F32, rng, sq=3, lens=(7, 3, 17))
+    none = np.zeros(0, np.float32)
+    g = fg.Graph()
+    qv = g.input(q.shape, D.F32)
+    kc, vc = g.input(k_cache.shape, D.F32), g.input(v_cache.shape, D.F32)
+    out = g.paged_attn(qv, kc, vc, g.constant(block_table), g.input((3,), D.I32), g.constant(none),
+                       scale=0.05, block_size=5)
+    assert out.shape == (3, 3, 4, 8)
+    got = g.compile([out]).run([q, k_cache, v_cache, context_lens])[0]
+    expected, _ = paged_reference(q, k_cache, v_cache, block_table, context_lens, none, 0.05, 5, 0.0, -1)
+    assert np.abs(got - expected).max() <= ATTN_TOL[D.F32] * np.abs(v_cache).max()
+
+
 @pytest.mark.parametrize("dtype", [D.F32, D.BF16, D.F64])
 def test_paged_attn_same_bits_for_any_thread_count(dtype, rng):
     """A call large enough to run on the pool returns the same bytes on 1, 2, 3 and 7 threads."""
