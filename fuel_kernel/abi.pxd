@@ -146,7 +146,8 @@ cdef extern from "fuel_kernel/abi.h" nogil:
         double scale
         double softcap
         uint8_t causal
-        uint8_t reserved[7]
+        uint8_t top_left
+        uint8_t reserved[6]
         int64_t window_left
         int64_t window_right
 

@@ -289,7 +289,7 @@ def reduce_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> 
 
 def matmul_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> Shape:
     """[A, B] or [A, B, count] -> (*batch, m, n): batch and m, n from params.matmul, else from the
-    shapes (A (..., m, k) @ B (..., k, n), batch dims broadcast)."""
+    shapes (A (..., m, k) @ B (..., k, n), batch dims broadcast: matmul_batch_shape)."""
     if len(shapes) not in (2, 3):
         raise OperandCountError(f"matmul takes [A, B] or [A, B, count], got {len(shapes)} inputs")
     a, b = shapes[0], shapes[1]
@@ -302,7 +302,24 @@ def matmul_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> 
         raise ParamsError(f"matmul takes params.matmul(...), not {params.kind}")
     if a[-1] != b[-2]:
         raise ShapeError(f"matmul inner extents differ: {a} @ {b}")
-    return broadcast_shape([a[:-2], b[:-2]]) + (a[-2], b[-1])
+    return matmul_batch_shape(a[:-2], b[:-2]) + (a[-2], b[-1])
+
+
+def matmul_batch_shape(a: Shape, b: Shape) -> Shape:
+    """MATMUL's batch: A's and B's batch dims right-aligned, each pair equal, one of them 1 (or
+    missing), or A's a multiple of B's (grouped, GQA: index i reads B's i / (A's / B's))."""
+    n = max(len(a), len(b))
+    a, b = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
+    out = []
+    for ea, eb in zip(a, b):
+        if ea == eb or eb == 1 or (eb > 1 and ea % eb == 0):
+            out.append(ea)
+        elif ea == 1:
+            out.append(eb)
+        else:
+            raise ShapeError(f"matmul batch dims {a} and {b} do not broadcast (each pair equal, one of them 1, "
+                             f"or A's a multiple of B's)")
+    return tuple(out)
 
 
 def matmul_dtype(dtypes: Sequence[DType], params: Optional[OpParams] = None) -> DType:

@@ -107,7 +107,8 @@ PARAMS = (
     ParamsSpec(19, "masked_fill", "masked_fill", (("double", "value"),)),
     ParamsSpec(20, "rope", "rope", (("uint8_t", "interleaved"),)),
     ParamsSpec(21, "flash_attn", "flash_attn", (("double", "scale"), ("double", "softcap"),
-                                                ("uint8_t", "causal"), ("uint8_t[7]", "reserved"),
+                                                ("uint8_t", "causal"), ("uint8_t", "top_left"),
+                                                ("uint8_t[6]", "reserved"),
                                                 ("int64_t", "window_left"),
                                                 ("int64_t", "window_right"))),
     ParamsSpec(22, "paged_attn", "paged_attn", (("double", "scale"), ("double", "softcap"),
@@ -376,6 +377,14 @@ OPS = (
     _op(105, "NONZERO", 1, "none",
         "the indices [ndim, numel] of x's nonzero elements in row-major order (the first count columns) "
         "and their count (0-d I64)", outputs=2, shape="nonzero", dtype="nonzero"),
+    # attention for serving (cpu/attention_kernels.h.in): FLASH_ATTN's options that need operands.  Six
+    # fixed inputs, an absent one passed as an empty [0] tensor (as PAGED_ATTN's ALiBi slopes), so a
+    # key's length still says whether it writes the lse
+    _op(106, "FLASH_ATTN_MASKED", 6, "flash_attn",
+        "FLASH_ATTN plus an additive mask [B|1, H|1, Sq|1, Sk], ALiBi slopes [H] and key lengths [B], "
+        "each [0] when absent",
+        outputs=(1, 2), args=("q", "k", "v", "mask", "alibi_slopes", "key_lens"), shape="flash_attn",
+        dtype="flash_attn"),
 )
 
 # ---- GGML quant types (QMATMUL's W) ----------------------------------------------------------------
@@ -896,6 +905,10 @@ CPU_KERNELS["attention"] = (
                "fk_flash_attn_cost", "FK_ATTN_CAPS"),
     KernelRows(("PAGED_ATTN",), tuple((n, n, n, "I32", "I32", "F32", n) for n in FLOAT), "fk_paged_attn",
                _ATTN_CLAIMS, "fk_paged_attn_cost", "FK_ATTN_CAPS"),
+    # [q, k, v, mask (T), alibi_slopes (F32), key_lens (I32 or I64), out] and with the lse (F32)
+    KernelRows(("FLASH_ATTN_MASKED",), tuple((n, n, n, n, "F32", lens, n) + lse for n in FLOAT
+                                             for lens in ("I32", "I64") for lse in ((), ("F32",))),
+               "fk_flash_attn_masked", _ATTN_CLAIMS, "fk_flash_attn_masked_cost", "FK_ATTN_CAPS"),
     # attention training
     KernelRows(("FLASH_ATTN_BACKWARD",), tuple((n, n, n, "F32", n, n, n, n) for n in FLOAT),
                "fk_flash_attn_backward", _ATTN_BACKWARD_CLAIMS, "fk_flash_attn_backward_cost", "FK_ATTN_CAPS"),
@@ -1311,11 +1324,12 @@ PARAMS_CONSTRUCTORS = (
                       (ParamsArg("value", "float"),)),
     ParamsConstructor("rope", "Whether rotated pairs are interleaved (else the two halves).",
                       (ParamsArg("interleaved", "bool", False),)),
-    ParamsConstructor("flash_attn", "Score scale, causal mask, tanh softcap (0: none) and a sliding "
-                      "window (-1: unbounded).",
+    ParamsConstructor("flash_attn", "Score scale, causal mask, tanh softcap (0: none), a sliding "
+                      "window (-1: unbounded) and where queries sit among the keys: bottom-right (query i "
+                      "at key position i + Sk - Sq, FlashAttention's) or top_left (at i, ONNX Attention's).",
                       (ParamsArg("scale", "float"), ParamsArg("causal", "bool", False),
                        ParamsArg("softcap", "float", 0.0), ParamsArg("window_left", "int", -1),
-                       ParamsArg("window_right", "int", -1))),
+                       ParamsArg("window_right", "int", -1), ParamsArg("top_left", "bool", False))),
     ParamsConstructor("paged_attn", "Score scale, the KV cache's block size, tanh softcap (0: none) "
                       "and a left window (-1: unbounded).",
                       (ParamsArg("scale", "float"), ParamsArg("block_size", "int", check=">= 1"),
@@ -1407,7 +1421,7 @@ KERNEL_MODULES = (
     _module("movement", "CPU data-movement kernels: SLICE, CONCAT, FLIP, ROLL, TRIU, TRIL, PAD, "
             "MASKED_FILL, CUMSUM, WRITE_SLICE, WRITE_SLICE_ROTATING"),
     _module("index", "CPU indexing kernels: INDEX_SELECT, GATHER, SCATTER_ADD, INDEX_ADD, SCATTER, NONZERO"),
-    _module("attention", "CPU attention kernels: ROPE, FLASH_ATTN, PAGED_ATTN, FLASH_ATTN_BACKWARD"),
+    _module("attention", "CPU attention kernels: ROPE, FLASH_ATTN, FLASH_ATTN_MASKED, PAGED_ATTN, FLASH_ATTN_BACKWARD"),
     _module("reduce", "CPU reductions SUM/MAX/MIN/MEAN/PROD/ARGMAX/ARGMIN"),
     _module("matmul", "Native CPU MATMUL kernels (GEMM engine in gemm_core.h)"),
     _module("matmul_blas", "The BLAS MATMUL sibling: registers only when SciPy is importable",

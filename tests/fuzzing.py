@@ -435,7 +435,7 @@ def valid_params(draw, family, shapes):
     if family == "flash_attn":
         return P.flash_attn(draw(st.floats(0.01, 2)), causal=draw(st.booleans()),
                             softcap=draw(st.sampled_from((0.0, 0.0, 0.5, 5.0))),
-                            window_left=draw(window), window_right=draw(window))
+                            window_left=draw(window), window_right=draw(window), top_left=draw(st.booleans()))
     if family == "paged_attn":                       # the block size is the caches' (shapes[1])
         block_size = shapes[1][1] if len(shapes) > 1 and len(shapes[1]) == 4 else draw(st.integers(1, 4))
         return P.paged_attn(draw(st.floats(0.01, 2)), max(block_size, 1),
@@ -583,13 +583,25 @@ def _flash_attn(draw, op, n_in):
     return shapes, valid_params(draw, "flash_attn", shapes), {}
 
 
+def _flash_attn_masked(draw, op, n_in):
+    """FLASH_ATTN's q, k, v with a mask [B|1, Hq|1, Sq|1, Sk] or [0], ALiBi slopes [Hq] or [0] and key
+    lengths [B] or [0] (values up to Sk)."""
+    shapes, params, _ = _flash_attn(draw, op, 3)
+    (b, hq, sq, _), (_, _, sk, _) = shapes[0], shapes[1]
+    mask = (0,) if draw(st.booleans()) else tuple(draw(st.sampled_from((n, 1))) for n in (b, hq, sq)) + (sk,)
+    alibi, lens = (draw(st.sampled_from((hq, 0))),), (draw(st.sampled_from((b, 0))),)
+    return shapes + [mask, alibi, lens], params, {5: sk + 1}
+
+
 def _paged_attn(draw, op, n_in):
-    """q [N, Hq, D], k/v caches [blocks, block_size, Hkv, D or Dv], block_table [N, max_blocks] of
-    cache blocks, context_lens [N] up to max_blocks * block_size, alibi slopes [Hq] or [0]."""
+    """q [N, Hq, D] (decode) or, in half the cases, [N, Sq, Hq, D] (a chunk of 1-3 queries), k/v caches
+    [blocks, block_size, Hkv, D or Dv], block_table [N, max_blocks] of cache blocks, context_lens [N]
+    up to max_blocks * block_size, alibi slopes [Hq] or [0]."""
     hq, hkv = _heads(draw)
     n, d, dv = draw(st.sampled_from((1, 2, 3, 0))), draw(st.sampled_from((0, 1, 4, 8))), draw(st.sampled_from((0, 1, 3, 8)))
     block_size, blocks, max_blocks = draw(st.integers(1, 4)), draw(st.integers(1, 6)), draw(st.integers(0, 4))
-    shapes = [(n, hq, d), (blocks, block_size, hkv, d), (blocks, block_size, hkv, dv), (n, max_blocks), (n,),
+    chunk = (draw(st.integers(1, 3)),) if draw(st.booleans()) else ()
+    shapes = [(n,) + chunk + (hq, d), (blocks, block_size, hkv, d), (blocks, block_size, hkv, dv), (n, max_blocks), (n,),
               (draw(st.sampled_from((hq, 0))),)]
     return shapes, valid_params(draw, "paged_attn", shapes), {3: blocks, 4: max_blocks * block_size + 1}
 
@@ -713,6 +725,7 @@ OPERANDS = {
     fk.OpKind.GATHER: _gather, fk.OpKind.SCATTER_ADD: _scatter_add, fk.OpKind.INDEX_ADD: _index_add,
     fk.OpKind.SCATTER: _scatter_add,
     fk.OpKind.ROPE: _rope, fk.OpKind.FLASH_ATTN: _flash_attn, fk.OpKind.PAGED_ATTN: _paged_attn,
+    fk.OpKind.FLASH_ATTN_MASKED: _flash_attn_masked,
     fk.OpKind.CONV2D: _conv2d, fk.OpKind.FUSED_SOFTMAX_CROSS_ENTROPY_BACKWARD: _cross_entropy_backward,
     fk.OpKind.CONV2D_BACKWARD_INPUT: _conv2d_backward, fk.OpKind.CONV2D_BACKWARD_WEIGHT: _conv2d_backward,
     fk.OpKind.CONV2D: _conv2d,

@@ -548,9 +548,22 @@ for _op in (fk.OpKind.MAX, fk.OpKind.MIN, fk.OpKind.ARGMAX, fk.OpKind.ARGMIN):
 
 
 # ---- matmul, softmax, norms -----------------------------------------------------------------------
+def grouped_batch(a, b):
+    """b with each batch axis where a's extent is a multiple g > 1 of b's (b's > 1) repeated g times
+    per index (index i reads b's i / g: MATMUL's grouped, GQA, broadcasting)."""
+    n = min(a.ndim, b.ndim) - 2
+    for axis in range(1, n + 1):
+        ea, eb = a.shape[-2 - axis], b.shape[-2 - axis]
+        if eb > 1 and ea != eb and ea % eb == 0:
+            b = np.repeat(b, ea // eb, axis=b.ndim - 2 - axis)
+    return b
+
+
 def matmul_reference(a, b):
-    """a @ b exactly for integers (in int64, wrapping as the kernels do) and in float64 for floats."""
+    """a @ b exactly for integers (in int64, wrapping as the kernels do) and in float64 for floats;
+    batch dims broadcast, grouped ones too (grouped_batch)."""
     a, b = np.asarray(a), np.asarray(b)
+    b = grouped_batch(a, b)
     if a.dtype.kind in "iub":
         return np.matmul(a.astype(np.int64), b.astype(np.int64))
     return np.matmul(a.astype(np.float64), b.astype(np.float64))
@@ -1417,11 +1430,19 @@ def attend(s, s_abs, v, visible):
     return out, attention_error_scale(v, s, s_abs, visible)
 
 
-def attention_visible(sq, sk, causal, window_left, window_right):
-    """[Sq, Sk]: query i sits at key position i + Sk - Sq (bottom-right aligned)."""
-    pos = np.arange(sq)[:, None] + sk - sq
+def attention_positions(sq, keys, top_left=False):
+    """[Sq, 1]: where each query sits among `keys` keys: i + keys - Sq (bottom-right aligned), or i
+    (top-left, ONNX Attention's)."""
+    return np.arange(sq)[:, None] + (0 if top_left else keys - sq)
+
+
+def attention_visible(sq, sk, causal, window_left, window_right, top_left=False, keys=None):
+    """[Sq, Sk]: query i sits at attention_positions(Sq, keys, top_left); only the first `keys` of
+    the Sk keys (all when None: FLASH_ATTN_MASKED's key length) can be seen."""
+    keys = sk if keys is None else keys
+    pos = attention_positions(sq, keys, top_left)
     j = np.arange(sk)[None, :]
-    visible = np.ones((sq, sk), bool)
+    visible = np.broadcast_to(j < keys, (sq, sk)).copy()
     if causal:
         visible &= j <= pos
     if window_left >= 0:
@@ -1436,12 +1457,37 @@ def kv_for_query_heads(x, hq):
     return np.repeat(f64(x), hq // x.shape[1], axis=1)
 
 
-def attention_reference(q, k, v, scale, causal=False, window_left=-1, window_right=-1, softcap=0.0):
+def attention_reference(q, k, v, scale, causal=False, window_left=-1, window_right=-1, softcap=0.0,
+                        top_left=False):
     """(out, error scale) of plain attention in float64 with the kernel's masking rules: q [B, Hq,
     Sq, D], k [B, Hkv, Sk, D], v [B, Hkv, Sk, Dv]."""
     s, s_abs = attention_scores(q, kv_for_query_heads(k, q.shape[1]), scale, softcap)
-    visible = attention_visible(q.shape[2], k.shape[2], causal, window_left, window_right)
+    visible = attention_visible(q.shape[2], k.shape[2], causal, window_left, window_right, top_left)
     return attend(s, s_abs, kv_for_query_heads(v, q.shape[1]), visible)
+
+
+def masked_attention_reference(q, k, v, mask, alibi, key_lens, scale, causal=False, window_left=-1,
+                               window_right=-1, softcap=0.0, top_left=False):
+    """(out, lse, error scale) of FLASH_ATTN_MASKED in float64: batch b has L_b keys (key_lens[b], all
+    Sk when key_lens is empty), keys j >= L_b unseen, query i at p = i + L_b - Sq (or i, top-left);
+    t = softcap(scale q.k) + mask[b, h, i, j] (broadcast; none when mask is empty) - slope[h] |p - j|
+    (none when alibi is empty); softmax over the visible keys (a row with none, or only -inf, is 0)."""
+    b, hq, sq, _ = q.shape
+    sk = k.shape[2]
+    lens = [sk] * b if len(key_lens) == 0 else [int(x) for x in np.asarray(key_lens)]
+    s, s_abs = attention_scores(q, kv_for_query_heads(k, hq), scale, softcap)          # [B, Hq, Sq, Sk]
+    visible = np.array([attention_visible(sq, sk, causal, window_left, window_right, top_left, n) for n in lens],
+                       bool).reshape(b, 1, sq, sk)
+    visible = np.broadcast_to(visible, s.shape)
+    with np.errstate(all="ignore"):
+        if np.asarray(mask).ndim == 4:
+            s, s_abs = s + f64(mask), s_abs + np.abs(f64(mask))
+        if len(alibi):
+            pos = np.array([attention_positions(sq, n, top_left) for n in lens]).reshape(b, 1, sq, 1)
+            bias = -f64(alibi)[None, :, None, None] * np.abs(pos - np.arange(sk))
+            s, s_abs = s + bias, s_abs + np.abs(bias)
+    out, scale_out = attend(s, s_abs, kv_for_query_heads(v, hq), visible)
+    return out, attention_lse(s, visible), scale_out
 
 
 def attention_lse(s, visible):
@@ -1460,7 +1506,7 @@ def sum_group_heads(x, hkv):
 
 
 def attention_backward_reference(q, k, v, do, scale, causal=False, window_left=-1, window_right=-1,
-                                 softcap=0.0):
+                                 softcap=0.0, top_left=False):
     """FlashAttention's gradients in float64, from the math: with s = scale q.k (then t = softcap
     tanh(s / softcap) under softcap), P = softmax(t) over the visible keys, o = P v,
       dP = do v^T, D = rowsum(do * o), dt = P (dP - D), ds = dt (1 - tanh^2) (ds = dt without softcap),
@@ -1471,7 +1517,7 @@ def attention_backward_reference(q, k, v, do, scale, causal=False, window_left=-
     its weight."""
     hq, hkv = q.shape[1], k.shape[1]
     qf, kf, vf, dof = f64(q), kv_for_query_heads(k, hq), kv_for_query_heads(v, hq), f64(do)
-    visible = attention_visible(q.shape[2], k.shape[2], causal, window_left, window_right)
+    visible = attention_visible(q.shape[2], k.shape[2], causal, window_left, window_right, top_left)
     with np.errstate(all="ignore"):
         s = np.einsum("...id,...jd->...ij", qf, kf) * scale
         s_abs = np.einsum("...id,...jd->...ij", np.abs(qf), np.abs(kf)) * abs(scale)
@@ -1518,8 +1564,35 @@ def _flash_attn(inputs, params, out_dtype, out_shape):
     skip_infinite_values(v)
     f = params.fields()
     s, s_abs = attention_scores(q, kv_for_query_heads(k, hq), f["scale"], f["softcap"])
-    visible = attention_visible(sq, sk, f["causal"], f["window_left"], f["window_right"])
+    visible = attention_visible(sq, sk, f["causal"], f["window_left"], f["window_right"], f["top_left"])
     values, magnitude = attend(s, s_abs, kv_for_query_heads(v, hq), visible)
+    return Accumulated(to(values, out_dtype), magnitude, sk + d + 2)
+
+
+@register([fk.OpKind.FLASH_ATTN_MASKED], kind="accumulate")
+def _flash_attn_masked(inputs, params, out_dtype, out_shape):
+    """FLASH_ATTN plus mask [B|1, Hq|1, Sq|1, Sk] (q's dtype), ALiBi slopes [Hq] (f32) and key lengths
+    [B] (i32 / i64, each in [0, Sk]), each [0] when absent."""
+    need_params(params, "flash_attn")
+    q, k, v, mask, alibi, key_lens = inputs
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4 or len(out_shape) != 4:
+        raise ExpectError(fk.ShapeError)
+    b, hq, sq, d = q.shape
+    hkv, sk = k.shape[1:3]
+    if (k.shape[0], k.shape[3], v.shape[0]) != (b, d, b) or v.shape[1:3] != (hkv, sk) or hkv == 0 or hq % hkv:
+        raise ExpectError(fk.ShapeError)
+    expect_shape(out_shape, (b, hq, sq, v.shape[3]))
+    if mask.shape != (0,) and (mask.ndim != 4 or mask.shape[3] != sk
+                               or any(m not in (1, want) for m, want in zip(mask.shape[:3], (b, hq, sq)))):
+        raise ExpectError(fk.ShapeError)
+    if alibi.ndim != 1 or alibi.shape[0] not in (hq, 0) or key_lens.ndim != 1 or key_lens.shape[0] not in (b, 0):
+        raise ExpectError(fk.ShapeError)
+    checked_indices(key_lens, sk + 1)
+    skip_infinite_values(v)
+    f = params.fields()
+    values, _, magnitude = masked_attention_reference(q, k, v, mask, alibi, key_lens, f["scale"], f["causal"],
+                                                      f["window_left"], f["window_right"], f["softcap"],
+                                                      f["top_left"])
     return Accumulated(to(values, out_dtype), magnitude, sk + d + 2)
 
 
@@ -1539,52 +1612,64 @@ def _flash_attn_backward(inputs, params, out_dtype, out_shape):
         raise ExpectError(fk.ShapeError)
     f = params.fields()
     _, _, grads, _ = attention_backward_reference(q, k, v, do, f["scale"], f["causal"], f["window_left"],
-                                                  f["window_right"], f["softcap"])
+                                                  f["window_right"], f["softcap"], f["top_left"])
     return tuple(to(g, out_dtype) for g in grads)
 
 
 def paged_sequence(q, k_cache, v_cache, block_table, context_lens, alibi, scale, block_size, softcap,
                    window_left, n):
-    """Sequence n's scores [Hq, 1, T] (and their sum |terms|) over its T visible tokens, and those
-    tokens' values [Hq, T, Dv].  Token t lives in block block_table[n, t / block_size], row
-    t % block_size; the query sits at context_len - 1 and sees tokens >= that - window_left (when
-    window_left >= 0); scores are softcapped, then biased by slope[h] * (t - (context_len - 1))."""
-    ctx, hq = int(context_lens[n]), q.shape[1]
-    t = np.arange(max(ctx - 1 - window_left, 0) if window_left >= 0 else 0, ctx)
+    """Sequence n's scores [Hq, Sq, T] (and their sum |terms|) over the T tokens its queries may see,
+    those tokens' values [Hq, T, Dv] and which token each query sees [Sq, T].  q[n] is [Sq, Hq, D]
+    (a chunk: rank-4 q) or [Hq, D] (one decode query, Sq = 1).  Token t lives in block
+    block_table[n, t / block_size], row t % block_size; with L the context length, query i sits at
+    p = L - Sq + i and sees tokens max(0, p - window_left) <= t <= p (no lower bound when window_left
+    < 0); scores are softcapped, then biased by slope[h] * (t - p)."""
+    qn = f64(q[n]) if q.ndim == 4 else f64(q[n])[None]           # [Sq, Hq, D]
+    sq, hq = qn.shape[:2]
+    ctx = int(context_lens[n])
+    pos = ctx - sq + np.arange(sq)[:, None]                       # [Sq, 1]
+    first = max(ctx - sq - window_left, 0) if window_left >= 0 else 0
+    t = np.arange(min(first, max(ctx, 0)), max(ctx, 0))
     blocks, rows = np.asarray(block_table[n, t // block_size]).astype(np.int64), t % block_size
     k = kv_for_query_heads(k_cache[blocks, rows].transpose(1, 0, 2)[None], hq)[0]    # [Hq, T, D]
     v = kv_for_query_heads(v_cache[blocks, rows].transpose(1, 0, 2)[None], hq)[0]
-    s, s_abs = attention_scores(q[n][:, None, :], k, scale, softcap)
+    s, s_abs = attention_scores(qn.transpose(1, 0, 2), k, scale, softcap)          # [Hq, Sq, T]
+    visible = t[None, :] <= pos
+    if window_left >= 0:
+        visible &= t[None, :] >= pos - window_left
     if len(alibi):
         with np.errstate(invalid="ignore"):
-            bias = f64(alibi)[:, None, None] * (t - (ctx - 1))
+            bias = f64(alibi)[:, None, None] * (t[None, None, :] - pos[None])
             s, s_abs = s + bias, s_abs + np.abs(bias)
-    return s, s_abs, v
+    return s, s_abs, v, visible
 
 
 def paged_reference(q, k_cache, v_cache, block_table, context_lens, alibi, scale, block_size, softcap, window_left):
-    """(out, error scale) in float64: one decode query per sequence against its tokens in the
-    paged caches (see paged_sequence)."""
-    out = np.zeros((q.shape[0], q.shape[1], v_cache.shape[3]))
-    magnitude = np.zeros((q.shape[0], q.shape[1], 1))
+    """(out, error scale) in float64: each sequence's queries (one, or a chunk of Sq) against its
+    tokens in the paged caches (see paged_sequence); out has q's rank, [N, Hq, Dv] or [N, Sq, Hq, Dv]."""
+    out = np.zeros(q.shape[:-1] + (v_cache.shape[3],))
+    magnitude = np.zeros(q.shape[:-1] + (1,))
     for n in range(q.shape[0]):
-        s, s_abs, v = paged_sequence(q, k_cache, v_cache, block_table, context_lens, alibi, scale, block_size,
-                                     softcap, window_left, n)
-        values, scale_n = attend(s, s_abs, v, np.ones(s.shape[1:], bool))
-        out[n], magnitude[n] = values[:, 0], scale_n[:, 0]
+        s, s_abs, v, visible = paged_sequence(q, k_cache, v_cache, block_table, context_lens, alibi, scale,
+                                              block_size, softcap, window_left, n)
+        values, scale_n = attend(s, s_abs, v, visible)           # [Hq, Sq, ...]
+        values, scale_n = values.transpose(1, 0, 2), scale_n.transpose(1, 0, 2)
+        out[n], magnitude[n] = (values, scale_n) if q.ndim == 4 else (values[0], scale_n[0])
     return out, magnitude
 
 
 @register([fk.OpKind.PAGED_ATTN], kind="accumulate")
 def _paged_attn(inputs, params, out_dtype, out_shape):
-    """q [N, Hq, D], k/v caches [blocks, block_size, Hkv, D or Dv], block_table [N, max_blocks]
-    (i32), context_lens [N] (i32), alibi_slopes [Hq] or [0] (f32); every context length and every
-    block index it reaches are bounds-checked (the rest of the table is never read)."""
+    """q [N, Hq, D] or [N, Sq, Hq, D], k/v caches [blocks, block_size, Hkv, D or Dv], block_table
+    [N, max_blocks] (i32), context_lens [N] (i32), alibi_slopes [Hq] or [0] (f32); every context
+    length (at least Sq for a chunk) and every block index it reaches are bounds-checked (the rest of
+    the table is never read)."""
     need_params(params, "paged_attn")
     q, k_cache, v_cache, table, lens, alibi = inputs
-    if (q.ndim, k_cache.ndim, v_cache.ndim, table.ndim, lens.ndim, alibi.ndim) != (3, 4, 4, 2, 1, 1):
+    if q.ndim not in (3, 4) or (k_cache.ndim, v_cache.ndim, table.ndim, lens.ndim, alibi.ndim) != (4, 4, 2, 1, 1):
         raise ExpectError(fk.ShapeError)
-    n_seqs, hq, d = q.shape
+    n_seqs, hq, d = q.shape[0], q.shape[-2], q.shape[-1]
+    sq = q.shape[1] if q.ndim == 4 else 1
     blocks, block_size, hkv = k_cache.shape[:3]
     if (k_cache.shape[3] != d or v_cache.shape[:3] != (blocks, block_size, hkv) or table.shape[0] != n_seqs
             or lens.shape[0] != n_seqs or alibi.shape[0] not in (hq, 0) or hkv == 0 or hq % hkv):
@@ -1592,9 +1677,11 @@ def _paged_attn(inputs, params, out_dtype, out_shape):
     f = params.fields()
     if f["block_size"] != block_size:
         raise ExpectError(fk.ParamsError)
-    expect_shape(out_shape, (n_seqs, hq, v_cache.shape[3]))
+    expect_shape(out_shape, q.shape[:-1] + (v_cache.shape[3],))
     checked_indices(lens, table.shape[1] * block_size + 1)
     for n in range(n_seqs):
+        if q.ndim == 4 and int(lens[n]) < sq:
+            raise ExpectError(fk.KernelIndexError)
         reached = -(-int(lens[n]) // block_size)            # blocks holding tokens < context_len
         checked_indices(table[n, :reached], blocks)
     args = (q, k_cache, v_cache, table, lens, alibi, f["scale"], block_size, f["softcap"], f["window_left"])

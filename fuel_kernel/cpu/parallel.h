@@ -9,14 +9,16 @@
  *   FK_SPLIT_REDUCE  the kept (non-reduced) axes of a reduction with explicit dims
  *   FK_SPLIT_MOVEMENT  CUMSUM, FLIP, ROLL, PAD: every axis their params do not name (the cumsum
  *                    axis, the flipped or rolled dims, the padded dims stay whole)
- *   FK_SPLIT_MATMUL  batch x blocks of rows x blocks of columns of C (m_compute ALL or ROWS)
+ *   FK_SPLIT_MATMUL  batch x blocks of rows x blocks of columns of C (m_compute ALL or ROWS); a
+ *                    grouped (GQA) batch axis gives each batch index B's index i / group
  *   FK_SPLIT_CONV2D  images x blocks of output channels (groups = 1; images only otherwise)
  *   FK_SPLIT_CONV2D_BACKWARD_INPUT  images x blocks of dx's channels (groups = 1; images only
  *                    otherwise), each block with w's matching in-channels
  *   FK_SPLIT_CONV2D_BACKWARD_WEIGHT  blocks of dw's in-channels with x's (groups = 1; whole
  *                    otherwise: every image adds into every dw element)
- *   FK_SPLIT_ATTN    batch x kv-head groups x (causal only) blocks of 64-row query blocks, each
- *                    with the keys up to its last query's diagonal; FLASH_ATTN's second output
+ *   FK_SPLIT_ATTN    batch x kv-head groups x (causal only; top-left only when Sq <= Sk) blocks of
+ *                    64-row query blocks, each with the keys up to its last query's diagonal
+ *                    (bottom-right aligned on them); FLASH_ATTN's second output
  *                    (lse [B, Hq, Sq]) is cut as output 0's first three axes
  *   FK_SPLIT_ATTN_BACKWARD  FLASH_ATTN_BACKWARD: batch x kv heads (each block the query heads of
  *                    one kv head, dq's rows of them, that kv head's whole dk and dv)
@@ -63,6 +65,8 @@ typedef struct {
     int64_t count[FK_MAX_DIMS];             /* blocks per output axis */
     int8_t axis[FK_MAX_OPERANDS][FK_MAX_DIMS];   /* operand axis cut with output axis d, or -1 */
     int64_t group;                          /* FK_SPLIT_ATTN: query heads per kv head */
+    int64_t b_group[FK_MAX_DIMS];           /* FK_SPLIT_MATMUL: > 0 on a grouped (GQA) batch axis of B */
+    int8_t b_axis[FK_MAX_DIMS];             /* ... and B's axis there */
     atomic_int status;                      /* the first failure of a later task */
     char message[FK_ERROR_LEN];
 } fk_split;
@@ -191,6 +195,7 @@ static int64_t fk_split_plan(fk_split *s) {
         if (s->layouts[k].ndim < 0 || s->layouts[k].ndim > FK_MAX_DIMS) return 1;
         for (d = 0; d < FK_MAX_DIMS; d++) s->axis[k][d] = -1;
     }
+    for (d = 0; d < FK_MAX_DIMS; d++) s->b_group[d] = 0;
     if (!fk_split_writes_are_private(s)) return 1;
     for (k = s->n_in; k < n && s->rule != FK_SPLIT_ATTN_BACKWARD; k++) {   /* outputs share output 0's shape */
         if (s->rule == FK_SPLIT_ATTN && k == s->n_in + 1) {
@@ -299,7 +304,14 @@ static int64_t fk_split_plan(fk_split *s) {
             for (d = 0; d < s->ndim - 2; d++) {
                 int a = d - shift;
                 if (a < 0 || op->shape[a] == 1) continue;
-                if (op->shape[a] != out->shape[d]) return 1;
+                if (op->shape[a] != out->shape[d]) {
+                    /* a grouped axis of B (C's extent a multiple of B's): batch block i (one index:
+                     * batch axes are cut by 1) reads B's index i / group, set in fk_split_call */
+                    if (k != 1 || out->shape[d] % op->shape[a] != 0) return 1;
+                    s->b_group[d] = out->shape[d] / op->shape[a];
+                    s->b_axis[d] = (int8_t)a;
+                    continue;
+                }
                 s->axis[k][d] = (int8_t)a;
             }
         }
@@ -399,7 +411,9 @@ static int64_t fk_split_plan(fk_split *s) {
         for (d = 0; d < 3; d++) s->axis[0][d] = (int8_t)d;
         s->axis[1][0] = s->axis[2][0] = 0;          /* heads and keys: see fk_split_task */
         qc = sq;
-        if (p->causal && sq > 64) {
+        /* top-left queries cut into blocks only while every block's last diagonal is a key (Sq <= Sk):
+         * fk_split_call then gives each block its keys up to that diagonal, bottom-right aligned */
+        if (p->causal && sq > 64 && !(p->top_left && sq > sk)) {
             qc = 256 < sq ? 256 : sq;
             while (b * (hq / s->group) * fk_split_div_up(sq, qc) < FK_SPLIT_TASKS && qc > 64) qc /= 2;
             qc = (qc + 63) / 64 * 64;
@@ -477,6 +491,13 @@ static int fk_split_call(fk_split *s, int64_t task) {
             int64_t rows = mp->m_compute.value - lo[s->ndim - 2];
             mp->m_compute.value = rows < 0 ? 0 : rows > mp->m ? mp->m : rows;
         }
+    }
+    if (s->rule == FK_SPLIT_MATMUL) {
+        for (d = 0; d < s->ndim - 2; d++)
+            if (s->b_group[d] > 0) {
+                layouts[1].offset += lo[d] / s->b_group[d] * layouts[1].strides[s->b_axis[d]];
+                layouts[1].shape[s->b_axis[d]] = 1;
+            }
     } else if (s->rule == FK_SPLIT_ATTN_BACKWARD) {
         for (k = 0; k < n; k++)                    /* k, v, dk, dv: the block's kv head */
             if (k == 1 || k == 2 || k == s->n_in + 1 || k == s->n_in + 2) {
@@ -485,9 +506,19 @@ static int fk_split_call(fk_split *s, int64_t task) {
             }
     } else if (s->rule == FK_SPLIT_ATTN) {
         /* the block's kv head; keys up to the diagonal of its last query (those past it are
-         * masked for every query of the block), so query i keeps key position i + Sk - Sq */
+         * masked for every query of the block), so query i keeps key position i + Sk - Sq.  A causal
+         * top-left call (Sq <= Sk, fk_split_plan) keeps position i the same way: its block is
+         * bottom-right aligned on keys up to lo + len; a non-causal one keeps every key. */
         int64_t sq = out->shape[2], sk = s->layouts[1].shape[2];
         int64_t keys = lo[2] + len[2] + sk - sq;
+        if (params.u.flash_attn.top_left) {
+            if (params.u.flash_attn.causal && sq <= sk) {
+                keys = lo[2] + len[2];
+                params.u.flash_attn.top_left = 0;
+            } else {
+                keys = sk;
+            }
+        }
         keys = keys < 0 ? 0 : keys > sk ? sk : keys;
         for (k = 1; k <= 2; k++) {
             layouts[k].offset += lo[1] / s->group * layouts[k].strides[1];

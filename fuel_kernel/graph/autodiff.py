@@ -145,8 +145,22 @@ def _matmul(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
     a, b = node.inputs
     dy = _output_grad(grads)
     da = sum_to(g, g.matmul(dy, _last_two_swapped(g, b)), a.shape) if needs[0] else None
-    db = sum_to(g, g.matmul(_last_two_swapped(g, a), dy), b.shape) if needs[1] else None
+    db = sum_to(g, _sum_groups(g, g.matmul(_last_two_swapped(g, a), dy), b.shape), b.shape) if needs[1] else None
     return [da, db]
+
+
+def _sum_groups(g: Graph, grad: Value, shape: Sequence[int]) -> Value:
+    """MATMUL's grouped (GQA) batch axes undone: where B's batch extent t divides the product's e > t
+    (index i read B's i / (e / t)), grad's axis is split into (t, e / t) and summed over the second;
+    the other batch axes are left to sum_to."""
+    lead = grad.ndim - len(shape)
+    for axis in range(len(shape) - 2):
+        extent, target = grad.shape[lead + axis], shape[axis]
+        if target > 1 and extent != target and extent % target == 0:
+            at = lead + axis
+            split = grad.shape[:at] + (target, extent // target) + grad.shape[at + 1:]
+            grad = g.sum(g.reshape(grad, split), dims=[at + 1])
+    return grad
 
 
 def _reduction(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:

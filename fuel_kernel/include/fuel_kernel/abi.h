@@ -110,7 +110,8 @@ typedef struct { double eps; } fk_norm_params;
 typedef struct { uint8_t interleaved; } fk_rope_params;
 typedef struct {
     double scale; double softcap;    /* softcap 0 = off */
-    uint8_t causal; uint8_t reserved[7];
+    uint8_t causal; uint8_t top_left;   /* top_left: query i at key position i, else i + Sk - Sq */
+    uint8_t reserved[6];
     int64_t window_left; int64_t window_right;   /* -1 = unbounded */
 } fk_flash_attn_params;
 typedef struct {

@@ -1,6 +1,6 @@
 """CPU attention kernels (fuel_kernel/cpu/_attention) against plain NumPy implementations with the
 same masking rules: ROPE (both layouts), FLASH_ATTN (causal, windows, softcap, grouped-query heads),
-PAGED_ATTN (block table, context lengths, ALiBi).  Tolerances are the kernels' precision claims."""
+PAGED_ATTN (block table, context lengths, ALiBi; one decode query or a chunk of queries per sequence).  Tolerances are the kernels' precision claims."""
 import numpy as np
 import pytest
 
@@ -203,6 +203,157 @@ def test_paged_attn_shape_and_params_errors(rng):
         k(q, k_cache, v_cache, block_table, lens, out=out, params=P.paged_attn(1.0, 5))
 
 
+# ---- PAGED_ATTN with a chunk of queries per sequence (chunked prefill) --------------------------------
+PAGED_KEY = lambda d: [d, d, d, D.I32, D.I32, D.F32, d]
+
+
+def chunk_operands(dtype, rng, layout="contiguous", sq=3, hq=4, hkv=2, lens=(7, 3, 17), d=16, dv=8, block_size=5,
+                   n_blocks=12, max_blocks=4):
+    """q [N, Sq, Hq, D] against paged caches; the context lengths count the chunk's own tokens."""
+    n = len(lens)
+    q = make_operand((n, sq, hq, d), dtype, layout, rng, special=False)
+    k_cache = make_operand((n_blocks, block_size, hkv, d), dtype, layout, rng, special=False)
+    v_cache = make_operand((n_blocks, block_size, hkv, dv), dtype, layout, rng, special=False)
+    table = np.stack([rng.permutation(n_blocks)[:max_blocks] for _ in range(n)]).astype(np.int32)
+    block_table = make_operand(table.shape, D.I32, layout, rng, values=table)
+    context_lens = make_operand((n,), D.I32, layout, rng, values=np.array(lens, np.int32))
+    return q, k_cache, v_cache, block_table, context_lens
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("hq,hkv", [(4, 4), (4, 2), (8, 2)])           # GQA ratios 1, 2, 4
+@pytest.mark.parametrize("sq,lens", [(1, (7, 1, 17)), (3, (7, 3, 17)), (9, (9, 20, 13))])
+@pytest.mark.parametrize("alibi,softcap,window_left", [(False, 0.0, -1), (True, 3.0, 6), (True, 0.0, 2)])
+def test_paged_attn_chunk(dtype, hq, hkv, sq, lens, alibi, softcap, window_left, rng):
+    """Query i of sequence n sees tokens up to L_n - Sq + i (blocks of 5: chunks of 3 and 9 cross
+    page boundaries), within the window, with ALiBi and softcap, against the NumPy reference."""
+    q, k_cache, v_cache, block_table, context_lens = chunk_operands(dtype, rng, sq=sq, hq=hq, hkv=hkv, lens=lens)
+    slopes = (2.0 ** -np.arange(1, hq + 1)).astype(np.float32) if alibi else np.zeros(0, np.float32)
+    p = P.paged_attn(0.05, block_size=5, softcap=softcap, window_left=window_left)
+    out = kernel(OP.PAGED_ATTN, PAGED_KEY(dtype))(q, k_cache, v_cache, block_table, context_lens, slopes, params=p)
+    expected, _ = paged_reference(q, k_cache, v_cache, block_table, context_lens, slopes, 0.05, 5, softcap,
+                                  window_left)
+    assert out.shape == (3, sq, hq, 8) == expected.shape
+    assert np.abs(f64(out) - expected).max() <= ATTN_TOL[dtype] * np.abs(f64(v_cache)).max()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_paged_attn_chunk_layouts(layout, rng):
+    q, k_cache, v_cache, block_table, context_lens = chunk_operands(D.F32, rng, layout, sq=4, lens=(7, 4, 17))
+    slopes = make_operand((4,), D.F32, layout, rng, values=np.array([0.5, 0.25, 0.1, 0.0]))
+    out = make_operand((3, 4, 4, 8), D.F32, "transposed" if layout == "transposed" else "strided", rng)
+    p = P.paged_attn(0.05, block_size=5, window_left=5)
+    fk.dispatch(OP.PAGED_ATTN, [q, k_cache, v_cache, block_table, context_lens, slopes], [out], params=p)
+    expected, _ = paged_reference(q, k_cache, v_cache, block_table, context_lens, slopes, 0.05, 5, 0.0, 5)
+    assert np.abs(f64(out) - expected).max() <= ATTN_TOL[D.F32] * np.abs(f64(v_cache)).max()
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_paged_attn_chunk_of_one_is_the_decode_call(dtype, rng):
+    """A rank-4 q of one query per sequence gives the decode call's bytes (the same per-row steps)."""
+    q, k_cache, v_cache, block_table, context_lens = chunk_operands(dtype, rng, sq=1, lens=(7, 1, 17))
+    slopes = (2.0 ** -np.arange(1, 5)).astype(np.float32)
+    p = P.paged_attn(0.05, block_size=5, softcap=2.0, window_left=9)
+    k = kernel(OP.PAGED_ATTN, PAGED_KEY(dtype))
+    chunk = k(q, k_cache, v_cache, block_table, context_lens, slopes, params=p)
+    decode = k(np.ascontiguousarray(q[:, 0]), k_cache, v_cache, block_table, context_lens, slopes, params=p)
+    assert chunk[:, 0].tobytes() == decode.tobytes()
+
+
+def test_paged_attn_chunks_match_causal_flash_attn(rng):
+    """Prefill in chunks of 4 (each chunk's tokens already in the cache, the context counting them)
+    agrees with one causal FLASH_ATTN over the whole sequence."""
+    hq, hkv, d, length, bs = 4, 2, 8, 11, 3
+    q = rng.standard_normal((1, hq, length, d)).astype(np.float32)
+    kk = rng.standard_normal((1, hkv, length, d)).astype(np.float32)
+    vv = rng.standard_normal((1, hkv, length, d)).astype(np.float32)
+    whole = fk.dispatch(OP.FLASH_ATTN, [q, kk, vv], params=P.flash_attn(0.3, causal=True))
+    table = np.array([[3, 0, 4, 1]], np.int32)            # tokens 3t..3t+2 in block table[t]
+    k_cache = np.zeros((5, bs, hkv, d), np.float32)
+    v_cache = np.zeros((5, bs, hkv, d), np.float32)
+    for t in range(length):
+        k_cache[table[0, t // bs], t % bs] = kk[0, :, t]
+        v_cache[table[0, t // bs], t % bs] = vv[0, :, t]
+    for start in range(0, length, 4):
+        stop = min(start + 4, length)
+        chunk = np.ascontiguousarray(q[:, :, start:stop].transpose(0, 2, 1, 3))      # [1, Sq, Hq, D]
+        out = fk.dispatch(OP.PAGED_ATTN, [chunk, k_cache, v_cache, table, np.array([stop], np.int32),
+                                          np.zeros(0, np.float32)], params=P.paged_attn(0.3, bs))
+        np.testing.assert_allclose(out[0], whole[0, :, start:stop].transpose(1, 0, 2), rtol=2e-5, atol=2e-6)
+
+
+def test_paged_attn_chunk_refusals_write_nothing(rng):
+    q, k_cache, v_cache, block_table, context_lens = chunk_operands(D.F32, rng, sq=3, lens=(7, 3, 17))
+    k = kernel(OP.PAGED_ATTN, PAGED_KEY(D.F32))
+    none = np.zeros(0, np.float32)
+    p = P.paged_attn(1.0, 5)
+    out = np.full((3, 3, 4, 8), 7.0, np.float32)
+
+    def refused(error, *args, match=None, out=out, params=p):
+        with pytest.raises(error, match=match):
+            k(*args, out=out, params=params)
+        assert (out == 7.0).all()
+
+    refused(IndexError, q, k_cache, v_cache, block_table, np.array([7, 2, 17], np.int32), none,
+            match=r"context length 2 at position \(1,\) is shorter than the chunk's 3 queries")
+    refused(IndexError, q, k_cache, v_cache, block_table, np.array([7, 0, 17], np.int32), none)
+    refused(IndexError, q, k_cache, v_cache, block_table, np.array([7, 3, 21], np.int32), none,
+            match=r"context length 21 at position \(2,\)")
+    bad_table = np.array(block_table)
+    bad_table[2, 3] = 12                               # token 15 of sequence 2 (context 17) needs block 3
+    refused(IndexError, q, k_cache, v_cache, bad_table, context_lens, none, match=r"block index 12 at position \(2, 3\)")
+    bad_table[2, 3] = -1
+    refused(IndexError, q, k_cache, v_cache, bad_table, context_lens, none)
+    refused(fk.ShapeError, q, k_cache, v_cache, block_table, context_lens, none,
+            out=np.full((3, 4, 8), 7.0, np.float32))    # the output has q's rank
+    refused(fk.ShapeError, q, k_cache, v_cache, block_table, context_lens, np.zeros(3, np.float32))
+    refused(fk.ShapeError, q[:, :, :3], k_cache, v_cache, block_table, context_lens, none)   # 3 heads, 2 kv heads
+    refused(fk.ShapeError, q[None], k_cache, v_cache, block_table, context_lens, none)
+    refused(fk.DTypeError, q, k_cache, v_cache, block_table.astype(np.int64), context_lens, none)
+    refused(fk.DTypeError, q.astype(np.float64), k_cache, v_cache, block_table, context_lens, none)
+    refused(fk.ParamsError, q, k_cache, v_cache, block_table, context_lens, none, params=P.paged_attn(1.0, 4))
+    overlapping = np.lib.stride_tricks.as_strided(out, out.shape, (0,) + out.strides[1:])   # writable, stride 0
+    refused(fk.AliasError, q, k_cache, v_cache, block_table, context_lens, none, out=overlapping)
+    read_only = np.full((3, 3, 4, 8), 7.0, np.float32)
+    read_only.flags.writeable = False
+    refused(fk.ReadOnlyError, q, k_cache, v_cache, block_table, context_lens, none, out=read_only)
+
+
+def test_graph_paged_attn_takes_a_chunk(rng):
+    """Graph.paged_attn with a rank-4 q: the output [N, Sq, Hq, Dv] is inferred, planned and run."""
+    from fuel_kernel import graph as fg
+    q, k_cache, v_cache, block_table, context_lens = chunk_operands(D.F32, rng, sq=3, lens=(7, 3, 17))
+    none = np.zeros(0, np.float32)
+    g = fg.Graph()
+    qv = g.input(q.shape, D.F32)
+    kc, vc = g.input(k_cache.shape, D.F32), g.input(v_cache.shape, D.F32)
+    out = g.paged_attn(qv, kc, vc, g.constant(block_table), g.input((3,), D.I32), g.constant(none),
+                       scale=0.05, block_size=5)
+    assert out.shape == (3, 3, 4, 8)
+    got = g.compile([out]).run([q, k_cache, v_cache, context_lens])[0]
+    expected, _ = paged_reference(q, k_cache, v_cache, block_table, context_lens, none, 0.05, 5, 0.0, -1)
+    assert np.abs(got - expected).max() <= ATTN_TOL[D.F32] * np.abs(v_cache).max()
+
+
+@pytest.mark.parametrize("dtype", [D.F32, D.BF16, D.F64])
+def test_paged_attn_same_bits_for_any_thread_count(dtype, rng):
+    """A call large enough to run on the pool returns the same bytes on 1, 2, 3 and 7 threads."""
+    q, k_cache, v_cache, block_table, context_lens = chunk_operands(
+        dtype, rng, sq=40, hq=8, hkv=2, lens=(150, 40, 277, 96), d=64, dv=64, block_size=16, n_blocks=64,
+        max_blocks=18)
+    slopes = (2.0 ** -np.arange(1, 9)).astype(np.float32)
+    p = P.paged_attn(0.05, block_size=16, softcap=4.0, window_left=100)
+    k = kernel(OP.PAGED_ATTN, PAGED_KEY(dtype))
+    args = (q, k_cache, v_cache, block_table, context_lens, slopes)
+    with fk.threads(1):
+        first = k(*args, params=p)
+    expected, _ = paged_reference(*args, 0.05, 16, 4.0, 100)
+    assert np.abs(f64(first) - expected).max() <= ATTN_TOL[dtype] * np.abs(f64(v_cache)).max()
+    for threads in (2, 3, 7):
+        with fk.threads(threads):
+            assert k(*args, params=p).tobytes() == first.tobytes()
+
+
 # the (op, dtypes) keys the tests above exercise; tests/test_spec.py checks the table
 COVERED = (
     {(op, (d,) * 4) for op in (OP.ROPE, OP.FLASH_ATTN) for d in FLOAT_DTYPES}
@@ -210,6 +361,9 @@ COVERED = (
     # FLASH_ATTN with its lse and FLASH_ATTN_BACKWARD: test_attention_backward.py
     | {(OP.FLASH_ATTN, (d,) * 4 + (D.F32,)) for d in FLOAT_DTYPES}
     | {(OP.FLASH_ATTN_BACKWARD, (d,) * 3 + (D.F32,) + (d,) * 4) for d in FLOAT_DTYPES}
+    # FLASH_ATTN_MASKED, with I32 and I64 key lengths, with and without its lse: test_attention_masked.py
+    | {(OP.FLASH_ATTN_MASKED, (d,) * 4 + (D.F32, lens, d) + lse) for d in FLOAT_DTYPES for lens in (D.I32, D.I64)
+       for lse in ((), (D.F32,))}
 )
 
 

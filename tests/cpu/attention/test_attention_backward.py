@@ -183,6 +183,22 @@ def test_flash_attn_backward(dtype, case, rng):
     assert_gradients(got, grads, mags, dtype)
 
 
+@pytest.mark.parametrize("dtype", [D.F32, D.F64])
+@pytest.mark.parametrize("case", [c for c in CASES if c[3] != c[4]])
+def test_flash_attn_backward_top_left(dtype, case, rng):
+    """Top-left alignment (query i at key position i, params.top_left) where it differs from
+    bottom-right (Sq != Sk): forward and gradients against the references."""
+    q, k, v, do, _, args = case_operands(case, dtype, rng)
+    scale, causal, wl, wr, softcap = args
+    p = P.flash_attn(scale, causal=causal, softcap=softcap, window_left=wl, window_right=wr, top_left=True)
+    _, lse, grads, mags = attention_backward_reference(q, k, v, do, *args, top_left=True)
+    out = kernel(OP.FLASH_ATTN, [dtype] * 4)(q, k, v, params=p)
+    expected, _ = attention_reference(q, k, v, *args, top_left=True)
+    assert np.abs(f64(out) - expected).max() <= 2e-5 * np.abs(f64(v)).max()
+    got = kernel(OP.FLASH_ATTN_BACKWARD, backward_key(dtype))(q, k, v, lse.astype(np.float32), do, params=p)
+    assert_gradients(got, grads, mags, dtype)
+
+
 @pytest.mark.parametrize("dtype", [D.F32, D.F64, D.BF16])
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_flash_attn_backward_layouts(dtype, layout, rng):

@@ -338,3 +338,113 @@ def test_fused_linear_blas_extents_past_the_blas_integer_range_are_refused(exten
     with pytest.raises(fk.ShapeError):
         blas[0](x, w, np.zeros(3, np.float32), out=y)
     assert (y == 7.0).all()
+
+
+# ---- grouped (GQA) batch broadcasting: A's batch extent a multiple of B's ------------------------------
+from fuel_kernel import graph as fg, ops  # noqa: E402
+from oracles import grouped_batch  # noqa: E402
+
+GROUPED = [  # (A, B): on an axis where A's extent is g x B's, index i of C reads B's i / g
+    ((2, 8, 5, 6), (2, 2, 6, 7)),          # [batch, Hq, M, K] @ [batch, Hkv, K, N], group 4
+    ((8, 3, 4), (4, 4, 3)),                # group 2, one batch axis
+    ((6, 1, 4, 5), (3, 4, 5, 2)),          # grouped axis beside a broadcast one
+    ((4, 3, 8, 5, 6), (3, 2, 6, 7)),       # a missing leading axis, group 4 on the last batch axis
+    ((2, 6, 1, 9), (2, 3, 9, 5)),          # group 2 with m = 1 (decode)
+]
+
+
+def check_grouped(got, a, b, dt, claim):
+    bg = grouped_batch(a, b)
+    exp = matmul_reference(a, b)
+    assert got.shape == exp.shape
+    if not dt.is_float:
+        np.testing.assert_array_equal(got, exp.astype(dt.numpy))
+        return
+    bound = claim.max_rel * np.matmul(np.abs(a.astype(np.float64)), np.abs(bg.astype(np.float64)))
+    assert (np.abs(got.astype(np.float64) - exp) <= bound + 1e-300).all()
+
+
+@pytest.mark.parametrize("dt", MM_DTYPES)
+def test_grouped_batch_broadcast(dt, rng):
+    for kernel in all_kernels(dt, None):
+        claim = kernel.precision
+        for (sa, sb), (la, lb) in zip(GROUPED, zip(LAYOUTS, LAYOUTS[3:] + LAYOUTS[:3])):
+            a = make_operand(sa, dt, la, rng, values=values(sa, dt, rng))
+            b = make_operand(sb, dt, lb, rng, values=values(sb, dt, rng))
+            batch = ops.infer_output_shape(fk.OpKind.MATMUL, [sa, sb])[:-2]
+            got = kernel(a, b)                                                 # no params: shapes decide
+            check_grouped(got, a, b, dt, claim)
+            m, k, n = sa[-2], sa[-1], sb[-1]
+            got = run(kernel, dt, None, a, b, m, n, k, batch=batch)           # params.matmul(batch=...)
+            check_grouped(got, a, b, dt, claim)
+
+
+@pytest.mark.parametrize("count_dt", [fk.DType.I32, fk.DType.I64])
+def test_grouped_batch_with_a_deferred_row_count(count_dt, rng):
+    a, b = values((2, 6, 5, 4), fk.DType.F32, rng), values((2, 3, 4, 3), fk.DType.F32, rng)
+    for kernel in all_kernels(fk.DType.F32, count_dt):
+        got = run(kernel, fk.DType.F32, count_dt, a, b, 5, 3, 4, batch=(2, 6), count=2)
+        exp = matmul_reference(a, b)
+        exp[..., 2:, :] = 0
+        np.testing.assert_allclose(got, exp, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("sa,sb", [((2, 6, 5, 4), (2, 4, 4, 3)),       # 6 is not a multiple of 4
+                                   ((2, 2, 5, 4), (2, 8, 4, 3))])      # B's extent a multiple of A's
+def test_grouped_batch_refusals_write_nothing(sa, sb, rng):
+    a, b = values(sa, fk.DType.F32, rng), values(sb, fk.DType.F32, rng)
+    with pytest.raises(fk.ShapeError):
+        ops.infer_output_shape(fk.OpKind.MATMUL, [sa, sb])
+    out = np.full((2, max(sa[1], sb[1]), 5, 3), 7, np.float32)
+    for kernel in all_kernels(fk.DType.F32, None):
+        with pytest.raises(fk.ShapeError):
+            kernel(a, b, out=out)
+        with pytest.raises(fk.ShapeError):
+            kernel(a, b, out=out, params=fk.params.matmul(5, 3, 4, batch=out.shape[:2]))
+        assert (out == 7).all()
+
+
+@pytest.mark.parametrize("dt", [fk.DType.F32, fk.DType.BF16, fk.DType.I32])
+def test_grouped_batch_same_bits_for_any_thread_count(dt, rng):
+    a, b = values((2, 8, 200, 96), dt, rng), values((2, 2, 96, 160), dt, rng)
+    kernel = fk.bindings().lookup(fk.OpKind.MATMUL, key(dt, None), fk.Backend.CPU)
+    with fk.threads(1):
+        first = kernel(a, b)
+    check_grouped(first, a, b, dt, kernel.precision)
+    for threads in (2, 3, 7):
+        with fk.threads(threads):
+            assert kernel(a, b).tobytes() == first.tobytes()
+
+
+def test_graph_grouped_matmul_and_its_gradients(rng):
+    """A GQA product in a Graph: planned and run, and its gradients (dB summed over each group)
+    against central differences of the float64 reference."""
+    a, b = rng.standard_normal((1, 4, 3, 5)), rng.standard_normal((1, 2, 5, 2))
+    g = fg.Graph()
+    av, bv = g.input(a.shape, "f64"), g.input(b.shape, "f64")
+    out = g.matmul(av, bv)
+    loss = g.sum(out)
+    da, db = g.grad(loss, [av, bv])
+    got, ga, gb = g.compile([out, da, db]).run([a, b])
+    np.testing.assert_allclose(got, matmul_reference(a, b), rtol=1e-12)
+    ones = np.ones(got.shape)
+    np.testing.assert_allclose(ga, ones @ np.swapaxes(grouped_batch(a, b), -1, -2), rtol=1e-12)
+    full = np.swapaxes(a, -1, -2) @ ones                                 # [1, 4, 5, 2] per query head
+    np.testing.assert_allclose(gb, full.reshape(1, 2, 2, 5, 2).sum(2), rtol=1e-12)
+
+
+def test_graph_grouped_matmul_heads_an_epilogue(rng):
+    """A grouped product followed by a bias add and GELU: the fused plan (the add and GELU as the
+    product's epilogue) returns the bytes of the unfused one and the reference's values."""
+    a = rng.standard_normal((2, 8, 16, 32)).astype(np.float32)
+    b = rng.standard_normal((2, 2, 32, 1100)).astype(np.float32)             # wider than one column tile
+    bias = rng.standard_normal(1100).astype(np.float32)
+    g = fg.Graph()
+    av, bv = g.input(a.shape, "f32"), g.input(b.shape, "f32")
+    out = g.gelu(g.add(g.matmul(av, bv), g.constant(bias)))
+    fused = g.compile([out]).run([a, b])[0]
+    plain = g.compile([out], fuse=False).run([a, b])[0]
+    assert fused.tobytes() == plain.tobytes()
+    ref = matmul_reference(a, b) + bias
+    np.testing.assert_allclose(plain, 0.5 * ref * (1 + np.tanh(np.sqrt(2 / np.pi) * (ref + 0.044715 * ref ** 3))),
+                               rtol=1e-4, atol=1e-4)
