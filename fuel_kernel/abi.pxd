@@ -197,6 +197,11 @@ cdef extern from "fuel_kernel/abi.h" nogil:
         int64_t k
         uint8_t largest
         uint8_t sorted
+    ctypedef struct fk_conv1d_params:
+        int32_t stride
+        int32_t padding
+        int32_t dilation
+        int32_t groups
 
     ctypedef union fk_params_union:
         fk_reduce_params reduce
@@ -226,6 +231,7 @@ cdef extern from "fuel_kernel/abi.h" nogil:
         fk_ssm_params ssm
         fk_pool2d_params pool2d
         fk_topk_params topk
+        fk_conv1d_params conv1d
 
     ctypedef struct fk_params:
         int32_t kind

@@ -324,6 +324,21 @@ def conv2d_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> 
     return tuple(out)
 
 
+def conv1d_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> Shape:
+    """[x (N, C, L), w (O, C/groups, K)] or with a bias (O,) -> (N, O, OL), as conv2d_shape on one axis."""
+    if len(shapes) not in (2, 3):
+        raise OperandCountError(f"conv1d takes [x, w] or [x, w, bias], got {len(shapes)} inputs")
+    x, w = shapes[0], shapes[1]
+    if len(x) != 3 or len(w) != 3:
+        raise ShapeError(f"conv1d takes x (N, C, L) and w (O, C/groups, K), got {x} and {w}")
+    f: dict[str, Any] = params.fields() if params is not None and params.kind == "conv1d" else {
+        "stride": 1, "padding": 0, "dilation": 1, "groups": 1}
+    num = x[2] + 2 * f["padding"] - f["dilation"] * (w[2] - 1) - 1
+    if num < 0 or w[2] == 0:
+        raise ShapeError(f"conv1d kernel {w[2]} does not fit the padded input {x[2]}")
+    return (x[0], w[0], num // f["stride"] + 1)
+
+
 def pool2d_output_size(size: int, kernel: int, stride: int, pad_begin: int, pad_end: int, dilation: int,
                        ceil_mode: bool) -> int:
     """One axis of ONNX pooling: floor (or ceil) of (size + pads - dilated kernel) / stride, plus 1;

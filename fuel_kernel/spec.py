@@ -134,6 +134,9 @@ PARAMS = (
                                         ("uint8_t", "count_include_pad"))),
     # selection: TOPK
     ParamsSpec(33, "topk", "topk", (("int64_t", "k"), ("uint8_t", "largest"), ("uint8_t", "sorted"))),
+    # CONV1D: CONV2D's options on one axis
+    ParamsSpec(34, "conv1d", "conv1d", (("int32_t", "stride"), ("int32_t", "padding"), ("int32_t", "dilation"),
+                                        ("int32_t", "groups"))),
 )
 
 # ---- ops -----------------------------------------------------------------------------------------
@@ -359,6 +362,9 @@ OPS = (
     # C-style integer division (ONNX Mod with fmod=1, Div on integers): DIV and REM keep NumPy's floor
     _op(102, "FMOD", 2, "none", "C fmod: a - trunc(a / b) b, the sign of a (an integer division by zero is an error)"),
     _op(103, "TRUNC_DIV", 2, "none", "integer a / b rounded toward zero, as C (a division by zero is an error)"),
+    # convolutions of ONNX's Conv and ConvTranspose (cpu/conv_kernels.h.in)
+    _op(104, "CONV1D", (2, 3), "conv1d", "NCL 1-d convolution, optional bias (CONV2D's kernels on a height-1 view)",
+        args=("x", "w", "bias"), shape="conv1d"),
 )
 
 # ---- GGML quant types (QMATMUL's W) ----------------------------------------------------------------
@@ -729,6 +735,14 @@ for _name in FLOAT:
 CPU_KERNELS["conv"] = tuple(
     KernelRows(("CONV2D",), same(FLOAT, operands), "fk_conv2d_" + algorithm + "_{d0}" + suffix,
                {name: "CONV2D_" + name for name in FLOAT}, f"fk_conv_{algorithm}_cost",
+               "FK_CAP_STRIDED_INPUT | FK_CAP_STRIDED_OUTPUT", algorithm)
+    for operands, suffix in ((3, ""), (4, "_bias")) for algorithm in ("im2col", "direct"))
+
+# CONV1D: the CONV2D kernels of each sibling on a height-1 view of x, w and out (no code of its own
+# but the view), so CONV2D's claims; it runs on the threads through CONV2D's split, inside the kernel
+CPU_KERNELS["conv"] += tuple(
+    KernelRows(("CONV1D",), same(FLOAT, operands), "fk_conv1d_" + algorithm + "_{d0}" + suffix,
+               {name: "CONV2D_" + name for name in FLOAT}, f"fk_conv1d_{algorithm}_cost",
                "FK_CAP_STRIDED_INPUT | FK_CAP_STRIDED_OUTPUT", algorithm)
     for operands, suffix in ((3, ""), (4, "_bias")) for algorithm in ("im2col", "direct"))
 
@@ -1321,6 +1335,12 @@ PARAMS_CONSTRUCTORS = (
                       "sorted (the result is always in order: best first, ties by the lower index).",
                       (ParamsArg("k", "int", check=">= 0"), ParamsArg("largest", "bool", True),
                        ParamsArg("sorted", "bool", True))),
+    # convolutions
+    ParamsConstructor("conv1d", "CONV1D's stride, padding (zeros on both ends, as CONV2D's), dilation and groups.",
+                      (ParamsArg("stride", "int", 1, check=">= 1"),
+                       ParamsArg("padding", "int", 0, check=">= 0"),
+                       ParamsArg("dilation", "int", 1, check=">= 1"),
+                       ParamsArg("groups", "int", 1, check=">= 1"))),
 )
 
 # ---- CPU kernel modules --------------------------------------------------------------------------
@@ -1352,7 +1372,7 @@ KERNEL_MODULES = (
     _module("norm", "CPU SOFTMAX/LOG_SOFTMAX over the last dim, RMS_NORM and LAYER_NORM"),
     _module("norm_backward", "CPU RMS_NORM_BACKWARD and LAYER_NORM_BACKWARD kernels"),
     _module("loss", "CPU FUSED_SOFTMAX_CROSS_ENTROPY and its backward"),
-    _module("conv", "CPU CONV2D kernels, im2col+GEMM and direct siblings, and its gradients"),
+    _module("conv", "CPU CONV2D kernels, im2col+GEMM and direct siblings, its gradients and CONV1D"),
     _module("quant", "CPU QMATMUL and NF4_MATMUL: A @ dequant(W).T for GGML- or NF4-quantized W"),
     _module("ssm", "CPU state-space kernels: CAUSAL_CONV1D, SELECTIVE_SCAN, SSD_CHUNK_SCAN"),
     _module("pool", "CPU MAX_POOL2D and AVG_POOL2D kernels (NCHW, ONNX semantics)"),

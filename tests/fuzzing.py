@@ -443,6 +443,11 @@ def valid_params(draw, family, shapes):
             a = draw(st.integers(lo, hi))
             return a if draw(st.booleans()) else (a, draw(st.integers(lo, hi)))
         return P.conv2d(one_or_pair(1, 2), one_or_pair(0, 2), one_or_pair(1, 2), draw(st.integers(1, 3)))
+    if family == "conv1d":
+        if draw(st.integers(0, 4)) == 0:
+            return draw(st.sampled_from([None, P.none()]))
+        return P.conv1d(draw(st.integers(1, 3)), draw(st.integers(0, 2)), draw(st.integers(1, 2)),
+                        draw(st.integers(1, 3)))
     if family == "conv2d_backward":                # sizes from a 4-d operand when there is one
         shape = shapes[0] if shapes and len(shapes[0]) == 4 else (1, 1, 5, 5)
         kernel_size = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
@@ -599,6 +604,16 @@ def _conv2d(draw, op, n_in):
     return [x, w, (w[0],)][:n_in], params, {}
 
 
+def _conv1d(draw, op, n_in):
+    """x (N, C, L), w (O, C/groups, K) and, on the 4-operand keys, a bias (O,)."""
+    params = valid_params(draw, "conv1d", [])
+    groups = params.fields()["groups"] if params is not None and params.kind == "conv1d" else 1
+    cg, og = draw(st.sampled_from((1, 2, 3, 0))), draw(st.sampled_from((1, 2, 3)))
+    x = (draw(st.sampled_from((1, 1, 2, 0))), groups * cg, draw(st.integers(1, 40)))
+    w = (groups * og, cg, draw(st.integers(1, 4)))
+    return [x, w, (w[0],)][:n_in], params, {}
+
+
 def _cross_entropy_backward(draw, op, n_in):
     """logits (N, C), targets (N,) in [0, C), lse (N,), dloss (N,)."""
     n, c = draw(st.sampled_from((0, 1, 2, 5, 17))), draw(st.sampled_from((1, 2, 7, 33)))
@@ -719,6 +734,8 @@ OPERANDS = {
     fk.OpKind.CAUSAL_CONV1D: _causal_conv1d,
     # pooling
     fk.OpKind.MAX_POOL2D: _pool2d, fk.OpKind.AVG_POOL2D: _pool2d,
+    # convolutions
+    fk.OpKind.CONV1D: _conv1d,
 }
 
 

@@ -228,6 +228,27 @@ def _conv2d(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
     return result
 
 
+def _conv1d(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
+    """CONV2D's gradient ops on the height-1 views CONV1D runs on (x (N, C, 1, L), w (O, C/g, 1, K),
+    dy (N, O, 1, OL)), reshaped back; the bias's gradient sums dy over images and positions."""
+    x, w = node.inputs[0], node.inputs[1]
+    f = node.params.fields() if node.params is not None and node.params.kind == "conv1d" else {
+        "stride": 1, "padding": 0, "dilation": 1, "groups": 1}
+    params = fk_params.conv2d_backward(input_size=(1, x.shape[2]), kernel_size=(1, w.shape[2]),
+                                       stride=(1, f["stride"]), padding=(0, f["padding"]),
+                                       dilation=(1, f["dilation"]), groups=f["groups"])
+    dy = _output_grad(grads)
+    height_1 = lambda v: g.reshape(v, (v.shape[0], v.shape[1], 1, v.shape[2]))
+    result: Grads = [
+        g.reshape(g.op(_op("CONV2D_BACKWARD_INPUT", node), height_1(dy), height_1(w), params=params), x.shape)
+        if needs[0] else None,
+        g.reshape(g.op(_op("CONV2D_BACKWARD_WEIGHT", node), height_1(x), height_1(dy), params=params), w.shape)
+        if needs[1] else None]
+    if len(node.inputs) == 3:
+        result.append(g.sum(dy, dims=[0, 2]) if needs[2] else None)
+    return result
+
+
 def _max(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
     """MAX over dims: REDUCE_MAX_TO_BACKWARD onto the keepdim shape (ties share the gradient)."""
     x = node.inputs[0]
@@ -296,6 +317,7 @@ RULES: Dict[OpKind, Rule] = {
     OpKind.MATMUL: _matmul,
     OpKind.FUSED_LINEAR: _fused_linear,
     OpKind.CONV2D: _conv2d,
+    OpKind.CONV1D: _conv1d,
     OpKind.MAX: _max,
     OpKind.REDUCE_MAX_TO: lambda g, node, grads, needs: [
         g.op(OpKind.REDUCE_MAX_TO_BACKWARD, node.inputs[0], _output_grad(grads), params=node.params)],

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define FK_ABI_VERSION 4
+#define FK_ABI_VERSION 5
 #define FK_MAX_DIMS 8
 #define FK_MAX_OPERANDS 8
 #define FK_SOURCE_LEN 16
@@ -151,6 +151,8 @@ typedef struct {
 /* TOPK: k along the last dim, the largest (else the smallest); sorted is accepted for ONNX's sake:
  * the result is always best first */
 typedef struct { int64_t k; uint8_t largest; uint8_t sorted; } fk_topk_params;
+/* CONV1D: CONV2D's stride, padding (both ends), dilation and groups on its one spatial axis */
+typedef struct { int32_t stride; int32_t padding; int32_t dilation; int32_t groups; } fk_conv1d_params;
 
 typedef union {
     fk_reduce_params reduce;
@@ -180,6 +182,7 @@ typedef union {
     fk_ssm_params ssm;
     fk_pool2d_params pool2d;
     fk_topk_params topk;
+    fk_conv1d_params conv1d;
 } fk_params_union;
 
 typedef struct {

@@ -1,14 +1,17 @@
-"""CONV2D (im2col and direct siblings) and its gradients CONV2D_BACKWARD_INPUT and
-CONV2D_BACKWARD_WEIGHT against float64 NumPy references: every binding, stride, padding, dilation,
-groups, bias, strided operands, 0-size and 1x1 shapes, precision claims, the cost functions' choice
-by shape, and error paths that leave the output untouched.  The gradient references are checked
+"""CONV2D (im2col and direct siblings), its gradients CONV2D_BACKWARD_INPUT and
+CONV2D_BACKWARD_WEIGHT, and CONV1D (CONV2D's siblings on a height-1 view) against float64 NumPy
+references: every binding, stride, padding, dilation, groups, bias, strided operands, 0-size and
+1x1 shapes, precision claims, the cost functions' choice by shape, the same bits on 1, 2 and 3
+threads, and error paths that leave the output untouched.  The gradient references are checked
 against central finite differences of the forward reference."""
 import numpy as np
 import pytest
 
 import fuel_kernel as fk
+from fuel_kernel import _dispatch
 from fuel_kernel.graph import Graph
-from oracles import conv2d_backward_input_reference, conv2d_backward_weight_reference, conv2d_output_size
+from oracles import conv1d_reference, conv2d_backward_input_reference, conv2d_backward_weight_reference
+from oracles import conv2d_output_size
 from oracles import conv2d_reference as reference
 from support import FLOAT_DTYPES, LAYOUTS, make_operand
 
@@ -372,3 +375,155 @@ def test_backward_errors_leave_the_output_untouched(op, problem, rng):
         kernel(*inputs, out=out, params=params)
     np.testing.assert_array_equal(out, before)
 
+
+
+# ---- CONV1D -----------------------------------------------------------------------------------------
+CONV1D = fk.OpKind.CONV1D
+CONV1D_CASES = [(dt, bias) for dt in FLOAT_DTYPES for bias in (False, True)]
+# (N, C, L, O, K, stride, padding, dilation, groups): groups, depthwise, stride remainders, dilation,
+# a kernel as long as the padded input, no image, no channel, and an output longer than one GEMM panel
+CONV1D_SHAPES = [(2, 3, 17, 4, 3, 1, 1, 1, 1), (1, 4, 20, 6, 3, 2, 1, 2, 2), (2, 6, 13, 6, 4, 3, 2, 1, 3),
+                 (1, 2, 5, 3, 5, 1, 0, 1, 1), (2, 4, 9, 4, 2, 1, 0, 3, 4), (0, 3, 8, 2, 3, 1, 1, 1, 1),
+                 (1, 0, 8, 2, 3, 1, 1, 1, 1), (1, 3, 1, 2, 3, 1, 1, 1, 1), (1, 5, 1500, 7, 5, 1, 2, 1, 1)]
+COVERED = {(CONV1D, (dt,) * (4 if bias else 3)) for dt, bias in CONV1D_CASES}
+
+
+def conv1d_params(stride=1, padding=0, dilation=1, groups=1):
+    return fk.params.conv1d(stride=stride, padding=padding, dilation=dilation, groups=groups)
+
+
+@pytest.mark.parametrize("dtype,bias", CONV1D_CASES,
+                         ids=[f"{d.short_name}-{'bias' if b else 'nobias'}" for d, b in CONV1D_CASES])
+def test_conv1d_binding(dtype, bias, rng):
+    dts = [dtype] * (4 if bias else 3)
+    kernels = fk.bindings().alternatives(CONV1D, dts, fk.Backend.CPU)
+    assert sorted(k.source for k in kernels) == ["direct", "im2col"]
+    for kernel in kernels:
+        claim = kernel.precision
+        for i, (N, C, L, O, K, stride, padding, dilation, groups) in enumerate(CONV1D_SHAPES):
+            for layout in (LAYOUTS if i < 3 else ("contiguous", LAYOUTS[i % len(LAYOUTS)])):
+                x = make_operand((N, C, L), dtype, layout, rng, special=False)
+                w = make_operand((O, C // groups, K), dtype, layout, rng, special=False)
+                b = make_operand((O,), dtype, "negative", rng, special=False) if bias else None
+                expected, scale = conv1d_reference(x, w, b, stride, padding, dilation, groups)
+                out = np.full(expected.shape, 7, dtype=dtype.numpy)
+                if layout in ("transposed", "negative"):     # a strided or reversed output view
+                    out = np.full(expected.shape[::-1], 7, dtype=dtype.numpy).T if layout == "transposed" \
+                        else out[::-1, :, ::-1]
+                inputs = (x, w) if b is None else (x, w, b)
+                assert kernel(*inputs, out=out, params=conv1d_params(stride, padding, dilation, groups)) is out
+                err = np.abs(out.astype(np.float64) - expected)
+                assert (err <= claim.max_rel * scale + claim.max_abs).all(), (kernel.source, i, layout, err.max())
+
+
+@pytest.mark.parametrize("source", ["im2col", "direct"])
+def test_conv1d_gives_conv2d_bits_on_the_height_1_view(source, rng):
+    """One shared path: CONV1D is CONV2D's sibling on x[:, :, None], w[:, :, None], bit for bit."""
+    x = rng.standard_normal((2, 6, 50)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 5)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    pick = lambda op, n: [k for k in fk.bindings().alternatives(op, [fk.DType.F32] * n) if k.source == source][0]
+    got = pick(CONV1D, 4)(x, w, b, params=conv1d_params(2, 3, 2, 2))
+    want = pick(fk.OpKind.CONV2D, 4)(x[:, :, None], w[:, :, None], b,
+                                     params=fk.params.conv2d((1, 2), (0, 3), (1, 2), 2))
+    assert got.tobytes() == want[:, :, 0].tobytes()
+
+
+@pytest.mark.parametrize("dtype", [fk.DType.F32, fk.DType.BF16])
+def test_conv1d_same_bits_for_every_thread_count(dtype, rng):
+    """Through CONV2D's split (images x output-channel blocks): the same bits on 1, 2 and 3 threads."""
+    x = rng.standard_normal((2, 32, 900)).astype(dtype.numpy)
+    w = rng.standard_normal((64, 32, 5)).astype(dtype.numpy)
+    b = rng.standard_normal(64).astype(dtype.numpy)
+    for kernel in fk.bindings().alternatives(CONV1D, [dtype] * 4):
+        results = []
+        for threads in (1, 2, 3):
+            calls = _dispatch._parallel_calls()
+            with fk.threads(threads):
+                results.append(kernel(x, w, b, params=conv1d_params(padding=2)))
+            assert _dispatch._parallel_calls() > calls, f"{kernel.source} ran whole: the case is too small to cut"
+        assert all(r.tobytes() == results[0].tobytes() for r in results[1:]), kernel.source
+
+
+def test_conv1d_dispatch_allocates_from_params_and_the_graph_builder(rng):
+    x = rng.standard_normal((2, 4, 30)).astype(np.float32)
+    w = rng.standard_normal((6, 2, 3)).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32)
+    out = fk.dispatch(CONV1D, [x, w, b], params=conv1d_params(stride=2, padding=1, groups=2))
+    assert out.shape == (2, 6, 15)
+    expected, _ = conv1d_reference(x, w, b, 2, 1, 1, 2)
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+    assert fk.dispatch(CONV1D, [x, w[:, :, :1].repeat(2, 1)]).shape == (2, 6, 30)    # params none: 1, 0, 1, 1
+    g = Graph()
+    gx, gw, gb = g.input(x.shape, fk.DType.F32), g.input(w.shape, fk.DType.F32), g.input(b.shape, fk.DType.F32)
+    y, y_nobias = g.conv1d(gx, gw, gb, stride=2, padding=1, groups=2), g.conv1d(gx, gw, dilation=3, groups=2)
+    assert (y.shape, y_nobias.shape) == ((2, 6, 15), (2, 6, 24))
+    got, got_nobias = g.compile([y, y_nobias]).run([x, w, b])
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got_nobias, conv1d_reference(x, w, None, 1, 0, 3, 2)[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("make", [lambda: conv1d_params(stride=0), lambda: conv1d_params(padding=-1),
+                                  lambda: conv1d_params(dilation=0), lambda: conv1d_params(groups=0),
+                                  lambda: conv1d_params(stride=(1, 2)), lambda: conv1d_params(padding=1.5)])
+def test_bad_conv1d_params_are_params_errors(make):
+    with pytest.raises(fk.ParamsError):
+        make()
+
+
+CONV1D_PROBLEMS = ["dtype", "out_shape", "groups", "too_big", "params", "bias", "rank", "out_rank", "readonly",
+                   "alias", "self_overlap", "count", "huge"]
+
+
+@pytest.mark.parametrize("problem", CONV1D_PROBLEMS)
+def test_conv1d_errors_leave_the_output_untouched(problem, rng):
+    x = rng.standard_normal((2, 4, 10)).astype(np.float32)
+    w = rng.standard_normal((2, 4, 3)).astype(np.float32)
+    inputs = [x, w]
+    out = np.full((2, 2, 8), 7.0, np.float32)
+    params = conv1d_params()
+    error = fk.ShapeError
+    if problem == "dtype":
+        out = out.astype(np.float64)
+        error = fk.DTypeError
+    elif problem == "out_shape":
+        out = np.full((2, 2, 9), 7.0, np.float32)
+    elif problem == "groups":
+        params = conv1d_params(groups=3)
+    elif problem == "too_big":                      # a kernel of 11 taps on 10 positions
+        inputs[1] = rng.standard_normal((2, 4, 11)).astype(np.float32)
+    elif problem == "params":
+        params = fk.params.conv2d()
+        error = fk.ParamsError
+    elif problem == "bias":
+        inputs.append(np.ones(3, np.float32))
+    elif problem == "rank":
+        inputs[0] = x[:, :, :, None]
+    elif problem == "out_rank":
+        out = np.full((2, 2, 1, 8), 7.0, np.float32)
+    elif problem == "readonly":
+        out.setflags(write=False)
+        error = fk.ReadOnlyError
+    elif problem == "alias":
+        big = np.zeros(200, np.float32)
+        out = big[:32].reshape(2, 2, 8)
+        inputs[0] = big[16:96].reshape(2, 4, 10)
+        error = fk.AliasError
+    elif problem == "self_overlap":
+        out = np.lib.stride_tricks.as_strided(np.full(32, 7.0, np.float32), (2, 2, 8), (0, 32, 4))
+        error = fk.AliasError
+    elif problem == "count":
+        inputs = inputs[:1]
+        error = fk.OperandCountError
+    elif problem == "huge":                         # dilation * (K - 1) overflows int64: refused, not wrapped
+        with pytest.raises(fk.ParamsError):         # (padding past int32 is refused by the constructor)
+            conv1d_params(padding=2 ** 40)
+        inputs = [x[:1, :1], np.lib.stride_tricks.as_strided(w, (1, 1, 2 ** 60), (0, 0, 0))]
+        out = out[:1, :1]
+        params = conv1d_params(dilation=2 ** 30)
+    dts = [fk.DType.F32] * (len(inputs) + 1)
+    for kernel in fk.bindings().alternatives(CONV1D, dts if problem != "count" else [fk.DType.F32] * 3):
+        before = out.copy()
+        with pytest.raises(error):
+            kernel(*inputs, out=out, params=params)
+        np.testing.assert_array_equal(out, before)
