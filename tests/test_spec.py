@@ -88,7 +88,7 @@ def test_movement_index_and_attention_claims():
 def test_every_compute_binding_states_precision_and_cost():
     reduce, norm = family("reduce"), family("norm")
     compute_ops = set(reduce.OPS) | {OP.MATMUL, OP.CONV2D, OP.CONV2D_BACKWARD_INPUT, OP.CONV2D_BACKWARD_WEIGHT,
-                                     OP.QMATMUL, OP.CONV1D} | \
+                                     OP.QMATMUL, OP.CONV1D, OP.CONV_TRANSPOSE2D} | \
         set(norm.OPS)
     for kernel in fk.bindings():
         if kernel.op in compute_ops and kernel.backend == CPU:

@@ -249,6 +249,37 @@ def _conv1d(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
     return result
 
 
+def _conv_transpose2d(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
+    """y = CONV_TRANSPOSE2D(x, w) is the input gradient of a CONV2D with padding pads_begin, so
+    dx = CONV2D(dy, w) and dw = CONV2D_BACKWARD_WEIGHT(dy, x), each on the forward call whose output
+    rows are x's.  Per axis r = pads_begin - pads_end + output_padding says how far that call's
+    output extent (H - 1) + floor(r / stride) + 1 is from x's H: r < 0 pads dy with -r zeros at the
+    end (they add nothing), r >= stride computes extra rows (dx's are sliced off, and x is padded
+    with zeros for them in dw's call); the bias's gradient sums dy over images and positions."""
+    x, w = node.inputs[0], node.inputs[1]
+    f = node.params.fields() if node.params is not None and node.params.kind == "conv_transpose2d" else {
+        "stride": (1, 1), "pads_begin": (0, 0), "pads_end": (0, 0), "dilation": (1, 1), "output_padding": (0, 0),
+        "groups": 1}
+    dy = _output_grad(grads)
+    r = [f["pads_begin"][i] - f["pads_end"][i] + f["output_padding"][i] for i in range(2)]
+    tail = [max(0, -r[i]) for i in range(2)]
+    extra = [(r[i] + tail[i]) // f["stride"][i] for i in range(2)]
+    if any(tail):
+        dy = g.pad(dy, before=[0, 0], after=tail)
+    conv = dict(stride=f["stride"], padding=f["pads_begin"], dilation=f["dilation"], groups=f["groups"])
+    result: Grads = [None, None]
+    if needs[0]:
+        dx = g.conv2d(dy, w, **conv)
+        result[0] = dx[:, :, :x.shape[2], :x.shape[3]] if any(extra) else dx
+    if needs[1]:
+        xs = g.pad(x, before=[0, 0], after=extra) if any(extra) else x
+        params = fk_params.conv2d_backward(input_size=dy.shape[2:], kernel_size=w.shape[2:], **conv)
+        result[1] = g.op(_op("CONV2D_BACKWARD_WEIGHT", node), dy, xs, params=params)
+    if len(node.inputs) == 3:
+        result.append(g.sum(_output_grad(grads), dims=[0, 2, 3]) if needs[2] else None)
+    return result
+
+
 def _max(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
     """MAX over dims: REDUCE_MAX_TO_BACKWARD onto the keepdim shape (ties share the gradient)."""
     x = node.inputs[0]
@@ -318,6 +349,7 @@ RULES: Dict[OpKind, Rule] = {
     OpKind.FUSED_LINEAR: _fused_linear,
     OpKind.CONV2D: _conv2d,
     OpKind.CONV1D: _conv1d,
+    OpKind.CONV_TRANSPOSE2D: _conv_transpose2d,
     OpKind.MAX: _max,
     OpKind.REDUCE_MAX_TO: lambda g, node, grads, needs: [
         g.op(OpKind.REDUCE_MAX_TO_BACKWARD, node.inputs[0], _output_grad(grads), params=node.params)],

@@ -1,6 +1,6 @@
 """CONV2D (im2col and direct siblings), its gradients CONV2D_BACKWARD_INPUT and
-CONV2D_BACKWARD_WEIGHT, and CONV1D (CONV2D's siblings on a height-1 view) against float64 NumPy
-references: every binding, stride, padding, dilation, groups, bias, strided operands, 0-size and
+CONV2D_BACKWARD_WEIGHT, CONV1D (CONV2D's siblings on a height-1 view) and CONV_TRANSPOSE2D (the
+input gradient's run plus a bias) against float64 NumPy references: every binding, stride, padding, dilation, groups, bias, strided operands, 0-size and
 1x1 shapes, precision claims, the cost functions' choice by shape, the same bits on 1, 2 and 3
 threads, and error paths that leave the output untouched.  The gradient references are checked
 against central finite differences of the forward reference."""
@@ -11,6 +11,7 @@ import fuel_kernel as fk
 from fuel_kernel import _dispatch
 from fuel_kernel.graph import Graph
 from oracles import conv1d_reference, conv2d_backward_input_reference, conv2d_backward_weight_reference
+from oracles import conv_transpose2d_output_size, conv_transpose2d_reference
 from oracles import conv2d_output_size
 from oracles import conv2d_reference as reference
 from support import FLOAT_DTYPES, LAYOUTS, make_operand
@@ -527,3 +528,177 @@ def test_conv1d_errors_leave_the_output_untouched(problem, rng):
         with pytest.raises(error):
             kernel(*inputs, out=out, params=params)
         np.testing.assert_array_equal(out, before)
+
+
+# ---- CONV_TRANSPOSE2D ---------------------------------------------------------------------------------
+TRANSPOSED = fk.OpKind.CONV_TRANSPOSE2D
+TRANSPOSED_CASES = [(dt, bias) for dt in FLOAT_DTYPES for bias in (False, True)]
+COVERED |= {(TRANSPOSED, (dt,) * (4 if bias else 3)) for dt, bias in TRANSPOSED_CASES}
+# (N, C, H, W, O, KH, KW, stride, pads_begin, pads_end, dilation, output_padding, groups): stride with
+# output padding, asymmetric pads, dilation, output padding below the dilation but not the stride (rows
+# no tap reaches), groups and depthwise, pads past the kernel's reach, 1x1, no image, no input or output
+# channel, and an input wider than one GEMM block of columns
+TRANSPOSED_SHAPES = [(2, 3, 5, 6, 4, 3, 3, 2, 1, 1, 1, 1, 1), (1, 4, 4, 5, 6, 3, 2, (2, 3), (1, 0), (0, 2), 1, (1, 2), 2),
+                     (1, 6, 5, 4, 3, 2, 3, 1, 0, (1, 0), 2, (1, 0), 3), (2, 4, 3, 3, 4, 1, 1, 2, 0, 0, 1, 1, 4),
+                     (1, 2, 4, 4, 2, 3, 3, 3, 4, 2, 2, 0, 1), (1, 2, 1, 1, 3, 1, 1, 1, 0, 0, 1, 0, 1),
+                     (0, 3, 4, 4, 2, 3, 3, 2, 1, 1, 1, 0, 1), (1, 0, 4, 4, 2, 3, 3, 1, 1, 1, 1, 0, 1),
+                     (1, 2, 4, 4, 0, 3, 3, 1, 1, 1, 1, 0, 1), (1, 3, 2, 600, 2, 1, 3, 1, 0, (0, 1), 1, 0, 1)]
+
+
+def transposed_params(stride=1, pads_begin=0, pads_end=0, dilation=1, output_padding=0, groups=1):
+    return fk.params.conv_transpose2d(stride=stride, pads_begin=pads_begin, pads_end=pads_end, dilation=dilation,
+                                      output_padding=output_padding, groups=groups)
+
+
+@pytest.mark.parametrize("dtype,bias", TRANSPOSED_CASES,
+                         ids=[f"{d.short_name}-{'bias' if b else 'nobias'}" for d, b in TRANSPOSED_CASES])
+def test_conv_transpose2d_binding(dtype, bias, rng):
+    kernels = fk.bindings().alternatives(TRANSPOSED, [dtype] * (4 if bias else 3), fk.Backend.CPU)
+    assert [k.source for k in kernels] == ["native"]
+    kernel, claim = kernels[0], kernels[0].precision
+    for i, (N, C, H, W, O, KH, KW, stride, pb, pe, dilation, opad, groups) in enumerate(TRANSPOSED_SHAPES):
+        params = transposed_params(stride, pb, pe, dilation, opad, groups)
+        for layout in (LAYOUTS if i < 3 else ("contiguous", LAYOUTS[i % len(LAYOUTS)])):
+            x = make_operand((N, C, H, W), dtype, layout, rng, special=False)
+            w = make_operand((C, O // groups, KH, KW), dtype, layout, rng, special=False)
+            b = make_operand((O,), dtype, "negative", rng, special=False) if bias else None
+            expected, scale = conv_transpose2d_reference(x, w, b, stride, pb, pe, dilation, opad, groups)
+            out = output_like(expected.shape, dtype, layout)
+            inputs = (x, w) if b is None else (x, w, b)
+            assert kernel(*inputs, out=out, params=params) is out
+            err = np.abs(out.astype(np.float64) - expected)
+            assert (err <= claim.max_rel * scale + claim.max_abs).all(), (i, layout, err.max())
+
+
+def test_conv_transpose2d_is_the_input_gradient_bit_for_bit(rng):
+    """One shared path: with pads_begin = pads_end and output_padding 0, CONV_TRANSPOSE2D of (x, w) is
+    CONV2D_BACKWARD_INPUT of (dy = x, w) for the matching forward call, the same bits."""
+    x = rng.standard_normal((2, 6, 7, 9)).astype(np.float32)
+    w = rng.standard_normal((6, 2, 3, 3)).astype(np.float32)
+    y = fk.dispatch(TRANSPOSED, [x, w], params=transposed_params(2, 1, 1, 1, 0, 3))
+    dx = fk.dispatch(BACKWARD_INPUT, [x, w], params=backward_params(y.shape[2], y.shape[3], 3, 3, 2, 1, 1, 3))
+    assert y.shape == (2, 6, 13, 17) and y.tobytes() == dx.tobytes()
+
+
+def test_conv_transpose2d_agrees_with_torch(rng):
+    """PyTorch's conv_transpose2d (symmetric padding) in F64 on every option the two share."""
+    torch = pytest.importorskip("torch")
+    for stride, padding, dilation, opad, groups, O in ((2, 1, 1, 1, 1, 6), ((2, 3), (0, 2), (2, 1), (1, 2), 2, 6),
+                                                       (1, 0, 3, 2, 4, 4)):
+        x = rng.standard_normal((2, 4, 5, 6))
+        w = rng.standard_normal((4, O // groups, 3, 2))
+        b = rng.standard_normal(O)
+        want = torch.nn.functional.conv_transpose2d(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b),
+                                                    stride, padding, opad, groups, dilation).numpy()
+        got = fk.dispatch(TRANSPOSED, [x, w, b], params=transposed_params(stride, padding, padding, dilation, opad,
+                                                                           groups))
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [fk.DType.F32, fk.DType.F16])
+def test_conv_transpose2d_same_bits_for_every_thread_count(dtype, rng):
+    """Images x blocks of output channels (groups 1), images only (groups 2): 1, 2 and 3 threads agree."""
+    for groups in (1, 2):
+        x = rng.standard_normal((2 * groups, 32, 20, 20)).astype(dtype.numpy)
+        w = rng.standard_normal((32, 64 // groups, 3, 3)).astype(dtype.numpy)
+        b = rng.standard_normal(64).astype(dtype.numpy)
+        kernel = fk.bindings().lookup(TRANSPOSED, [dtype] * 4)
+        results = []
+        for threads in (1, 2, 3):
+            calls = _dispatch._parallel_calls()
+            with fk.threads(threads):
+                results.append(kernel(x, w, b, params=transposed_params(2, 1, 0, 1, 1, groups)))
+            assert _dispatch._parallel_calls() > calls, "ran whole: the case is too small to cut"
+        assert all(r.tobytes() == results[0].tobytes() for r in results[1:]), groups
+
+
+def test_conv_transpose2d_dispatch_and_the_graph_builder(rng):
+    x = rng.standard_normal((1, 4, 5, 5)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32)
+    params = transposed_params(stride=2, pads_begin=(1, 0), pads_end=(0, 1), output_padding=1, groups=2)
+    out = fk.dispatch(TRANSPOSED, [x, w, b], params=params)
+    assert out.shape == (1, 6, 11, 11) == (1, 6) + conv_transpose2d_output_size((5, 5), (3, 3), 2, (1, 0), (0, 1), 1, 1)
+    expected, _ = conv_transpose2d_reference(x, w, b, 2, (1, 0), (0, 1), 1, 1, 2)
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+    assert fk.dispatch(TRANSPOSED, [x, w[:, :1]]).shape == (1, 1, 7, 7)     # params none: 1, 0, 0, 1, 0, 1
+    g = Graph()
+    gx, gw, gb = g.input(x.shape, fk.DType.F32), g.input(w.shape, fk.DType.F32), g.input(b.shape, fk.DType.F32)
+    y = g.conv_transpose2d(gx, gw, gb, stride=2, pads_begin=(1, 0), pads_end=(0, 1), output_padding=1, groups=2)
+    assert y.shape == (1, 6, 11, 11) and g.conv_transpose2d(gx, gw[:, :1]).shape == (1, 1, 7, 7)
+    np.testing.assert_allclose(g.compile([y]).run([x, w, b])[0], expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("make", [lambda: transposed_params(stride=0), lambda: transposed_params(pads_begin=-1),
+                                  lambda: transposed_params(pads_end=(0, -1)), lambda: transposed_params(dilation=0),
+                                  lambda: transposed_params(output_padding=-1), lambda: transposed_params(groups=0),
+                                  lambda: transposed_params(stride=2 ** 40)])
+def test_bad_conv_transpose2d_params_are_params_errors(make):
+    with pytest.raises(fk.ParamsError):
+        make()
+
+
+def test_conv_transpose2d_params_round_trip():
+    p = transposed_params(stride=(2, 1), pads_begin=(1, 0), pads_end=2, dilation=(1, 3), output_padding=(1, 2),
+                          groups=4)
+    assert p.fields() == {"stride": (2, 1), "pads_begin": (1, 0), "pads_end": (2, 2), "dilation": (1, 3),
+                          "output_padding": (1, 2), "groups": 4}
+
+
+TRANSPOSED_PROBLEMS = ["dtype", "out_shape", "channels", "groups", "output_padding", "empty_output", "params",
+                       "bias", "rank", "readonly", "alias", "self_overlap", "count", "huge"]
+
+
+@pytest.mark.parametrize("problem", TRANSPOSED_PROBLEMS)
+def test_conv_transpose2d_errors_leave_the_output_untouched(problem, rng):
+    x = rng.standard_normal((2, 4, 5, 5)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    inputs = [x, w]
+    out = np.full((2, 3, 7, 7), 7.0, np.float32)
+    params = transposed_params()
+    error = fk.ShapeError
+    if problem == "dtype":
+        out = out.astype(np.float64)
+        error = fk.DTypeError
+    elif problem == "out_shape":
+        out = np.full((2, 3, 8, 7), 7.0, np.float32)
+    elif problem == "channels":                     # w's first extent is not x's channels
+        inputs[1] = rng.standard_normal((3, 3, 3, 3)).astype(np.float32)
+    elif problem == "groups":
+        params = transposed_params(groups=3)
+    elif problem == "output_padding":               # not below the stride (1) nor the dilation (1)
+        params = transposed_params(output_padding=(0, 1))
+        out = np.full((2, 3, 7, 8), 7.0, np.float32)
+        error = fk.ParamsError
+    elif problem == "empty_output":                 # (5 - 1) + 2 + 1 - 4 - 4 = -1
+        params = transposed_params(pads_begin=4, pads_end=4)
+    elif problem == "params":
+        params = fk.params.conv2d()
+        error = fk.ParamsError
+    elif problem == "bias":
+        inputs.append(np.ones(4, np.float32))
+    elif problem == "rank":
+        inputs[0] = x[0]
+    elif problem == "readonly":
+        out.setflags(write=False)
+        error = fk.ReadOnlyError
+    elif problem == "alias":
+        big = np.zeros(2000, np.float32)
+        out = big[:294].reshape(2, 3, 7, 7)
+        inputs[0] = big[100:300].reshape(2, 4, 5, 5)
+        error = fk.AliasError
+    elif problem == "self_overlap":
+        out = np.lib.stride_tricks.as_strided(np.full(147, 7.0, np.float32), out.shape, (0,) + out.strides[1:])
+        error = fk.AliasError
+    elif problem == "count":
+        inputs = inputs[:1]
+        error = fk.OperandCountError
+    elif problem == "huge":                         # (H - 1) * stride overflows int64: refused, not wrapped
+        inputs[0] = np.lib.stride_tricks.as_strided(x, (1, 4, 2 ** 40, 1), (0, 4, 0, 0))
+        params = transposed_params(stride=2 ** 30)
+    n = len(inputs) + 1 if problem != "count" else 3
+    kernel = fk.bindings().lookup(TRANSPOSED, [fk.DType.F32] * n, fk.Backend.CPU)
+    before = out.copy()
+    with pytest.raises(error):
+        kernel(*inputs, out=out, params=params)
+    np.testing.assert_array_equal(out, before)
