@@ -13,7 +13,7 @@ dtypes, fails at grad() time with a NoKernelError naming what is missing.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -257,16 +257,17 @@ def _conv_transpose2d(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> 
     end (they add nothing), r >= stride computes extra rows (dx's are sliced off, and x is padded
     with zeros for them in dw's call); the bias's gradient sums dy over images and positions."""
     x, w = node.inputs[0], node.inputs[1]
-    f = node.params.fields() if node.params is not None and node.params.kind == "conv_transpose2d" else {
-        "stride": (1, 1), "pads_begin": (0, 0), "pads_end": (0, 0), "dilation": (1, 1), "output_padding": (0, 0),
-        "groups": 1}
+    f: Dict[str, Any] = {"stride": (1, 1), "pads_begin": (0, 0), "pads_end": (0, 0), "dilation": (1, 1),
+                         "output_padding": (0, 0), "groups": 1}
+    if node.params is not None and node.params.kind == "conv_transpose2d":
+        f = node.params.fields()
     dy = _output_grad(grads)
     r = [f["pads_begin"][i] - f["pads_end"][i] + f["output_padding"][i] for i in range(2)]
     tail = [max(0, -r[i]) for i in range(2)]
     extra = [(r[i] + tail[i]) // f["stride"][i] for i in range(2)]
     if any(tail):
         dy = g.pad(dy, before=[0, 0], after=tail)
-    conv = dict(stride=f["stride"], padding=f["pads_begin"], dilation=f["dilation"], groups=f["groups"])
+    conv: Dict[str, Any] = dict(stride=f["stride"], padding=f["pads_begin"], dilation=f["dilation"], groups=f["groups"])
     result: Grads = [None, None]
     if needs[0]:
         dx = g.conv2d(dy, w, **conv)
