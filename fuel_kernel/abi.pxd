@@ -207,6 +207,18 @@ cdef extern from "fuel_kernel/abi.h" nogil:
     ctypedef struct fk_scatter_reduce_params:
         int32_t axis
         int32_t reduction
+    ctypedef struct fk_conv1d_params:
+        int32_t stride
+        int32_t padding
+        int32_t dilation
+        int32_t groups
+    ctypedef struct fk_conv_transpose2d_params:
+        int32_t stride[2]
+        int32_t pads_begin[2]
+        int32_t pads_end[2]
+        int32_t dilation[2]
+        int32_t output_padding[2]
+        int32_t groups
 
     ctypedef union fk_params_union:
         fk_reduce_params reduce
@@ -237,6 +249,8 @@ cdef extern from "fuel_kernel/abi.h" nogil:
         fk_pool2d_params pool2d
         fk_topk_params topk
         fk_scatter_reduce_params scatter_reduce
+        fk_conv1d_params conv1d
+        fk_conv_transpose2d_params conv_transpose2d
 
     ctypedef struct fk_params:
         int32_t kind

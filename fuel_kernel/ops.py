@@ -348,6 +348,46 @@ def conv2d_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> 
     return tuple(out)
 
 
+def conv1d_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> Shape:
+    """[x (N, C, L), w (O, C/groups, K)] or with a bias (O,) -> (N, O, OL), as conv2d_shape on one axis."""
+    if len(shapes) not in (2, 3):
+        raise OperandCountError(f"conv1d takes [x, w] or [x, w, bias], got {len(shapes)} inputs")
+    x, w = shapes[0], shapes[1]
+    if len(x) != 3 or len(w) != 3:
+        raise ShapeError(f"conv1d takes x (N, C, L) and w (O, C/groups, K), got {x} and {w}")
+    f: dict[str, Any] = params.fields() if params is not None and params.kind == "conv1d" else {
+        "stride": 1, "padding": 0, "dilation": 1, "groups": 1}
+    num = x[2] + 2 * f["padding"] - f["dilation"] * (w[2] - 1) - 1
+    if num < 0 or w[2] == 0:
+        raise ShapeError(f"conv1d kernel {w[2]} does not fit the padded input {x[2]}")
+    return (x[0], w[0], num // f["stride"] + 1)
+
+
+def conv_transpose2d_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> Shape:
+    """[x (N, C, H, W), w (C, O/groups, KH, KW)] or with a bias (O,) -> (N, O, OH, OW), per axis
+    (H - 1) stride - pads_begin - pads_end + dilation (KH - 1) + output_padding + 1 (at least 1)."""
+    if len(shapes) not in (2, 3):
+        raise OperandCountError(f"conv_transpose2d takes [x, w] or [x, w, bias], got {len(shapes)} inputs")
+    x, w = shapes[0], shapes[1]
+    if len(x) != 4 or len(w) != 4:
+        raise ShapeError(f"conv_transpose2d takes NCHW x and (C, O/groups, KH, KW) w, got {x} and {w}")
+    f: dict[str, Any] = params.fields() if params is not None and params.kind == "conv_transpose2d" else {
+        "stride": (1, 1), "pads_begin": (0, 0), "pads_end": (0, 0), "dilation": (1, 1), "output_padding": (0, 0),
+        "groups": 1}
+    out = [x[0], w[1] * f["groups"]]
+    for i in range(2):
+        if f["output_padding"][i] >= f["stride"][i] and f["output_padding"][i] >= f["dilation"][i]:
+            raise ParamsError(f"conv_transpose2d output_padding {f['output_padding']} must be smaller than the "
+                              f"stride {f['stride']} or the dilation {f['dilation']} on each axis")
+        size = ((x[2 + i] - 1) * f["stride"][i] - f["pads_begin"][i] - f["pads_end"][i]
+                + f["dilation"][i] * (w[2 + i] - 1) + f["output_padding"][i] + 1)
+        if x[2 + i] < 1 or w[2 + i] < 1 or size < 1:
+            raise ShapeError(f"conv_transpose2d of a {x[2:]} input with a {w[2:]} kernel and {params} has an "
+                             f"empty or negative output")
+        out.append(size)
+    return tuple(out)
+
+
 def pool2d_output_size(size: int, kernel: int, stride: int, pad_begin: int, pad_end: int, dilation: int,
                        ceil_mode: bool) -> int:
     """One axis of ONNX pooling: floor (or ceil) of (size + pads - dilated kernel) / stride, plus 1;

@@ -144,6 +144,13 @@ PARAMS = (
     ParamsSpec(33, "topk", "topk", (("int64_t", "k"), ("uint8_t", "largest"), ("uint8_t", "sorted"))),
     # SCATTER (ONNX ScatterElements): the axis and the reduction applied at each index
     ParamsSpec(34, "scatter_reduce", "scatter_reduce", (("int32_t", "axis"), ("int32_t", "reduction"))),
+    # CONV1D: CONV2D's options on one axis
+    ParamsSpec(35, "conv1d", "conv1d", (("int32_t", "stride"), ("int32_t", "padding"), ("int32_t", "dilation"),
+                                        ("int32_t", "groups"))),
+    # CONV_TRANSPOSE2D: ONNX ConvTranspose's attributes (pads [t, l, b, r] as pads_begin, pads_end)
+    ParamsSpec(36, "conv_transpose2d", "conv_transpose2d",
+               (("int32_t[2]", "stride"), ("int32_t[2]", "pads_begin"), ("int32_t[2]", "pads_end"),
+                ("int32_t[2]", "dilation"), ("int32_t[2]", "output_padding"), ("int32_t", "groups"))),
 )
 
 # ---- ops -----------------------------------------------------------------------------------------
@@ -385,6 +392,12 @@ OPS = (
         "each [0] when absent",
         outputs=(1, 2), args=("q", "k", "v", "mask", "alibi_slopes", "key_lens"), shape="flash_attn",
         dtype="flash_attn"),
+    # convolutions of ONNX's Conv and ConvTranspose (cpu/conv_kernels.h.in)
+    _op(107, "CONV1D", (2, 3), "conv1d", "NCL 1-d convolution, optional bias (CONV2D's kernels on a height-1 view)",
+        args=("x", "w", "bias"), shape="conv1d"),
+    _op(108, "CONV_TRANSPOSE2D", (2, 3), "conv_transpose2d",
+        "NCHW transposed 2-d convolution, w (C, O/groups, KH, KW), optional bias (CONV2D_BACKWARD_INPUT's code)",
+        args=("x", "w", "bias"), shape="conv_transpose2d"),
 )
 
 # ---- GGML quant types (QMATMUL's W) ----------------------------------------------------------------
@@ -431,6 +444,9 @@ SPLIT_RULES = {
     "MATMUL": "MATMUL", "CONV2D": "CONV2D", "FLASH_ATTN": "ATTN",
     # conv2d backward
     "CONV2D_BACKWARD_INPUT": "CONV2D_BACKWARD_INPUT", "CONV2D_BACKWARD_WEIGHT": "CONV2D_BACKWARD_WEIGHT",
+    # CONV_TRANSPOSE2D: images x blocks of its output channels, as CONV2D_BACKWARD_INPUT's dx (CONV1D has
+    # no rule of its own: its kernel runs CONV2D's through CONV2D's rule)
+    "CONV_TRANSPOSE2D": "CONV_TRANSPOSE2D",
     # ---- training
     "PAD_BACKWARD": "MOVEMENT",
     # attention training
@@ -793,6 +809,26 @@ CPU_KERNELS["conv"] = tuple(
                {name: "CONV2D_" + name for name in FLOAT}, f"fk_conv_{algorithm}_cost",
                "FK_CAP_STRIDED_INPUT | FK_CAP_STRIDED_OUTPUT", algorithm)
     for operands, suffix in ((3, ""), (4, "_bias")) for algorithm in ("im2col", "direct"))
+
+# CONV1D: the CONV2D kernels of each sibling on a height-1 view of x, w and out (no code of its own
+# but the view), so CONV2D's claims; it runs on the threads through CONV2D's split, inside the kernel
+CPU_KERNELS["conv"] += tuple(
+    KernelRows(("CONV1D",), same(FLOAT, operands), "fk_conv1d_" + algorithm + "_{d0}" + suffix,
+               {name: "CONV2D_" + name for name in FLOAT}, f"fk_conv1d_{algorithm}_cost",
+               "FK_CAP_STRIDED_INPUT | FK_CAP_STRIDED_OUTPUT", algorithm)
+    for operands, suffix in ((3, ""), (4, "_bias")) for algorithm in ("im2col", "direct"))
+
+# CONV_TRANSPOSE2D: CONV2D_BACKWARD_INPUT's GEMM and col2im (x in dy's place), plus a bias, for every
+# float dtype; an output element sums C/groups*KH*KW products at most
+for _name in FLOAT:
+    CLAIMS["CONV_TRANSPOSE2D_" + _name] = Claim(
+        0, "|err| <= max_rel * (sum |x*w| over the taps reaching the element + |b|), C/groups*KH*KW <= 4096",
+        _DOT_MAX_REL[_name])
+CPU_KERNELS["conv"] += tuple(
+    KernelRows(("CONV_TRANSPOSE2D",), same(FLOAT, operands), "fk_conv_transpose2d_{d0}" + suffix,
+               {name: "CONV_TRANSPOSE2D_" + name for name in FLOAT}, "fk_conv_transpose2d_cost",
+               "FK_CAP_STRIDED_INPUT | FK_CAP_STRIDED_OUTPUT")
+    for operands, suffix in ((3, ""), (4, "_bias")))
 
 # conv2d backward: CONV2D_BACKWARD_INPUT (GEMM w^T dy into columns, then col2im) and
 # CONV2D_BACKWARD_WEIGHT (GEMM of x's im2col columns and dy, the batch in the depth) for every
@@ -1398,6 +1434,22 @@ PARAMS_CONSTRUCTORS = (
                        ParamsArg("reduction", "choice", "none",
                                  choices=(("none", "FK_SCATTER_NONE"), ("max", "FK_SCATTER_MAX"),
                                           ("min", "FK_SCATTER_MIN"), ("mul", "FK_SCATTER_MUL"))))),
+    # convolutions
+    ParamsConstructor("conv1d", "CONV1D's stride, padding (zeros on both ends, as CONV2D's), dilation and groups.",
+                      (ParamsArg("stride", "int", 1, check=">= 1"),
+                       ParamsArg("padding", "int", 0, check=">= 0"),
+                       ParamsArg("dilation", "int", 1, check=">= 1"),
+                       ParamsArg("groups", "int", 1, check=">= 1"))),
+    ParamsConstructor("conv_transpose2d", "ONNX ConvTranspose's attributes: stride, the pads before (top, left) "
+                      "and after (bottom, right) -- ONNX pads [t, l, b, r] are pads_begin=(t, l), pads_end=(b, r); "
+                      "PyTorch's padding p is both --, dilation, output_padding (each smaller than the stride or "
+                      "the dilation on its axis) and groups.  Each pair also takes one int for both axes.",
+                      (ParamsArg("stride", "pair", 1, check=">= 1"),
+                       ParamsArg("pads_begin", "pair", 0, check=">= 0"),
+                       ParamsArg("pads_end", "pair", 0, check=">= 0"),
+                       ParamsArg("dilation", "pair", 1, check=">= 1"),
+                       ParamsArg("output_padding", "pair", 0, check=">= 0"),
+                       ParamsArg("groups", "int", 1, check=">= 1"))),
 )
 
 # ---- CPU kernel modules --------------------------------------------------------------------------
@@ -1429,7 +1481,7 @@ KERNEL_MODULES = (
     _module("norm", "CPU SOFTMAX/LOG_SOFTMAX over the last dim, RMS_NORM and LAYER_NORM"),
     _module("norm_backward", "CPU RMS_NORM_BACKWARD and LAYER_NORM_BACKWARD kernels"),
     _module("loss", "CPU FUSED_SOFTMAX_CROSS_ENTROPY and its backward"),
-    _module("conv", "CPU CONV2D kernels, im2col+GEMM and direct siblings, and its gradients"),
+    _module("conv", "CPU CONV2D kernels, im2col+GEMM and direct siblings, its gradients, CONV1D and CONV_TRANSPOSE2D"),
     _module("quant", "CPU QMATMUL and NF4_MATMUL: A @ dequant(W).T for GGML- or NF4-quantized W"),
     _module("ssm", "CPU state-space kernels: CAUSAL_CONV1D, SELECTIVE_SCAN, SSD_CHUNK_SCAN"),
     _module("pool", "CPU MAX_POOL2D and AVG_POOL2D kernels (NCHW, ONNX semantics)"),

@@ -448,6 +448,20 @@ def valid_params(draw, family, shapes):
             a = draw(st.integers(lo, hi))
             return a if draw(st.booleans()) else (a, draw(st.integers(lo, hi)))
         return P.conv2d(one_or_pair(1, 2), one_or_pair(0, 2), one_or_pair(1, 2), draw(st.integers(1, 3)))
+    if family == "conv1d":
+        if draw(st.integers(0, 4)) == 0:
+            return draw(st.sampled_from([None, P.none()]))
+        return P.conv1d(draw(st.integers(1, 3)), draw(st.integers(0, 2)), draw(st.integers(1, 2)),
+                        draw(st.integers(1, 3)))
+    if family == "conv_transpose2d":               # output_padding below the stride, now and then not
+        if draw(st.integers(0, 4)) == 0:
+            return draw(st.sampled_from([None, P.none()]))
+        stride, dilation = (draw(st.integers(1, 3)), draw(st.integers(1, 3))), (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+        limit = lambda a: max(stride[a], dilation[a]) - (draw(st.integers(0, 9)) > 0)
+        return P.conv_transpose2d(stride, pads_begin=(draw(st.integers(0, 2)), draw(st.integers(0, 2))),
+                                  pads_end=(draw(st.integers(0, 2)), draw(st.integers(0, 2))), dilation=dilation,
+                                  output_padding=(draw(st.integers(0, limit(0))), draw(st.integers(0, limit(1)))),
+                                  groups=draw(st.integers(1, 3)))
     if family == "conv2d_backward":                # sizes from a 4-d operand when there is one
         shape = shapes[0] if shapes and len(shapes[0]) == 4 else (1, 1, 5, 5)
         kernel_size = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
@@ -616,6 +630,27 @@ def _conv2d(draw, op, n_in):
     return [x, w, (w[0],)][:n_in], params, {}
 
 
+def _conv1d(draw, op, n_in):
+    """x (N, C, L), w (O, C/groups, K) and, on the 4-operand keys, a bias (O,)."""
+    params = valid_params(draw, "conv1d", [])
+    groups = params.fields()["groups"] if params is not None and params.kind == "conv1d" else 1
+    cg, og = draw(st.sampled_from((1, 2, 3, 0))), draw(st.sampled_from((1, 2, 3)))
+    x = (draw(st.sampled_from((1, 1, 2, 0))), groups * cg, draw(st.integers(1, 40)))
+    w = (groups * og, cg, draw(st.integers(1, 4)))
+    return [x, w, (w[0],)][:n_in], params, {}
+
+
+def _conv_transpose2d(draw, op, n_in):
+    """x (N, C, H, W), w (C, O/groups, KH, KW) and, on the 4-operand keys, a bias (O,); pads past the
+    kernel's reach leave the kernels to refuse an empty output."""
+    params = valid_params(draw, "conv_transpose2d", [])
+    groups = params.fields()["groups"] if params is not None and params.kind == "conv_transpose2d" else 1
+    cg, og = draw(st.sampled_from((1, 2, 3, 0))), draw(st.sampled_from((1, 2, 3, 0)))
+    x = (draw(st.sampled_from((1, 1, 2, 0))), groups * cg, draw(st.integers(1, 6)), draw(st.integers(1, 6)))
+    w = (groups * cg, og, draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    return [x, w, (groups * og,)][:n_in], params, {}
+
+
 def _cross_entropy_backward(draw, op, n_in):
     """logits (N, C), targets (N,) in [0, C), lse (N,), dloss (N,)."""
     n, c = draw(st.sampled_from((0, 1, 2, 5, 17))), draw(st.sampled_from((1, 2, 7, 33)))
@@ -738,6 +773,8 @@ OPERANDS = {
     fk.OpKind.CAUSAL_CONV1D: _causal_conv1d,
     # pooling
     fk.OpKind.MAX_POOL2D: _pool2d, fk.OpKind.AVG_POOL2D: _pool2d,
+    # convolutions
+    fk.OpKind.CONV1D: _conv1d, fk.OpKind.CONV_TRANSPOSE2D: _conv_transpose2d,
 }
 
 

@@ -1253,6 +1253,124 @@ def _conv2d(inputs, params, out_dtype, out_shape):
     return Accumulated(to(values, out_dtype), magnitude, cg * w.shape[2] * w.shape[3] + 1)
 
 
+# ---- CONV1D ----------------------------------------------------------------------------------------
+def conv1d_reference(x, w, b, stride, padding, dilation, groups):
+    """(expected, scale) in float64 by the definition, tap by tap: y[n, o, l] = b[o] + sum over the
+    group's channels c and taps k of w[o, c, k] * xpad[n, g*Cg + c, l*stride + k*dilation], xpad
+    holding `padding` zeros at both ends; scale = sum |x*w| + |b| per output."""
+    x, w = f64(x), f64(w)
+    N, C, L = x.shape
+    O, Cg, K = w.shape
+    OL = (L + 2 * padding - dilation * (K - 1) - 1) // stride + 1
+    xp = np.zeros((N, C, L + 2 * padding))
+    xp[:, :, padding:padding + L] = x
+    out, scale = np.zeros((N, O, OL)), np.zeros((N, O, OL))
+    Og = O // groups
+    with np.errstate(all="ignore"):
+        for o in range(O):
+            g = o // Og
+            for c in range(Cg):
+                for k in range(K):
+                    taps = xp[:, g * Cg + c, k * dilation: k * dilation + (OL - 1) * stride + 1: stride]
+                    out[:, o] += w[o, c, k] * taps
+                    scale[:, o] += abs(w[o, c, k]) * np.abs(taps)
+        if b is not None:
+            out += f64(b)[None, :, None]
+            scale += np.abs(f64(b))[None, :, None]
+    return out, scale
+
+
+@register([fk.OpKind.CONV1D], kind="accumulate")
+def _conv1d(inputs, params, out_dtype, out_shape):
+    """x (N, C, L), w (O, C/groups, K), optional bias (O,); params conv1d or none (1, 0, 1, 1)."""
+    need_params(params, "none", "conv1d")
+    f = params.fields() if params_family(params) == "conv1d" else {"stride": 1, "padding": 0, "dilation": 1,
+                                                                     "groups": 1}
+    x, w, bias = inputs[0], inputs[1], inputs[2] if len(inputs) == 3 else None
+    if x.ndim != 3 or w.ndim != 3 or len(out_shape) != 3:
+        raise ExpectError(fk.ShapeError)
+    c, o, cg, groups = x.shape[1], w.shape[0], w.shape[1], f["groups"]
+    if c % groups or o % groups or cg * groups != c:
+        raise ExpectError(fk.ShapeError)
+    room = x.shape[2] + 2 * f["padding"] - f["dilation"] * (w.shape[2] - 1) - 1
+    if room < 0 or w.shape[2] == 0:
+        raise ExpectError(fk.ShapeError)
+    expect_shape(out_shape, (x.shape[0], o, room // f["stride"] + 1))
+    if bias is not None and bias.shape != (o,):
+        raise ExpectError(fk.ShapeError)
+    if f["padding"] and not np.isfinite(f64(w)).all():
+        raise Skip("infinite weight meets the zero padding (as CONV2D: the siblings differ)")
+    values, magnitude = conv1d_reference(x, w, bias, f["stride"], f["padding"], f["dilation"], groups)
+    return Accumulated(to(values, out_dtype), magnitude, cg * w.shape[2] + 1)
+
+
+# ---- CONV_TRANSPOSE2D -------------------------------------------------------------------------------
+def conv_transpose2d_output_size(input_size, kernel_size, stride, pads_begin, pads_end, dilation, output_padding):
+    """(OH, OW) = (H - 1) stride - pads_begin - pads_end + dilation (K - 1) + output_padding + 1 per axis."""
+    return tuple((input_size[i] - 1) * pair(stride)[i] - pair(pads_begin)[i] - pair(pads_end)[i]
+                 + pair(dilation)[i] * (kernel_size[i] - 1) + pair(output_padding)[i] + 1 for i in range(2))
+
+
+def conv_transpose2d_reference(x, w, b, stride, pads_begin, pads_end, dilation, output_padding, groups):
+    """(expected, scale) in float64 by the definition, as a scatter: every input element x[n, c, h, v]
+    times every tap w[c, oc, kh, kw] lands at y[n, g*Og + oc, h*sh - pt + kh*dh, v*sw - pl + kw*dw]
+    when that lies inside y (taps landing outside are dropped); scale = sum |x*w| + |b| per output."""
+    x, w = f64(x), f64(w)
+    (sh, sw), (pt, pl), (dh, dw) = pair(stride), pair(pads_begin), pair(dilation)
+    N, C, H, W = x.shape
+    _, Og, KH, KW = w.shape
+    OH, OW = conv_transpose2d_output_size((H, W), (KH, KW), stride, pads_begin, pads_end, dilation, output_padding)
+    Cg = C // groups
+    out, scale = np.zeros((N, Og * groups, OH, OW)), np.zeros((N, Og * groups, OH, OW))
+    with np.errstate(all="ignore"):
+        for c in range(C):
+            g = c // Cg
+            for kh in range(KH):
+                for kw in range(KW):
+                    for h in range(H):
+                        oh = h * sh - pt + kh * dh
+                        if not 0 <= oh < OH:
+                            continue
+                        for v in range(W):
+                            ow = v * sw - pl + kw * dw
+                            if not 0 <= ow < OW:
+                                continue
+                            taps = x[:, c, h, v, None] * w[c, :, kh, kw][None, :]
+                            out[:, g * Og:(g + 1) * Og, oh, ow] += taps
+                            scale[:, g * Og:(g + 1) * Og, oh, ow] += np.abs(taps)
+        if b is not None:
+            out += f64(b)[None, :, None, None]
+            scale += np.abs(f64(b))[None, :, None, None]
+    return out, scale
+
+
+@register([fk.OpKind.CONV_TRANSPOSE2D], kind="accumulate")
+def _conv_transpose2d(inputs, params, out_dtype, out_shape):
+    """NCHW x, (C, O/groups, KH, KW) w, optional bias (O,); params conv_transpose2d or none."""
+    need_params(params, "none", "conv_transpose2d")
+    f = params.fields() if params_family(params) == "conv_transpose2d" else {
+        "stride": (1, 1), "pads_begin": (0, 0), "pads_end": (0, 0), "dilation": (1, 1), "output_padding": (0, 0),
+        "groups": 1}
+    x, w, bias = inputs[0], inputs[1], inputs[2] if len(inputs) == 3 else None
+    if x.ndim != 4 or w.ndim != 4 or len(out_shape) != 4:
+        raise ExpectError(fk.ShapeError)
+    groups = f["groups"]
+    if any(op >= s and op >= d for op, s, d in zip(f["output_padding"], f["stride"], f["dilation"])):
+        raise ExpectError(fk.ParamsError)
+    if w.shape[0] != x.shape[1] or x.shape[1] % groups:
+        raise ExpectError(fk.ShapeError)
+    size = conv_transpose2d_output_size(x.shape[2:], w.shape[2:], f["stride"], f["pads_begin"], f["pads_end"],
+                                        f["dilation"], f["output_padding"])
+    if min(x.shape[2:]) < 1 or min(w.shape[2:]) < 1 or min(size) < 1:
+        raise ExpectError(fk.ShapeError)
+    expect_shape(out_shape, (x.shape[0], w.shape[1] * groups) + size)
+    if bias is not None and bias.shape != (w.shape[1] * groups,):
+        raise ExpectError(fk.ShapeError)
+    values, magnitude = conv_transpose2d_reference(x, w, bias, f["stride"], f["pads_begin"], f["pads_end"],
+                                                   f["dilation"], f["output_padding"], groups)
+    return Accumulated(to(values, out_dtype), magnitude, x.shape[1] // groups * w.shape[2] * w.shape[3] + 1)
+
+
 # ---- CONV2D_BACKWARD_INPUT, CONV2D_BACKWARD_WEIGHT -----------------------------------------------
 def conv2d_output_size(input_size, kernel_size, stride, padding, dilation):
     """CONV2D's (OH, OW), or None where the dilated kernel does not fit the padded input."""

@@ -44,7 +44,7 @@ def keys_under_test():
     keys |= {(OP.MATMUL, tuple(matmul.key(dt, count_dt))) for dt, count_dt in matmul.CASES}
     keys |= {(op, (dt,) * (norm.N_INPUTS[op] + 1)) for op, dt in norm.CASES}
     keys |= {(OP.CONV2D, (dt,) * (4 if bias else 3)) for dt, bias in conv.CASES}
-    keys |= {(op, (dt,) * 3) for op, dt in conv.BACKWARD_CASES}
+    keys |= {(op, (dt,) * 3) for op, dt in conv.BACKWARD_CASES} | conv.COVERED
     for name in ("movement", "index", "attention", "norm_backward", "loss", "reduce", "matmul", "quant", "ssm",
                  "pool", "topk"):
         keys |= family(name).COVERED
@@ -90,7 +90,7 @@ def test_movement_index_and_attention_claims():
 def test_every_compute_binding_states_precision_and_cost():
     reduce, norm = family("reduce"), family("norm")
     compute_ops = set(reduce.OPS) | {OP.MATMUL, OP.CONV2D, OP.CONV2D_BACKWARD_INPUT, OP.CONV2D_BACKWARD_WEIGHT,
-                                     OP.QMATMUL} | \
+                                     OP.QMATMUL, OP.CONV1D, OP.CONV_TRANSPOSE2D} | \
         set(norm.OPS)
     for kernel in fk.bindings():
         if kernel.op in compute_ops and kernel.backend == CPU:

@@ -11,9 +11,12 @@
  *                    axis, the flipped or rolled dims, the padded dims stay whole)
  *   FK_SPLIT_MATMUL  batch x blocks of rows x blocks of columns of C (m_compute ALL or ROWS); a
  *                    grouped (GQA) batch axis gives each batch index B's index i / group
- *   FK_SPLIT_CONV2D  images x blocks of output channels (groups = 1; images only otherwise)
+ *   FK_SPLIT_CONV2D  images x blocks of output channels (groups = 1; images only otherwise); CONV1D's
+ *                    kernel runs CONV2D's through this rule on its height-1 view
  *   FK_SPLIT_CONV2D_BACKWARD_INPUT  images x blocks of dx's channels (groups = 1; images only
  *                    otherwise), each block with w's matching in-channels
+ *   FK_SPLIT_CONV_TRANSPOSE2D  the same as CONV2D_BACKWARD_INPUT (its kernel is that run): images x
+ *                    blocks of y's channels (groups = 1), each with w's and the bias's matching ones
  *   FK_SPLIT_CONV2D_BACKWARD_WEIGHT  blocks of dw's in-channels with x's (groups = 1; whole
  *                    otherwise: every image adds into every dw element)
  *   FK_SPLIT_ATTN    batch x kv-head groups x (causal only; top-left only when Sq <= Sk) blocks of
@@ -47,7 +50,7 @@ enum {
     FK_SPLIT_ROWS_0 = 0, FK_SPLIT_ROWS_1 = 1, FK_SPLIT_ROWS_2 = 2,
     FK_SPLIT_REDUCE = 8, FK_SPLIT_MATMUL = 9, FK_SPLIT_CONV2D = 10, FK_SPLIT_ATTN = 11,
     FK_SPLIT_MOVEMENT = 12, FK_SPLIT_CONV2D_BACKWARD_INPUT = 13, FK_SPLIT_CONV2D_BACKWARD_WEIGHT = 14,
-    FK_SPLIT_ATTN_BACKWARD = 15
+    FK_SPLIT_ATTN_BACKWARD = 15, FK_SPLIT_CONV_TRANSPOSE2D = 16
 };
 
 #define FK_SPLIT_GRAIN 32768               /* elements (element-visits for reductions) per task */
@@ -362,19 +365,26 @@ static int64_t fk_split_plan(fk_split *s) {
         s->chunk[1] = occ;
         break;
     }
-    case FK_SPLIT_CONV2D_BACKWARD_INPUT: case FK_SPLIT_CONV2D_BACKWARD_WEIGHT: {
-        int weight_grad = s->rule == FK_SPLIT_CONV2D_BACKWARD_WEIGHT;
+    case FK_SPLIT_CONV2D_BACKWARD_INPUT: case FK_SPLIT_CONV2D_BACKWARD_WEIGHT: case FK_SPLIT_CONV_TRANSPOSE2D: {
+        /* CONV_TRANSPOSE2D [x, w, (b,) y] is the input gradient's call with x as dy */
+        int weight_grad = s->rule == FK_SPLIT_CONV2D_BACKWARD_WEIGHT, transposed = s->rule == FK_SPLIT_CONV_TRANSPOSE2D;
         const fk_layout *dy = &s->layouts[weight_grad ? 1 : 0], *other = &s->layouts[weight_grad ? 0 : 1];
         const fk_layout *w = weight_grad ? out : other;
-        int64_t images = weight_grad ? 1 : out->shape[0], ch = out->shape[1], cc = ch;
+        int64_t images = weight_grad ? 1 : out->shape[0], ch = out->shape[1], cc = ch, groups;
         double flops;
-        if (s->n_in != 2 || s->ndim != 4 || dy->ndim != 4 || other->ndim != 4 || s->params == NULL ||
-            s->params->kind != FK_PARAMS_CONV2D_BACKWARD) return 1;
+        if (s->ndim != 4 || dy->ndim != 4 || other->ndim != 4 || s->params == NULL) return 1;
+        if (transposed) {
+            if ((s->n_in != 2 && s->n_in != 3) || s->params->kind != FK_PARAMS_CONV_TRANSPOSE2D) return 1;
+            groups = s->params->u.conv_transpose2d.groups;
+        } else {
+            if (s->n_in != 2 || s->params->kind != FK_PARAMS_CONV2D_BACKWARD) return 1;
+            groups = s->params->u.conv2d_backward.groups;
+        }
         flops = 2.0 * (double)dy->shape[0] * (double)dy->shape[1] * (double)dy->shape[2] * (double)dy->shape[3] *
                 (double)w->shape[1] * (double)w->shape[2] * (double)w->shape[3];
         if (flops < 2 * FK_SPLIT_FLOPS) return 1;
         if (weight_grad) {
-            if (s->params->u.conv2d_backward.groups != 1 || other->shape[1] != ch) return 1;
+            if (groups != 1 || other->shape[1] != ch) return 1;
             /* at least 4 channel blocks: each packs its own channels' columns, but all of dy */
             s->axis[0][1] = 1;
             while (fk_split_div_up(ch, cc) < 4 && cc >= 16 && flops * (double)(cc / 2) / (double)ch >= FK_SPLIT_FLOPS)
@@ -382,9 +392,13 @@ static int64_t fk_split_plan(fk_split *s) {
         } else {
             if (dy->shape[0] != images) return 1;
             s->axis[0][0] = 0;
-            if (s->params->u.conv2d_backward.groups == 1) {
+            if (groups == 1) {
                 if (other->shape[1] != ch) return 1;
                 s->axis[1][1] = 1;
+                if (s->n_in == 3) {                    /* CONV_TRANSPOSE2D's bias follows y's channels */
+                    if (s->layouts[2].ndim != 1 || s->layouts[2].shape[0] != ch) return 1;
+                    s->axis[2][1] = 0;
+                }
                 /* channel blocks only for fewer than 8 images: each block packs all of dy */
                 while (images * fk_split_div_up(ch, cc) < 8 && cc >= 32 &&
                        flops / (double)images * (double)(cc / 2) / (double)ch >= FK_SPLIT_FLOPS)

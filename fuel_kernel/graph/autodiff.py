@@ -13,7 +13,7 @@ dtypes, fails at grad() time with a NoKernelError naming what is missing.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -242,6 +242,59 @@ def _conv2d(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
     return result
 
 
+def _conv1d(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
+    """CONV2D's gradient ops on the height-1 views CONV1D runs on (x (N, C, 1, L), w (O, C/g, 1, K),
+    dy (N, O, 1, OL)), reshaped back; the bias's gradient sums dy over images and positions."""
+    x, w = node.inputs[0], node.inputs[1]
+    f = node.params.fields() if node.params is not None and node.params.kind == "conv1d" else {
+        "stride": 1, "padding": 0, "dilation": 1, "groups": 1}
+    params = fk_params.conv2d_backward(input_size=(1, x.shape[2]), kernel_size=(1, w.shape[2]),
+                                       stride=(1, f["stride"]), padding=(0, f["padding"]),
+                                       dilation=(1, f["dilation"]), groups=f["groups"])
+    dy = _output_grad(grads)
+    height_1 = lambda v: g.reshape(v, (v.shape[0], v.shape[1], 1, v.shape[2]))
+    result: Grads = [
+        g.reshape(g.op(_op("CONV2D_BACKWARD_INPUT", node), height_1(dy), height_1(w), params=params), x.shape)
+        if needs[0] else None,
+        g.reshape(g.op(_op("CONV2D_BACKWARD_WEIGHT", node), height_1(x), height_1(dy), params=params), w.shape)
+        if needs[1] else None]
+    if len(node.inputs) == 3:
+        result.append(g.sum(dy, dims=[0, 2]) if needs[2] else None)
+    return result
+
+
+def _conv_transpose2d(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
+    """y = CONV_TRANSPOSE2D(x, w) is the input gradient of a CONV2D with padding pads_begin, so
+    dx = CONV2D(dy, w) and dw = CONV2D_BACKWARD_WEIGHT(dy, x), each on the forward call whose output
+    rows are x's.  Per axis r = pads_begin - pads_end + output_padding says how far that call's
+    output extent (H - 1) + floor(r / stride) + 1 is from x's H: r < 0 pads dy with -r zeros at the
+    end (they add nothing), r >= stride computes extra rows (dx's are sliced off, and x is padded
+    with zeros for them in dw's call); the bias's gradient sums dy over images and positions."""
+    x, w = node.inputs[0], node.inputs[1]
+    f: Dict[str, Any] = {"stride": (1, 1), "pads_begin": (0, 0), "pads_end": (0, 0), "dilation": (1, 1),
+                         "output_padding": (0, 0), "groups": 1}
+    if node.params is not None and node.params.kind == "conv_transpose2d":
+        f = node.params.fields()
+    dy = _output_grad(grads)
+    r = [f["pads_begin"][i] - f["pads_end"][i] + f["output_padding"][i] for i in range(2)]
+    tail = [max(0, -r[i]) for i in range(2)]
+    extra = [(r[i] + tail[i]) // f["stride"][i] for i in range(2)]
+    if any(tail):
+        dy = g.pad(dy, before=[0, 0], after=tail)
+    conv: Dict[str, Any] = dict(stride=f["stride"], padding=f["pads_begin"], dilation=f["dilation"], groups=f["groups"])
+    result: Grads = [None, None]
+    if needs[0]:
+        dx = g.conv2d(dy, w, **conv)
+        result[0] = dx[:, :, :x.shape[2], :x.shape[3]] if any(extra) else dx
+    if needs[1]:
+        xs = g.pad(x, before=[0, 0], after=extra) if any(extra) else x
+        params = fk_params.conv2d_backward(input_size=dy.shape[2:], kernel_size=w.shape[2:], **conv)
+        result[1] = g.op(_op("CONV2D_BACKWARD_WEIGHT", node), dy, xs, params=params)
+    if len(node.inputs) == 3:
+        result.append(g.sum(_output_grad(grads), dims=[0, 2, 3]) if needs[2] else None)
+    return result
+
+
 def _max(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
     """MAX over dims: REDUCE_MAX_TO_BACKWARD onto the keepdim shape (ties share the gradient)."""
     x = node.inputs[0]
@@ -310,6 +363,8 @@ RULES: Dict[OpKind, Rule] = {
     OpKind.MATMUL: _matmul,
     OpKind.FUSED_LINEAR: _fused_linear,
     OpKind.CONV2D: _conv2d,
+    OpKind.CONV1D: _conv1d,
+    OpKind.CONV_TRANSPOSE2D: _conv_transpose2d,
     OpKind.MAX: _max,
     OpKind.REDUCE_MAX_TO: lambda g, node, grads, needs: [
         g.op(OpKind.REDUCE_MAX_TO_BACKWARD, node.inputs[0], _output_grad(grads), params=node.params)],

@@ -2,7 +2,7 @@
 
 The builders of ops with a fixed input count come from GeneratedBuilders (_generated_builders.py,
 written at build time from fuel_kernel/spec.py); the ones whose signature is special (cast, matmul,
-conv2d, concat, and write_slice / write_slice_rotating, which write into a state) are written here.
+conv2d, conv1d, conv_transpose2d, concat, and write_slice / write_slice_rotating, which write into a state) are written here.
 """
 from __future__ import annotations
 
@@ -231,6 +231,23 @@ class Graph(GeneratedBuilders):
         """2-d convolution: x (N, C, H, W), w (O, C/groups, KH, KW), optional bias (O,) -> NCHW."""
         return self._node(OpKind.CONV2D, (x, w) if bias is None else (x, w, bias), params, backend=backend,
                           stride=stride, padding=padding, dilation=dilation, groups=groups)
+
+    def conv1d(self, x: Value, w: Value, bias: Optional[Value] = None, *, stride: Optional[int] = None,
+               padding: Optional[int] = None, dilation: Optional[int] = None, groups: Optional[int] = None,
+               params: Optional[_dispatch.OpParams] = None, backend: Optional[BackendLike] = None) -> Value:
+        """1-d convolution: x (N, C, L), w (O, C/groups, K), optional bias (O,) -> (N, O, OL)."""
+        return self._node(OpKind.CONV1D, (x, w) if bias is None else (x, w, bias), params, backend=backend,
+                          stride=stride, padding=padding, dilation=dilation, groups=groups)
+
+    def conv_transpose2d(self, x: Value, w: Value, bias: Optional[Value] = None, *,
+                         stride: Optional[ShapeLike] = None, pads_begin: Optional[ShapeLike] = None,
+                         pads_end: Optional[ShapeLike] = None, dilation: Optional[ShapeLike] = None,
+                         output_padding: Optional[ShapeLike] = None, groups: Optional[int] = None,
+                         params: Optional[_dispatch.OpParams] = None, backend: Optional[BackendLike] = None) -> Value:
+        """Transposed 2-d convolution: x (N, C, H, W), w (C, O/groups, KH, KW), optional bias (O,) -> NCHW."""
+        return self._node(OpKind.CONV_TRANSPOSE2D, (x, w) if bias is None else (x, w, bias), params,
+                          backend=backend, stride=stride, pads_begin=pads_begin, pads_end=pads_end,
+                          dilation=dilation, output_padding=output_padding, groups=groups)
 
     def concat(self, *xs: Value, axis: Optional[int] = None, params: Optional[_dispatch.OpParams] = None,
                backend: Optional[BackendLike] = None) -> Value:

@@ -85,6 +85,17 @@ CASES = {
     "conv2d_bias_strided_grouped": ([((2, 4, 5, 6), _normal), ((4, 2, 2, 3), _normal), ((4,), _normal)],
                                     lambda g, x, w, b: g.conv2d(x, w, b, stride=(2, 1), padding=(1, 0),
                                                                 dilation=(1, 2), groups=2)),
+    "conv1d_bias_strided_grouped": ([((2, 4, 9), _normal), ((6, 2, 3), _normal), ((6,), _normal)],
+                                    lambda g, x, w, b: g.conv1d(x, w, b, stride=2, padding=1, dilation=2, groups=2)),
+    "conv1d_plain": ([((1, 3, 7), _normal), ((2, 3, 2), _normal)], lambda g, x, w: g.conv1d(x, w)),
+    "conv_transpose2d_bias_grouped": (
+        [((2, 4, 3, 4), _normal), ((4, 3, 3, 2), _normal), ((6,), _normal)],
+        lambda g, x, w, b: g.conv_transpose2d(x, w, b, stride=(2, 1), pads_begin=(1, 0), pads_end=(0, 1),
+                                              dilation=(1, 2), output_padding=(1, 0), groups=2)),
+    # per axis r = pads_begin - pads_end + output_padding: past the stride (extra rows), and negative
+    "conv_transpose2d_extra_rows": ([((1, 2, 3, 3), _normal), ((2, 2, 2, 3), _normal)],
+                                    lambda g, x, w: g.conv_transpose2d(x, w, stride=2, pads_begin=(3, 0),
+                                                                       pads_end=(0, 2), output_padding=(1, 0))),
     "max_dims": ([((3, 4, 5), _normal)], lambda g, x: g.max(x, dims=[1, 2])),
     "reduce_max_to": ([((3, 4), _normal)], lambda g, x: g.reduce_max_to(x, shape=(3, 1))),
     "reduce_sum_to": ([((2, 3, 4), _normal)], lambda g, x: g.reduce_sum_to(x, shape=(3, 1))),

@@ -11,7 +11,7 @@ import pytest
 
 import fuel_kernel as fk
 import oracles
-from oracles import conv2d_reference
+from oracles import conv1d_reference, conv2d_reference
 
 D = fk.DType
 SEEDS = (0, 1, 2)
@@ -66,6 +66,23 @@ def conv2d_cases(dtypes, rng, special):
         b = values((O,), dt, rng, special) if bias else None
         params = fk.params.conv2d(stride=stride, padding=padding, dilation=dilation, groups=groups)
         _, scale = conv2d_reference(finite_part(x), finite_part(w), None if b is None else finite_part(b),
+                                    stride, padding, dilation, groups)
+        inputs = (x, w) if b is None else (x, w, b)
+        yield inputs, params, scale.shape, scale
+
+
+def conv1d_cases(dtypes, rng, special):
+    bias = len(dtypes) == 4
+    dt = dtypes[0]
+    # (N, C, L, O, K, stride, padding, dilation, groups): every one meets padding
+    for N, C, L, O, K, stride, padding, dilation, groups in (
+            (1, 1, 4, 1, 3, 1, 1, 1, 1), (2, 3, 9, 4, 3, 1, 1, 1, 1), (1, 4, 11, 6, 2, 2, 2, 1, 2),
+            (1, 2, 8, 2, 3, 2, 2, 2, 1)):
+        x = values((N, C, L), dt, rng, special)
+        w = values((O, C // groups, K), dt, rng, special)
+        b = values((O,), dt, rng, special) if bias else None
+        params = fk.params.conv1d(stride=stride, padding=padding, dilation=dilation, groups=groups)
+        _, scale = conv1d_reference(finite_part(x), finite_part(w), None if b is None else finite_part(b),
                                     stride, padding, dilation, groups)
         inputs = (x, w) if b is None else (x, w, b)
         yield inputs, params, scale.shape, scale
@@ -126,7 +143,7 @@ def fused_linear_cases(dtypes, rng, special):
         yield (x, w, b), None, (m, n), scale
 
 
-BUILDERS = {fk.OpKind.CONV2D: conv2d_cases, fk.OpKind.MATMUL: matmul_cases,
+BUILDERS = {fk.OpKind.CONV2D: conv2d_cases, fk.OpKind.CONV1D: conv1d_cases, fk.OpKind.MATMUL: matmul_cases,
             fk.OpKind.FUSED_LINEAR: fused_linear_cases}
 BUILDERS.update({op: last_dim_cases(op) for op in (fk.OpKind.SOFTMAX_LAST_DIM, fk.OpKind.LOG_SOFTMAX_LAST_DIM,
                                                    fk.OpKind.RMS_NORM, fk.OpKind.LAYER_NORM,

@@ -160,6 +160,14 @@ typedef struct { int64_t k; uint8_t largest; uint8_t sorted; } fk_topk_params;
  * last in index order wins), MAX / MIN / MUL fold src into the value there */
 typedef enum { FK_SCATTER_NONE = 0, FK_SCATTER_MAX = 1, FK_SCATTER_MIN = 2, FK_SCATTER_MUL = 3 } fk_scatter_reduction;
 typedef struct { int32_t axis; int32_t reduction; } fk_scatter_reduce_params;
+/* CONV1D: CONV2D's stride, padding (both ends), dilation and groups on its one spatial axis */
+typedef struct { int32_t stride; int32_t padding; int32_t dilation; int32_t groups; } fk_conv1d_params;
+/* CONV_TRANSPOSE2D: ONNX pads [t, l, b, r] are pads_begin {t, l}, pads_end {b, r}; output_padding
+ * below the stride or the dilation on each axis */
+typedef struct {
+    int32_t stride[2]; int32_t pads_begin[2]; int32_t pads_end[2]; int32_t dilation[2];
+    int32_t output_padding[2]; int32_t groups;
+} fk_conv_transpose2d_params;
 
 typedef union {
     fk_reduce_params reduce;
@@ -190,6 +198,8 @@ typedef union {
     fk_pool2d_params pool2d;
     fk_topk_params topk;
     fk_scatter_reduce_params scatter_reduce;
+    fk_conv1d_params conv1d;
+    fk_conv_transpose2d_params conv_transpose2d;
 } fk_params_union;
 
 typedef struct {

@@ -1,14 +1,18 @@
-"""CONV2D (im2col and direct siblings) and its gradients CONV2D_BACKWARD_INPUT and
-CONV2D_BACKWARD_WEIGHT against float64 NumPy references: every binding, stride, padding, dilation,
-groups, bias, strided operands, 0-size and 1x1 shapes, precision claims, the cost functions' choice
-by shape, and error paths that leave the output untouched.  The gradient references are checked
+"""CONV2D (im2col and direct siblings), its gradients CONV2D_BACKWARD_INPUT and
+CONV2D_BACKWARD_WEIGHT, CONV1D (CONV2D's siblings on a height-1 view) and CONV_TRANSPOSE2D (the
+input gradient's run plus a bias) against float64 NumPy references: every binding, stride, padding, dilation, groups, bias, strided operands, 0-size and
+1x1 shapes, precision claims, the cost functions' choice by shape, the same bits on 1, 2 and 3
+threads, and error paths that leave the output untouched.  The gradient references are checked
 against central finite differences of the forward reference."""
 import numpy as np
 import pytest
 
 import fuel_kernel as fk
+from fuel_kernel import _dispatch
 from fuel_kernel.graph import Graph
-from oracles import conv2d_backward_input_reference, conv2d_backward_weight_reference, conv2d_output_size
+from oracles import conv1d_reference, conv2d_backward_input_reference, conv2d_backward_weight_reference
+from oracles import conv_transpose2d_output_size, conv_transpose2d_reference
+from oracles import conv2d_output_size
 from oracles import conv2d_reference as reference
 from support import FLOAT_DTYPES, LAYOUTS, make_operand
 
@@ -372,3 +376,329 @@ def test_backward_errors_leave_the_output_untouched(op, problem, rng):
         kernel(*inputs, out=out, params=params)
     np.testing.assert_array_equal(out, before)
 
+
+
+# ---- CONV1D -----------------------------------------------------------------------------------------
+CONV1D = fk.OpKind.CONV1D
+CONV1D_CASES = [(dt, bias) for dt in FLOAT_DTYPES for bias in (False, True)]
+# (N, C, L, O, K, stride, padding, dilation, groups): groups, depthwise, stride remainders, dilation,
+# a kernel as long as the padded input, no image, no channel, and an output longer than one GEMM panel
+CONV1D_SHAPES = [(2, 3, 17, 4, 3, 1, 1, 1, 1), (1, 4, 20, 6, 3, 2, 1, 2, 2), (2, 6, 13, 6, 4, 3, 2, 1, 3),
+                 (1, 2, 5, 3, 5, 1, 0, 1, 1), (2, 4, 9, 4, 2, 1, 0, 3, 4), (0, 3, 8, 2, 3, 1, 1, 1, 1),
+                 (1, 0, 8, 2, 3, 1, 1, 1, 1), (1, 3, 1, 2, 3, 1, 1, 1, 1), (1, 5, 1500, 7, 5, 1, 2, 1, 1)]
+COVERED = {(CONV1D, (dt,) * (4 if bias else 3)) for dt, bias in CONV1D_CASES}
+
+
+def conv1d_params(stride=1, padding=0, dilation=1, groups=1):
+    return fk.params.conv1d(stride=stride, padding=padding, dilation=dilation, groups=groups)
+
+
+@pytest.mark.parametrize("dtype,bias", CONV1D_CASES,
+                         ids=[f"{d.short_name}-{'bias' if b else 'nobias'}" for d, b in CONV1D_CASES])
+def test_conv1d_binding(dtype, bias, rng):
+    dts = [dtype] * (4 if bias else 3)
+    kernels = fk.bindings().alternatives(CONV1D, dts, fk.Backend.CPU)
+    assert sorted(k.source for k in kernels) == ["direct", "im2col"]
+    for kernel in kernels:
+        claim = kernel.precision
+        for i, (N, C, L, O, K, stride, padding, dilation, groups) in enumerate(CONV1D_SHAPES):
+            for layout in (LAYOUTS if i < 3 else ("contiguous", LAYOUTS[i % len(LAYOUTS)])):
+                x = make_operand((N, C, L), dtype, layout, rng, special=False)
+                w = make_operand((O, C // groups, K), dtype, layout, rng, special=False)
+                b = make_operand((O,), dtype, "negative", rng, special=False) if bias else None
+                expected, scale = conv1d_reference(x, w, b, stride, padding, dilation, groups)
+                out = np.full(expected.shape, 7, dtype=dtype.numpy)
+                if layout in ("transposed", "negative"):     # a strided or reversed output view
+                    out = np.full(expected.shape[::-1], 7, dtype=dtype.numpy).T if layout == "transposed" \
+                        else out[::-1, :, ::-1]
+                inputs = (x, w) if b is None else (x, w, b)
+                assert kernel(*inputs, out=out, params=conv1d_params(stride, padding, dilation, groups)) is out
+                err = np.abs(out.astype(np.float64) - expected)
+                assert (err <= claim.max_rel * scale + claim.max_abs).all(), (kernel.source, i, layout, err.max())
+
+
+@pytest.mark.parametrize("source", ["im2col", "direct"])
+def test_conv1d_gives_conv2d_bits_on_the_height_1_view(source, rng):
+    """One shared path: CONV1D is CONV2D's sibling on x[:, :, None], w[:, :, None], bit for bit."""
+    x = rng.standard_normal((2, 6, 50)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 5)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    pick = lambda op, n: [k for k in fk.bindings().alternatives(op, [fk.DType.F32] * n) if k.source == source][0]
+    got = pick(CONV1D, 4)(x, w, b, params=conv1d_params(2, 3, 2, 2))
+    want = pick(fk.OpKind.CONV2D, 4)(x[:, :, None], w[:, :, None], b,
+                                     params=fk.params.conv2d((1, 2), (0, 3), (1, 2), 2))
+    assert got.tobytes() == want[:, :, 0].tobytes()
+
+
+@pytest.mark.parametrize("dtype", [fk.DType.F32, fk.DType.BF16])
+def test_conv1d_same_bits_for_every_thread_count(dtype, rng):
+    """Through CONV2D's split (images x output-channel blocks): the same bits on 1, 2 and 3 threads."""
+    x = rng.standard_normal((2, 32, 900)).astype(dtype.numpy)
+    w = rng.standard_normal((64, 32, 5)).astype(dtype.numpy)
+    b = rng.standard_normal(64).astype(dtype.numpy)
+    for kernel in fk.bindings().alternatives(CONV1D, [dtype] * 4):
+        results = []
+        for threads in (1, 2, 3):
+            calls = _dispatch._parallel_calls()
+            with fk.threads(threads):
+                results.append(kernel(x, w, b, params=conv1d_params(padding=2)))
+            assert _dispatch._parallel_calls() > calls, f"{kernel.source} ran whole: the case is too small to cut"
+        assert all(r.tobytes() == results[0].tobytes() for r in results[1:]), kernel.source
+
+
+def test_conv1d_dispatch_allocates_from_params_and_the_graph_builder(rng):
+    x = rng.standard_normal((2, 4, 30)).astype(np.float32)
+    w = rng.standard_normal((6, 2, 3)).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32)
+    out = fk.dispatch(CONV1D, [x, w, b], params=conv1d_params(stride=2, padding=1, groups=2))
+    assert out.shape == (2, 6, 15)
+    expected, _ = conv1d_reference(x, w, b, 2, 1, 1, 2)
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+    assert fk.dispatch(CONV1D, [x, w[:, :, :1].repeat(2, 1)]).shape == (2, 6, 30)    # params none: 1, 0, 1, 1
+    g = Graph()
+    gx, gw, gb = g.input(x.shape, fk.DType.F32), g.input(w.shape, fk.DType.F32), g.input(b.shape, fk.DType.F32)
+    y, y_nobias = g.conv1d(gx, gw, gb, stride=2, padding=1, groups=2), g.conv1d(gx, gw, dilation=3, groups=2)
+    assert (y.shape, y_nobias.shape) == ((2, 6, 15), (2, 6, 24))
+    got, got_nobias = g.compile([y, y_nobias]).run([x, w, b])
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got_nobias, conv1d_reference(x, w, None, 1, 0, 3, 2)[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("make", [lambda: conv1d_params(stride=0), lambda: conv1d_params(padding=-1),
+                                  lambda: conv1d_params(dilation=0), lambda: conv1d_params(groups=0),
+                                  lambda: conv1d_params(stride=(1, 2)), lambda: conv1d_params(padding=1.5)])
+def test_bad_conv1d_params_are_params_errors(make):
+    with pytest.raises(fk.ParamsError):
+        make()
+
+
+CONV1D_PROBLEMS = ["dtype", "out_shape", "groups", "too_big", "params", "bias", "rank", "out_rank", "readonly",
+                   "alias", "self_overlap", "count", "huge"]
+
+
+@pytest.mark.parametrize("problem", CONV1D_PROBLEMS)
+def test_conv1d_errors_leave_the_output_untouched(problem, rng):
+    x = rng.standard_normal((2, 4, 10)).astype(np.float32)
+    w = rng.standard_normal((2, 4, 3)).astype(np.float32)
+    inputs = [x, w]
+    out = np.full((2, 2, 8), 7.0, np.float32)
+    params = conv1d_params()
+    error = fk.ShapeError
+    if problem == "dtype":
+        out = out.astype(np.float64)
+        error = fk.DTypeError
+    elif problem == "out_shape":
+        out = np.full((2, 2, 9), 7.0, np.float32)
+    elif problem == "groups":
+        params = conv1d_params(groups=3)
+    elif problem == "too_big":                      # a kernel of 11 taps on 10 positions
+        inputs[1] = rng.standard_normal((2, 4, 11)).astype(np.float32)
+    elif problem == "params":
+        params = fk.params.conv2d()
+        error = fk.ParamsError
+    elif problem == "bias":
+        inputs.append(np.ones(3, np.float32))
+    elif problem == "rank":
+        inputs[0] = x[:, :, :, None]
+    elif problem == "out_rank":
+        out = np.full((2, 2, 1, 8), 7.0, np.float32)
+    elif problem == "readonly":
+        out.setflags(write=False)
+        error = fk.ReadOnlyError
+    elif problem == "alias":
+        big = np.zeros(200, np.float32)
+        out = big[:32].reshape(2, 2, 8)
+        inputs[0] = big[16:96].reshape(2, 4, 10)
+        error = fk.AliasError
+    elif problem == "self_overlap":
+        out = np.lib.stride_tricks.as_strided(np.full(32, 7.0, np.float32), (2, 2, 8), (0, 32, 4))
+        error = fk.AliasError
+    elif problem == "count":
+        inputs = inputs[:1]
+        error = fk.OperandCountError
+    elif problem == "huge":                         # dilation * (K - 1) overflows int64: refused, not wrapped
+        with pytest.raises(fk.ParamsError):         # (padding past int32 is refused by the constructor)
+            conv1d_params(padding=2 ** 40)
+        inputs = [x[:1, :1], np.lib.stride_tricks.as_strided(w, (1, 1, 2 ** 60), (0, 0, 0))]
+        out = out[:1, :1]
+        params = conv1d_params(dilation=2 ** 30)
+    dts = [fk.DType.F32] * (len(inputs) + 1)
+    for kernel in fk.bindings().alternatives(CONV1D, dts if problem != "count" else [fk.DType.F32] * 3):
+        before = out.copy()
+        with pytest.raises(error):
+            kernel(*inputs, out=out, params=params)
+        np.testing.assert_array_equal(out, before)
+
+
+# ---- CONV_TRANSPOSE2D ---------------------------------------------------------------------------------
+TRANSPOSED = fk.OpKind.CONV_TRANSPOSE2D
+TRANSPOSED_CASES = [(dt, bias) for dt in FLOAT_DTYPES for bias in (False, True)]
+COVERED |= {(TRANSPOSED, (dt,) * (4 if bias else 3)) for dt, bias in TRANSPOSED_CASES}
+# (N, C, H, W, O, KH, KW, stride, pads_begin, pads_end, dilation, output_padding, groups): stride with
+# output padding, asymmetric pads, dilation, output padding below the dilation but not the stride (rows
+# no tap reaches), groups and depthwise, pads past the kernel's reach, 1x1, no image, no input or output
+# channel, and an input wider than one GEMM block of columns
+TRANSPOSED_SHAPES = [(2, 3, 5, 6, 4, 3, 3, 2, 1, 1, 1, 1, 1), (1, 4, 4, 5, 6, 3, 2, (2, 3), (1, 0), (0, 2), 1, (1, 2), 2),
+                     (1, 6, 5, 4, 3, 2, 3, 1, 0, (1, 0), 2, (1, 0), 3), (2, 4, 3, 3, 4, 1, 1, 2, 0, 0, 1, 1, 4),
+                     (1, 2, 4, 4, 2, 3, 3, 3, 4, 2, 2, 0, 1), (1, 2, 1, 1, 3, 1, 1, 1, 0, 0, 1, 0, 1),
+                     (0, 3, 4, 4, 2, 3, 3, 2, 1, 1, 1, 0, 1), (1, 0, 4, 4, 2, 3, 3, 1, 1, 1, 1, 0, 1),
+                     (1, 2, 4, 4, 0, 3, 3, 1, 1, 1, 1, 0, 1), (1, 3, 2, 600, 2, 1, 3, 1, 0, (0, 1), 1, 0, 1)]
+
+
+def transposed_params(stride=1, pads_begin=0, pads_end=0, dilation=1, output_padding=0, groups=1):
+    return fk.params.conv_transpose2d(stride=stride, pads_begin=pads_begin, pads_end=pads_end, dilation=dilation,
+                                      output_padding=output_padding, groups=groups)
+
+
+@pytest.mark.parametrize("dtype,bias", TRANSPOSED_CASES,
+                         ids=[f"{d.short_name}-{'bias' if b else 'nobias'}" for d, b in TRANSPOSED_CASES])
+def test_conv_transpose2d_binding(dtype, bias, rng):
+    kernels = fk.bindings().alternatives(TRANSPOSED, [dtype] * (4 if bias else 3), fk.Backend.CPU)
+    assert [k.source for k in kernels] == ["native"]
+    kernel, claim = kernels[0], kernels[0].precision
+    for i, (N, C, H, W, O, KH, KW, stride, pb, pe, dilation, opad, groups) in enumerate(TRANSPOSED_SHAPES):
+        params = transposed_params(stride, pb, pe, dilation, opad, groups)
+        for layout in (LAYOUTS if i < 3 else ("contiguous", LAYOUTS[i % len(LAYOUTS)])):
+            x = make_operand((N, C, H, W), dtype, layout, rng, special=False)
+            w = make_operand((C, O // groups, KH, KW), dtype, layout, rng, special=False)
+            b = make_operand((O,), dtype, "negative", rng, special=False) if bias else None
+            expected, scale = conv_transpose2d_reference(x, w, b, stride, pb, pe, dilation, opad, groups)
+            out = output_like(expected.shape, dtype, layout)
+            inputs = (x, w) if b is None else (x, w, b)
+            assert kernel(*inputs, out=out, params=params) is out
+            err = np.abs(out.astype(np.float64) - expected)
+            assert (err <= claim.max_rel * scale + claim.max_abs).all(), (i, layout, err.max())
+
+
+def test_conv_transpose2d_is_the_input_gradient_bit_for_bit(rng):
+    """One shared path: with pads_begin = pads_end and output_padding 0, CONV_TRANSPOSE2D of (x, w) is
+    CONV2D_BACKWARD_INPUT of (dy = x, w) for the matching forward call, the same bits."""
+    x = rng.standard_normal((2, 6, 7, 9)).astype(np.float32)
+    w = rng.standard_normal((6, 2, 3, 3)).astype(np.float32)
+    y = fk.dispatch(TRANSPOSED, [x, w], params=transposed_params(2, 1, 1, 1, 0, 3))
+    dx = fk.dispatch(BACKWARD_INPUT, [x, w], params=backward_params(y.shape[2], y.shape[3], 3, 3, 2, 1, 1, 3))
+    assert y.shape == (2, 6, 13, 17) and y.tobytes() == dx.tobytes()
+
+
+def test_conv_transpose2d_agrees_with_torch(rng):
+    """PyTorch's conv_transpose2d (symmetric padding) in F64 on every option the two share."""
+    torch = pytest.importorskip("torch")
+    for stride, padding, dilation, opad, groups, O in ((2, 1, 1, 1, 1, 6), ((2, 3), (0, 2), (2, 1), (1, 2), 2, 6),
+                                                       (1, 0, 3, 2, 4, 4)):
+        x = rng.standard_normal((2, 4, 5, 6))
+        w = rng.standard_normal((4, O // groups, 3, 2))
+        b = rng.standard_normal(O)
+        want = torch.nn.functional.conv_transpose2d(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b),
+                                                    stride, padding, opad, groups, dilation).numpy()
+        got = fk.dispatch(TRANSPOSED, [x, w, b], params=transposed_params(stride, padding, padding, dilation, opad,
+                                                                           groups))
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [fk.DType.F32, fk.DType.F16])
+def test_conv_transpose2d_same_bits_for_every_thread_count(dtype, rng):
+    """Images x blocks of output channels (groups 1), images only (groups 2): 1, 2 and 3 threads agree."""
+    for groups in (1, 2):
+        x = rng.standard_normal((2 * groups, 32, 20, 20)).astype(dtype.numpy)
+        w = rng.standard_normal((32, 64 // groups, 3, 3)).astype(dtype.numpy)
+        b = rng.standard_normal(64).astype(dtype.numpy)
+        kernel = fk.bindings().lookup(TRANSPOSED, [dtype] * 4)
+        results = []
+        for threads in (1, 2, 3):
+            calls = _dispatch._parallel_calls()
+            with fk.threads(threads):
+                results.append(kernel(x, w, b, params=transposed_params(2, 1, 0, 1, 1, groups)))
+            assert _dispatch._parallel_calls() > calls, "ran whole: the case is too small to cut"
+        assert all(r.tobytes() == results[0].tobytes() for r in results[1:]), groups
+
+
+def test_conv_transpose2d_dispatch_and_the_graph_builder(rng):
+    x = rng.standard_normal((1, 4, 5, 5)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32)
+    params = transposed_params(stride=2, pads_begin=(1, 0), pads_end=(0, 1), output_padding=1, groups=2)
+    out = fk.dispatch(TRANSPOSED, [x, w, b], params=params)
+    assert out.shape == (1, 6, 11, 11) == (1, 6) + conv_transpose2d_output_size((5, 5), (3, 3), 2, (1, 0), (0, 1), 1, 1)
+    expected, _ = conv_transpose2d_reference(x, w, b, 2, (1, 0), (0, 1), 1, 1, 2)
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+    assert fk.dispatch(TRANSPOSED, [x, w[:, :1]]).shape == (1, 1, 7, 7)     # params none: 1, 0, 0, 1, 0, 1
+    g = Graph()
+    gx, gw, gb = g.input(x.shape, fk.DType.F32), g.input(w.shape, fk.DType.F32), g.input(b.shape, fk.DType.F32)
+    y = g.conv_transpose2d(gx, gw, gb, stride=2, pads_begin=(1, 0), pads_end=(0, 1), output_padding=1, groups=2)
+    assert y.shape == (1, 6, 11, 11) and g.conv_transpose2d(gx, gw[:, :1]).shape == (1, 1, 7, 7)
+    np.testing.assert_allclose(g.compile([y]).run([x, w, b])[0], expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("make", [lambda: transposed_params(stride=0), lambda: transposed_params(pads_begin=-1),
+                                  lambda: transposed_params(pads_end=(0, -1)), lambda: transposed_params(dilation=0),
+                                  lambda: transposed_params(output_padding=-1), lambda: transposed_params(groups=0),
+                                  lambda: transposed_params(stride=2 ** 40)])
+def test_bad_conv_transpose2d_params_are_params_errors(make):
+    with pytest.raises(fk.ParamsError):
+        make()
+
+
+def test_conv_transpose2d_params_round_trip():
+    p = transposed_params(stride=(2, 1), pads_begin=(1, 0), pads_end=2, dilation=(1, 3), output_padding=(1, 2),
+                          groups=4)
+    assert p.fields() == {"stride": (2, 1), "pads_begin": (1, 0), "pads_end": (2, 2), "dilation": (1, 3),
+                          "output_padding": (1, 2), "groups": 4}
+
+
+TRANSPOSED_PROBLEMS = ["dtype", "out_shape", "channels", "groups", "output_padding", "empty_output", "params",
+                       "bias", "rank", "readonly", "alias", "self_overlap", "count", "huge"]
+
+
+@pytest.mark.parametrize("problem", TRANSPOSED_PROBLEMS)
+def test_conv_transpose2d_errors_leave_the_output_untouched(problem, rng):
+    x = rng.standard_normal((2, 4, 5, 5)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    inputs = [x, w]
+    out = np.full((2, 3, 7, 7), 7.0, np.float32)
+    params = transposed_params()
+    error = fk.ShapeError
+    if problem == "dtype":
+        out = out.astype(np.float64)
+        error = fk.DTypeError
+    elif problem == "out_shape":
+        out = np.full((2, 3, 8, 7), 7.0, np.float32)
+    elif problem == "channels":                     # w's first extent is not x's channels
+        inputs[1] = rng.standard_normal((3, 3, 3, 3)).astype(np.float32)
+    elif problem == "groups":
+        params = transposed_params(groups=3)
+    elif problem == "output_padding":               # not below the stride (1) nor the dilation (1)
+        params = transposed_params(output_padding=(0, 1))
+        out = np.full((2, 3, 7, 8), 7.0, np.float32)
+        error = fk.ParamsError
+    elif problem == "empty_output":                 # (5 - 1) + 2 + 1 - 4 - 4 = -1
+        params = transposed_params(pads_begin=4, pads_end=4)
+    elif problem == "params":
+        params = fk.params.conv2d()
+        error = fk.ParamsError
+    elif problem == "bias":
+        inputs.append(np.ones(4, np.float32))
+    elif problem == "rank":
+        inputs[0] = x[0]
+    elif problem == "readonly":
+        out.setflags(write=False)
+        error = fk.ReadOnlyError
+    elif problem == "alias":
+        big = np.zeros(2000, np.float32)
+        out = big[:294].reshape(2, 3, 7, 7)
+        inputs[0] = big[100:300].reshape(2, 4, 5, 5)
+        error = fk.AliasError
+    elif problem == "self_overlap":
+        out = np.lib.stride_tricks.as_strided(np.full(147, 7.0, np.float32), out.shape, (0,) + out.strides[1:])
+        error = fk.AliasError
+    elif problem == "count":
+        inputs = inputs[:1]
+        error = fk.OperandCountError
+    elif problem == "huge":                         # (H - 1) * stride overflows int64: refused, not wrapped
+        inputs[0] = np.lib.stride_tricks.as_strided(x, (1, 4, 2 ** 40, 1), (0, 4, 0, 0))
+        params = transposed_params(stride=2 ** 30)
+    n = len(inputs) + 1 if problem != "count" else 3
+    kernel = fk.bindings().lookup(TRANSPOSED, [fk.DType.F32] * n, fk.Backend.CPU)
+    before = out.copy()
+    with pytest.raises(error):
+        kernel(*inputs, out=out, params=params)
+    np.testing.assert_array_equal(out, before)
