@@ -1668,10 +1668,9 @@ def skip_infinite_values(v):
         raise Skip("infinite or NaN values")
 
 
-@register([fk.OpKind.FLASH_ATTN], kind="accumulate")
-def _flash_attn(inputs, params, out_dtype, out_shape):
-    need_params(params, "flash_attn")
-    q, k, v = inputs
+def _attention_shapes(q, k, v, out_shape):
+    """(B, Hq, Sq, D, Sk) of FLASH_ATTN's q [B, Hq, Sq, D], k [B, Hkv, Sk, D], v [B, Hkv, Sk, Dv] and
+    output [B, Hq, Sq, Dv] (Hkv dividing Hq), or the ShapeError the kernels give."""
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4 or len(out_shape) != 4:
         raise ExpectError(fk.ShapeError)
     b, hq, sq, d = q.shape
@@ -1679,6 +1678,14 @@ def _flash_attn(inputs, params, out_dtype, out_shape):
     if (k.shape[0], k.shape[3], v.shape[0]) != (b, d, b) or v.shape[1:3] != (hkv, sk) or hkv == 0 or hq % hkv:
         raise ExpectError(fk.ShapeError)
     expect_shape(out_shape, (b, hq, sq, v.shape[3]))
+    return b, hq, sq, d, sk
+
+
+@register([fk.OpKind.FLASH_ATTN], kind="accumulate")
+def _flash_attn(inputs, params, out_dtype, out_shape):
+    need_params(params, "flash_attn")
+    q, k, v = inputs
+    b, hq, sq, d, sk = _attention_shapes(q, k, v, out_shape)
     skip_infinite_values(v)
     f = params.fields()
     s, s_abs = attention_scores(q, kv_for_query_heads(k, hq), f["scale"], f["softcap"])
@@ -1693,13 +1700,7 @@ def _flash_attn_masked(inputs, params, out_dtype, out_shape):
     [B] (i32 / i64, each in [0, Sk]), each [0] when absent."""
     need_params(params, "flash_attn")
     q, k, v, mask, alibi, key_lens = inputs
-    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4 or len(out_shape) != 4:
-        raise ExpectError(fk.ShapeError)
-    b, hq, sq, d = q.shape
-    hkv, sk = k.shape[1:3]
-    if (k.shape[0], k.shape[3], v.shape[0]) != (b, d, b) or v.shape[1:3] != (hkv, sk) or hkv == 0 or hq % hkv:
-        raise ExpectError(fk.ShapeError)
-    expect_shape(out_shape, (b, hq, sq, v.shape[3]))
+    b, hq, sq, d, sk = _attention_shapes(q, k, v, out_shape)
     if mask.shape != (0,) and (mask.ndim != 4 or mask.shape[3] != sk
                                or any(m not in (1, want) for m, want in zip(mask.shape[:3], (b, hq, sq)))):
         raise ExpectError(fk.ShapeError)
