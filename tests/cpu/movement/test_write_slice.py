@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import fuel_kernel as fk
+from fuel_kernel import ops as fk_ops
 from fuel_kernel import params as P
 from fuel_kernel.graph import Graph
 from oracles import write_slice_reference
@@ -116,7 +117,7 @@ def test_the_destination_must_be_given(rng):
     with pytest.raises(fk.ShapeError, match="in place"):
         fk.dispatch(OP.WRITE_SLICE, [src], params=P.write_slice((0, 0)))
     with pytest.raises(fk.ShapeError, match="in place"):
-        fk.ops.infer_output_shape(OP.WRITE_SLICE_ROTATING, [(2, 3)], P.write_slice((0, 0)))
+        fk_ops.infer_output_shape(OP.WRITE_SLICE_ROTATING, [(2, 3)], P.write_slice((0, 0)))
     dst = np.zeros((4, 3), np.float32)
     assert fk.dispatch(OP.WRITE_SLICE, [src], dst, params=P.write_slice((1, 0))) is dst
     assert dst[1:3].tolist() == src.tolist() and not dst[0].any() and not dst[3].any()

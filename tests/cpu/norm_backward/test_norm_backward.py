@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import fuel_kernel as fk
+from fuel_kernel import ops as fk_ops
 import oracles
 from fuel_kernel.graph import Graph
 from support import FLOAT_DTYPES, LAYOUTS, make_operand
@@ -147,10 +148,10 @@ def test_call_forms_allocate_and_return_every_output(op, rng):
     for results in (ran, dispatched, mine):
         for a, b in zip(allocated, results):
             np.testing.assert_array_equal(a, b)
-    assert fk.ops.infer_output_shapes(op, [v.shape for v in inputs]) == ((4, 8),) + ((8,),) * (N_OUTPUTS[op] - 1)
-    assert fk.ops.infer_output_dtypes(op, [fk.DType.F32] * N_INPUTS[op]) == (fk.DType.F32,) * N_OUTPUTS[op]
+    assert fk_ops.infer_output_shapes(op, [v.shape for v in inputs]) == ((4, 8),) + ((8,),) * (N_OUTPUTS[op] - 1)
+    assert fk_ops.infer_output_dtypes(op, [fk.DType.F32] * N_INPUTS[op]) == (fk.DType.F32,) * N_OUTPUTS[op]
     with pytest.raises(fk.OperandCountError, match="infer_output_shapes"):
-        fk.ops.infer_output_shape(op, [v.shape for v in inputs])
+        fk_ops.infer_output_shape(op, [v.shape for v in inputs])
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -253,13 +254,13 @@ def test_huge_stride_zero_operands_are_refused_before_any_write():
 
 
 def test_several_output_ops_in_the_spec_and_abi():
-    assert fk.ops.n_outputs(OP.RMS_NORM_BACKWARD) == 2 and fk.ops.n_outputs(OP.LAYER_NORM_BACKWARD) == 3
-    assert fk.ops.n_outputs(OP.ADD) == 1
-    assert fk.ops.min_outputs(OP.FLASH_ATTN) == 1 and fk.ops.n_outputs(OP.FLASH_ATTN) == 2   # optional lse
+    assert fk_ops.n_outputs(OP.RMS_NORM_BACKWARD) == 2 and fk_ops.n_outputs(OP.LAYER_NORM_BACKWARD) == 3
+    assert fk_ops.n_outputs(OP.ADD) == 1
+    assert fk_ops.min_outputs(OP.FLASH_ATTN) == 1 and fk_ops.n_outputs(OP.FLASH_ATTN) == 2   # optional lse
     for kernel in fk.bindings():
         assert kernel.n_inputs + kernel.n_outputs == len(kernel.dtypes)
         if isinstance(kernel.op, fk.OpKind):
-            assert fk.ops.min_outputs(kernel.op) <= kernel.n_outputs <= fk.ops.n_outputs(kernel.op), kernel
+            assert fk_ops.min_outputs(kernel.op) <= kernel.n_outputs <= fk_ops.n_outputs(kernel.op), kernel
         else:
             assert kernel.n_outputs == 1
 

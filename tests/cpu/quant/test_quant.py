@@ -13,7 +13,7 @@ import pytest
 import fuel_kernel as fk
 import oracles
 from capi import Layout, Storage, kernel_function, layout, storage_of
-from fuel_kernel import spec
+from fuel_kernel import ops as fk_ops, spec
 from fuel_kernel.errors import STATUS_ERRORS
 from support import make_operand
 
@@ -162,7 +162,7 @@ def test_k_not_a_multiple_of_the_block_size():
     a = np.ones((2, 48), np.float32)
     refused(fk.ShapeError, a, np.zeros(3 * 34, np.uint8), fk.params.qmatmul(8, 2, 3, 48))
     with pytest.raises(fk.ShapeError):
-        fk.ops.infer_output_shape(OP.QMATMUL, [(2, 48), (102,)], fk.params.qmatmul(8, 2, 3, 48))
+        fk_ops.infer_output_shape(OP.QMATMUL, [(2, 48), (102,)], fk.params.qmatmul(8, 2, 3, 48))
 
 
 @pytest.mark.parametrize("delta", [-1, 1, -34])
@@ -173,7 +173,7 @@ def test_w_of_the_wrong_byte_size(delta):
 
 def test_w_size_overflow_is_a_shape_error():
     with pytest.raises(fk.ShapeError):
-        fk.ops.infer_output_shape(OP.QMATMUL, [(1, 256), (144,)], fk.params.qmatmul(12, 1, 2 ** 62, 256))
+        fk_ops.infer_output_shape(OP.QMATMUL, [(1, 256), (144,)], fk.params.qmatmul(12, 1, 2 ** 62, 256))
 
 
 @pytest.mark.parametrize("quant_type", [0, 1, 9, 15, 99])
@@ -181,7 +181,7 @@ def test_unknown_quant_type(quant_type):
     a = np.ones((2, 32), np.float32)
     refused(fk.ParamsError, a, np.zeros(3 * 34, np.uint8), fk.params.qmatmul(quant_type, 2, 3, 32))
     with pytest.raises(fk.ParamsError):
-        fk.ops.infer_output_shape(OP.QMATMUL, [(2, 32), (102,)], fk.params.qmatmul(quant_type, 2, 3, 32))
+        fk_ops.infer_output_shape(OP.QMATMUL, [(2, 32), (102,)], fk.params.qmatmul(quant_type, 2, 3, 32))
 
 
 @pytest.mark.parametrize("case", ["a rows", "a cols", "output cols", "output rows", "a rank", "w rank"])
@@ -209,7 +209,7 @@ def test_wrong_dtypes_and_missing_params():
     refused(fk.ParamsError, np.ones((2, 32), np.float32), w, None)
     refused(fk.ParamsError, np.ones((2, 32), np.float32), w, fk.params.none())
     with pytest.raises(fk.DTypeError):
-        fk.ops.infer_output_dtype(OP.QMATMUL, [D.F16, D.U8], fk.params.qmatmul(8, 2, 3, 32))
+        ops.infer_output_dtype(OP.QMATMUL, [D.F16, D.U8], fk.params.qmatmul(8, 2, 3, 32))
 
 
 # ---- NF4_MATMUL ------------------------------------------------------------------------------------
