@@ -209,7 +209,7 @@ def test_wrong_dtypes_and_missing_params():
     refused(fk.ParamsError, np.ones((2, 32), np.float32), w, None)
     refused(fk.ParamsError, np.ones((2, 32), np.float32), w, fk.params.none())
     with pytest.raises(fk.DTypeError):
-        ops.infer_output_dtype(OP.QMATMUL, [D.F16, D.U8], fk.params.qmatmul(8, 2, 3, 32))
+        fk_ops.infer_output_dtype(OP.QMATMUL, [D.F16, D.U8], fk.params.qmatmul(8, 2, 3, 32))
 
 
 # ---- NF4_MATMUL ------------------------------------------------------------------------------------
