@@ -160,4 +160,12 @@ def test_registration_transactions_return_c_allocations_to_baseline():
     print(f"\nleaks: {N_TRANSACTIONS} transactions, table bytes {table_bytes} -> "
           f"{_dispatch.allocated_bytes()}, traced {traced} -> {traced_after}, RSS grew {grown / 1024:.0f} KiB")
     if not SANITIZED:
+        if grown >= 1 << 20:
+            # RSS is the coarse signal (the exact ones are above): heap fragmentation left by earlier
+            # tests in the same worker can move it once, while a leak grows with every batch, so a
+            # second batch must not add as much again
+            rss = rss_bytes()
+            run(N_TRANSACTIONS)
+            settle()
+            grown = rss_bytes() - rss
         assert grown < 1 << 20, f"RSS grew {grown} bytes over {N_TRANSACTIONS} transactions"
