@@ -150,7 +150,9 @@ FK_VM_INLINE float fk_fast_tanhf(float x) {
 FK_VM_INLINE float fk_fast_siluf(float x) {
     float u = fk_expf_scaled(-fabsf(x), 64);
     float d = 1.0f + u * FK_TWO_POW_M64;
-    float y = x >= 0.0f ? x / d : (x * u / d) * FK_TWO_POW_M64;
+    int pos = x >= 0.0f;
+    float q = (pos ? x : x * u) / d;                            /* one division for both sides */
+    float y = pos ? q : q * FK_TWO_POW_M64;
     y = x < -120.0f ? -0.0f : y;
     return fk_keep_nan(x, y);
 }
@@ -494,6 +496,51 @@ FK_VM_INLINE float fk_powi_small(float x, int n) {
     return fk_keep_nan(x, y);
 }
 
+/* x ** n for 3 <= n <= FK_POWI_SMALL_MAX straight on x: the same binary powering in two floats as
+ * fk_powi_small, without taking x apart.  For x = 0 or 2^-9 <= |x| <= 2^9 every product and error
+ * term stays normal (|x^n| <= 2^72, error terms >= 2^-122), so the error-free steps are exact and the
+ * one rounding gives fk_powi_small's bound (<= 0.5 ulp plus the low part's own rounding); a zero
+ * keeps the sign of its product. */
+#define FK_POWI_DIRECT_MIN 0x3B000000u                          /* 2^-9 as bits */
+#define FK_POWI_DIRECT_MAX 0x44000000u                          /* 2^9 */
+FK_VM_INLINE float fk_powi_direct(float x, int n) {
+    float bh = x, bl = 0.0f, rh = 1.0f, rl = 0.0f;
+#pragma GCC unroll 4
+    for (int bit = 0; bit < 4; bit++) {
+        if ((n >> bit) & 1) {
+            float ph = rh * bh;
+            rl = fmaf(rh, bh, -ph) + (rh * bl + rl * bh);
+            rh = ph;
+        }
+        if (n >> (bit + 1)) {
+            float sh = bh * bh;
+            bl = fmaf(bh, bh, -sh) + 2.0f * bh * bl;
+            bh = sh;
+        }
+    }
+    return rh == 0.0f ? rh : rh + rl;
+}
+/* 1 when fk_powi_direct serves x (0, or 2^-9 <= |x| <= 2^9; NaN and inf do not) */
+FK_VM_INLINE int fk_powi_direct_ok(float x) {
+    uint32_t a = fk_f32_bits(x) & 0x7fffffffu;
+    return (a - FK_POWI_DIRECT_MIN <= FK_POWI_DIRECT_MAX - FK_POWI_DIRECT_MIN) | (a == 0u);
+}
+/* y[i] = x[i] ** n for 3 <= n <= FK_POWI_SMALL_MAX (a constant once inlined), by chunks of 256: a
+ * chunk whose every element fk_powi_direct serves takes it, any other fk_powi_small (2-3x the
+ * work).  Each chunk is read whole before it is written, so x == y is safe. */
+FK_VM_INLINE void fk_powi_small_row(const float *x, float *y, int64_t n, int k) {
+    for (int64_t i0 = 0; i0 < n; i0 += 256) {
+        int64_t m = n - i0 < 256 ? n - i0 : 256;
+        int ok = 1;
+        for (int64_t i = 0; i < m; i++) ok &= fk_powi_direct_ok(x[i0 + i]);
+        if (ok) {
+            for (int64_t i = 0; i < m; i++) y[i0 + i] = fk_powi_direct(x[i0 + i], k);
+        } else {
+            for (int64_t i = 0; i < m; i++) y[i0 + i] = fk_powi_small(x[i0 + i], k);
+        }
+    }
+}
+
 /* POWI's F32 body: n = 1, 2, -1 are the correctly rounded x, x*x, 1/x; 3 <= n <= FK_POWI_SMALL_MAX
  * the two-float product; other n the pow core (which gives 1 for n = 0) */
 FK_VM_INLINE float fk_powif(float x, int32_t n) {
@@ -740,6 +787,121 @@ FK_V4_INLINE __m256i fk_v4_bf16_round(__m512 f) {
             __mmask16 m_ = (__mmask16)((1u << ((n) - i_)) - 1u);                                   \
             _mm256_mask_storeu_epi16((o) + i_, m_,                                                 \
                                      fk_v4_bf16_round(F(fk_v4_bf16_widen(_mm256_maskz_loadu_epi16(m_, (a) + i_))))); \
+        }                                                                                          \
+    } while (0)
+
+/* ---- AVX2 forms of the table-driven functions ---------------------------------------------------
+ * ERF and GELU_ERF look up one coefficient per lane from 16-entry rows.  GCC vectorizes the portable
+ * functions on AVX2 with a gather per coefficient, which runs them 3x slower than the arithmetic
+ * (9 gathers a vector); here each lookup is two 8-entry permutes and a blend on the index's bit 3.
+ * Every step is the portable function's, so the bits are the same. */
+#define FK_V3_INLINE static inline __attribute__((always_inline, target("arch=x86-64-v3")))
+
+FK_V3_INLINE __m256 fk_v3_set(float v) { return _mm256_set1_ps(v); }
+FK_V3_INLINE __m256 fk_v3_keep_nan(__m256 x, __m256 y) {
+    return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+FK_V3_INLINE __m256 fk_v3_abs(__m256 x) {
+    return _mm256_and_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)));
+}
+FK_V3_INLINE __m256 fk_v3_copysign(__m256 mag, __m256 sgn) {
+    __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u));
+    return _mm256_or_ps(_mm256_andnot_ps(sign, mag), _mm256_and_ps(sign, sgn));
+}
+/* fk_min_nonneg_f32: vminps returns its second operand when the first is NaN */
+FK_V3_INLINE __m256 fk_v3_min_nonneg(__m256 a, float c) { return _mm256_min_ps(a, fk_v3_set(c)); }
+FK_V3_INLINE __m256 fk_v3_lookup(const float *row, __m256i k) {
+    __m256 lo = _mm256_permutevar8x32_ps(_mm256_loadu_ps(row), k);
+    __m256 hi = _mm256_permutevar8x32_ps(_mm256_loadu_ps(row + 8), k);
+    return _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(k, 28)));
+}
+/* fk_interval_f32; the permutes read the index's low 3 bits and the blend its bit 3 */
+FK_V3_INLINE __m256 fk_v3_interval(__m256 v, __m256i *k) {
+    __m256 m = _mm256_add_ps(_mm256_sub_ps(v, fk_v3_set(0.5f)), fk_v3_set(FK_ROUND_MAGIC));
+    *k = _mm256_castps_si256(m);
+    return _mm256_sub_ps(m, fk_v3_set(FK_ROUND_MAGIC));
+}
+FK_V3_INLINE __m256 fk_v3_expm1_reduced(__m256 r) {
+    __m256 p = fk_v3_set(fk_expf_p[0]);
+    for (int j = 1; j < 6; j++) p = _mm256_fmadd_ps(p, r, fk_v3_set(fk_expf_p[j]));
+    return _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r);
+}
+
+/* fk_fast_erff */
+FK_V3_INLINE __m256 fk_v3_erff(__m256 x) {
+    __m256 ac = fk_v3_min_nonneg(fk_v3_abs(x), 3.99f);
+    __m256i k;
+    __m256 n = fk_v3_interval(_mm256_mul_ps(fk_v3_set(4.0f), ac), &k);
+    __m256 u = _mm256_fmadd_ps(n, fk_v3_set(-0.25f), ac);
+    __m256 p = fk_v3_lookup(fk_erf_tab[0], k);
+    for (int j = 1; j <= FK_ERF_DEGREE; j++) p = _mm256_fmadd_ps(p, u, fk_v3_lookup(fk_erf_tab[j], k));
+    __m256 big = fk_v3_copysign(_mm256_sub_ps(fk_v3_set(1.0f), p), x);
+    __m256 y = _mm256_blendv_ps(big, _mm256_fmadd_ps(x, p, x), _mm256_cmp_ps(n, fk_v3_set(4.0f), _CMP_LT_OQ));
+    return fk_v3_keep_nan(x, y);
+}
+
+/* fk_fast_gelu_erff */
+FK_V3_INLINE __m256 fk_v3_gelu_erff(__m256 x) {
+    __m256 zc = fk_v3_min_nonneg(fk_v3_abs(x), 15.5f);
+    __m256 xc = fk_v3_copysign(zc, x);
+    __m256i k;
+    __m256 u = _mm256_sub_ps(zc, fk_v3_interval(zc, &k));
+    __m256 r = fk_v3_lookup(fk_gelu_erf_tab[0], k);
+    for (int j = 1; j <= FK_GELU_ERF_DEGREE; j++) r = _mm256_fmadd_ps(r, u, fk_v3_lookup(fk_gelu_erf_tab[j], k));
+    __m256 zn = _mm256_mul_ps(fk_v3_set(-0.5f), zc);
+    __m256 w = _mm256_mul_ps(zn, zc), wl = _mm256_fmsub_ps(zn, zc, w);
+    __m256 m = _mm256_fmadd_ps(w, fk_v3_set(1.44269504088896341f), fk_v3_set(FK_ROUND_MAGIC));
+    __m256 n = _mm256_sub_ps(m, fk_v3_set(FK_ROUND_MAGIC));
+    __m256 e = fk_v3_expm1_reduced(_mm256_fmadd_ps(n, fk_v3_set(2.12194440e-4f),
+                                                   _mm256_fmadd_ps(n, fk_v3_set(-0.693359375f), w)));
+    /* 2^(n + 64) from the rounding sum's bits, as fk_pow2i_f32(ni + 64) */
+    __m256i ni = _mm256_sub_epi32(_mm256_castps_si256(m), _mm256_set1_epi32(0x4B400000 - 64 - 127));
+    __m256 scale = _mm256_castsi256_ps(_mm256_slli_epi32(ni, 23));
+    __m256 q = _mm256_mul_ps(_mm256_fmadd_ps(r, _mm256_add_ps(e, _mm256_fmadd_ps(e, wl, wl)), r), scale);
+    __m256 m64 = fk_v3_set(FK_TWO_POW_M64);
+    __m256 pos = _mm256_fnmadd_ps(xc, _mm256_mul_ps(q, m64), x);
+    __m256 neg = _mm256_mul_ps(_mm256_mul_ps(xc, q), m64);
+    __m256 y = _mm256_blendv_ps(neg, pos, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GT_OQ));
+    return fk_v3_keep_nan(x, y);
+}
+
+/* 8 BF16 values widened to F32, and 8 F32 values rounded to BF16 as fk_v4_bf16_round */
+FK_V3_INLINE __m256 fk_v3_bf16_widen(__m128i h) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+FK_V3_INLINE __m128i fk_v3_bf16_round(__m256 f) {
+    __m256i x = _mm256_castps_si256(f);
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+    __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+    __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
+    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+    __m256i h = _mm256_blendv_epi8(rounded, quiet, nan);          /* every lane < 2^16 */
+    return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(h, h), 0x08));
+}
+
+/* o[i] = F(a[i]) for i < n (a == o allowed); the tail through an 8-lane buffer */
+#define fk_v3_map_f32(F, a, o, n)                                                                  \
+    do {                                                                                           \
+        int64_t i_ = 0;                                                                            \
+        for (; i_ + 8 <= (n); i_ += 8) _mm256_storeu_ps((o) + i_, F(_mm256_loadu_ps((a) + i_)));   \
+        if (i_ < (n)) {                                                                            \
+            float t_[8] = {0};                                                                     \
+            for (int64_t j_ = 0; j_ < (n) - i_; j_++) t_[j_] = (a)[i_ + j_];                       \
+            _mm256_storeu_ps(t_, F(_mm256_loadu_ps(t_)));                                          \
+            for (int64_t j_ = 0; j_ < (n) - i_; j_++) (o)[i_ + j_] = t_[j_];                       \
+        }                                                                                          \
+    } while (0)
+#define fk_v3_map_bf16(F, a, o, n)                                                                 \
+    do {                                                                                           \
+        int64_t i_ = 0;                                                                            \
+        for (; i_ + 8 <= (n); i_ += 8)                                                             \
+            _mm_storeu_si128((__m128i *)((o) + i_),                                                \
+                             fk_v3_bf16_round(F(fk_v3_bf16_widen(_mm_loadu_si128((const __m128i *)((a) + i_)))))); \
+        if (i_ < (n)) {                                                                            \
+            uint16_t t_[8] = {0};                                                                  \
+            for (int64_t j_ = 0; j_ < (n) - i_; j_++) t_[j_] = (a)[i_ + j_];                       \
+            _mm_storeu_si128((__m128i *)t_, fk_v3_bf16_round(F(fk_v3_bf16_widen(_mm_loadu_si128((const __m128i *)t_))))); \
+            for (int64_t j_ = 0; j_ < (n) - i_; j_++) (o)[i_ + j_] = t_[j_];                       \
         }                                                                                          \
     } while (0)
 #endif /* FK_HAVE_ISA_V4 */

@@ -176,3 +176,33 @@ def test_powi_exponents(n):
     assert_same(out, ref, D.F32, ulp=k.precision.max_ulp)
     zeros = (out == 0) & (ref == 0)
     assert (np.signbit(out[zeros]) == np.signbit(ref[zeros])).all()
+
+
+@pytest.mark.parametrize("n", [3, 4, 5, 6, 7, 8])
+def test_powi_small_exponents_where_x_needs_no_scaling(n):
+    """POWI for 3 <= n <= 8 runs a 256-element chunk straight on x when every element is 0 or has
+    2^-9 <= |x| <= 2^9 (no product or error term leaves the normal range), else through the scaled
+    mantissa: random bit patterns above almost never fill a chunk in that range, so sample it here,
+    with zeros of both signs, the range's ends, and chunks that one out-of-range element sends to
+    the other path."""
+    rng = np.random.default_rng(100 + n)
+    lo, hi = np.float32(2.0 ** -9), np.float32(2.0 ** 9)
+    mags = np.exp2(rng.uniform(-9, 9, 1_000_000)).astype(np.float32)
+    x = np.where(rng.random(mags.size) < 0.5, -mags, mags).astype(np.float32)
+    x[::997] = 0.0
+    x[1::997] = -0.0
+    x[2::1009] = lo
+    x[3::1009] = -hi
+    x[4::1013] = np.nextafter(hi, np.float32(np.inf))        # out of range: its chunk takes the other path
+    x[5::1013] = np.nextafter(lo, np.float32(0))
+    k = fk.bindings().lookup(Op.POWI, [D.F32, D.F32])
+    out = np.empty_like(x)
+    k(x, out=out, params=fk.params.powi(n))
+    ref = np.power(x.astype(np.float64), float(n)).astype(np.float32)
+    assert_same(out, ref, D.F32, ulp=k.precision.max_ulp)
+    zeros = out == 0
+    assert (ref[zeros] == 0).all() and (np.signbit(out[zeros]) == np.signbit(ref[zeros])).all()
+    # in place gives the same bits
+    y = x.copy()
+    k(y, out=y, params=fk.params.powi(n))
+    assert np.array_equal(y.view(np.uint32), out.view(np.uint32))
