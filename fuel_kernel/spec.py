@@ -144,8 +144,8 @@ PARAMS = (
     ParamsSpec(33, "topk", "topk", (("int64_t", "k"), ("uint8_t", "largest"), ("uint8_t", "sorted"))),
     # SCATTER (ONNX ScatterElements): the axis and the reduction applied at each index
     ParamsSpec(34, "scatter_reduce", "scatter_reduce", (("int32_t", "axis"), ("int32_t", "reduction"))),
-    # CONV1D: CONV2D's options on one axis
-    ParamsSpec(35, "conv1d", "conv1d", (("int32_t", "stride"), ("int32_t", "padding"), ("int32_t", "dilation"),
+    # CONV1D: CONV2D's options on one axis, the padding (begin, end) as ONNX Conv's pads
+    ParamsSpec(35, "conv1d", "conv1d", (("int32_t", "stride"), ("int32_t[2]", "padding"), ("int32_t", "dilation"),
                                         ("int32_t", "groups"))),
     # CONV_TRANSPOSE2D: ONNX ConvTranspose's attributes (pads [t, l, b, r] as pads_begin, pads_end)
     ParamsSpec(36, "conv_transpose2d", "conv_transpose2d",
@@ -1435,9 +1435,11 @@ PARAMS_CONSTRUCTORS = (
                                  choices=(("none", "FK_SCATTER_NONE"), ("max", "FK_SCATTER_MAX"),
                                           ("min", "FK_SCATTER_MIN"), ("mul", "FK_SCATTER_MUL"))))),
     # convolutions
-    ParamsConstructor("conv1d", "CONV1D's stride, padding (zeros on both ends, as CONV2D's), dilation and groups.",
+    ParamsConstructor("conv1d", "CONV1D's stride, padding, dilation and groups.  padding is the zeros before "
+                      "and after the axis, (begin, end) -- ONNX Conv's pads [begin, end] --, or one int for both "
+                      "(PyTorch's padding).",
                       (ParamsArg("stride", "int", 1, check=">= 1"),
-                       ParamsArg("padding", "int", 0, check=">= 0"),
+                       ParamsArg("padding", "pair", 0, check=">= 0"),
                        ParamsArg("dilation", "int", 1, check=">= 1"),
                        ParamsArg("groups", "int", 1, check=">= 1"))),
     ParamsConstructor("conv_transpose2d", "ONNX ConvTranspose's attributes: stride, the pads before (top, left) "

@@ -233,9 +233,10 @@ class Graph(GeneratedBuilders):
                           stride=stride, padding=padding, dilation=dilation, groups=groups)
 
     def conv1d(self, x: Value, w: Value, bias: Optional[Value] = None, *, stride: Optional[int] = None,
-               padding: Optional[int] = None, dilation: Optional[int] = None, groups: Optional[int] = None,
+               padding: Optional[ShapeLike] = None, dilation: Optional[int] = None, groups: Optional[int] = None,
                params: Optional[_dispatch.OpParams] = None, backend: Optional[BackendLike] = None) -> Value:
-        """1-d convolution: x (N, C, L), w (O, C/groups, K), optional bias (O,) -> (N, O, OL)."""
+        """1-d convolution: x (N, C, L), w (O, C/groups, K), optional bias (O,) -> (N, O, OL); padding
+        is (begin, end), ONNX Conv's pads, or one int for both ends."""
         return self._node(OpKind.CONV1D, (x, w) if bias is None else (x, w, bias), params, backend=backend,
                           stride=stride, padding=padding, dilation=dilation, groups=groups)
 
