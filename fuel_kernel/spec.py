@@ -166,6 +166,10 @@ PARAMS = (
 OpSpec = namedtuple("OpSpec", "number name inputs outputs params doc args shape dtype")
 
 VARIADIC = (1, 7)        # CONCAT: 1 .. FK_MAX_OPERANDS - 1 inputs (one operand slot is the output)
+# Ops of a fixed input count and an inferred output dtype whose Graph builder is still written by hand
+# in fuel_kernel/graph/builders.py, not generated: FLASH_ATTN's takes FLASH_ATTN_MASKED's optional
+# inputs as keywords (mask=, alibi_slopes=, key_lens=) and builds that op when any is given
+HANDWRITTEN_BUILDERS = ("FLASH_ATTN",)
 _DEFAULT_ARGS = {1: ("x",), 2: ("x", "y")}
 
 
@@ -388,8 +392,8 @@ OPS = (
     # fixed inputs, an absent one passed as an empty [0] tensor (as PAGED_ATTN's ALiBi slopes), so a
     # key's length still says whether it writes the lse
     _op(106, "FLASH_ATTN_MASKED", 6, "flash_attn",
-        "FLASH_ATTN plus an additive mask [B|1, H|1, Sq|1, Sk], ALiBi slopes [H] and key lengths [B], "
-        "each [0] when absent",
+        "FLASH_ATTN plus a mask [B|1, H|1, Sq|1, Sk] (additive in q's dtype, or BOOL: False excludes the key), "
+        "ALiBi slopes [H] and key lengths [B], each [0] when absent",
         outputs=(1, 2), args=("q", "k", "v", "mask", "alibi_slopes", "key_lens"), shape="flash_attn",
         dtype="flash_attn"),
     # convolutions of ONNX's Conv and ConvTranspose (cpu/conv_kernels.h.in)
@@ -943,6 +947,10 @@ CPU_KERNELS["attention"] = (
                _ATTN_CLAIMS, "fk_paged_attn_cost", "FK_ATTN_CAPS"),
     # [q, k, v, mask (T), alibi_slopes (F32), key_lens (I32 or I64), out] and with the lse (F32)
     KernelRows(("FLASH_ATTN_MASKED",), tuple((n, n, n, n, "F32", lens, n) + lse for n in FLOAT
+                                             for lens in ("I32", "I64") for lse in ((), ("F32",))),
+               "fk_flash_attn_masked", _ATTN_CLAIMS, "fk_flash_attn_masked_cost", "FK_ATTN_CAPS"),
+    # the same with a BOOL mask (ONNX Attention's and torch SDPA's boolean mask: False excludes the key)
+    KernelRows(("FLASH_ATTN_MASKED",), tuple((n, n, n, "BOOL", "F32", lens, n) + lse for n in FLOAT
                                              for lens in ("I32", "I64") for lse in ((), ("F32",))),
                "fk_flash_attn_masked", _ATTN_CLAIMS, "fk_flash_attn_masked_cost", "FK_ATTN_CAPS"),
     # attention training

@@ -1591,7 +1591,8 @@ def masked_attention_reference(q, k, v, mask, alibi, key_lens, scale, causal=Fal
     """(out, lse, error scale) of FLASH_ATTN_MASKED in float64: batch b has L_b keys (key_lens[b], all
     Sk when key_lens is empty), keys j >= L_b unseen, query i at p = i + L_b - Sq (or i, top-left);
     t = softcap(scale q.k) + mask[b, h, i, j] (broadcast; none when mask is empty) - slope[h] |p - j|
-    (none when alibi is empty); softmax over the visible keys (a row with none, or only -inf, is 0)."""
+    (none when alibi is empty); softmax over the visible keys (a row with none, or only -inf, is 0).
+    A BOOL mask adds nothing: its False keys are not visible (their scores, NaN or not, never count)."""
     b, hq, sq, _ = q.shape
     sk = k.shape[2]
     lens = [sk] * b if len(key_lens) == 0 else [int(x) for x in np.asarray(key_lens)]
@@ -1599,8 +1600,10 @@ def masked_attention_reference(q, k, v, mask, alibi, key_lens, scale, causal=Fal
     visible = np.array([attention_visible(sq, sk, causal, window_left, window_right, top_left, n) for n in lens],
                        bool).reshape(b, 1, sq, sk)
     visible = np.broadcast_to(visible, s.shape)
+    if np.asarray(mask).ndim == 4 and np.asarray(mask).dtype == bool:
+        visible = visible & np.asarray(mask)
     with np.errstate(all="ignore"):
-        if np.asarray(mask).ndim == 4:
+        if np.asarray(mask).ndim == 4 and np.asarray(mask).dtype != bool:
             s, s_abs = s + f64(mask), s_abs + np.abs(f64(mask))
         if len(alibi):
             pos = np.array([attention_positions(sq, n, top_left) for n in lens]).reshape(b, 1, sq, 1)
@@ -1698,7 +1701,7 @@ def _flash_attn(inputs, params, out_dtype, out_shape):
 
 @register([fk.OpKind.FLASH_ATTN_MASKED], kind="accumulate")
 def _flash_attn_masked(inputs, params, out_dtype, out_shape):
-    """FLASH_ATTN plus mask [B|1, Hq|1, Sq|1, Sk] (q's dtype), ALiBi slopes [Hq] (f32) and key lengths
+    """FLASH_ATTN plus mask [B|1, Hq|1, Sq|1, Sk] (q's dtype or BOOL), ALiBi slopes [Hq] (f32) and key lengths
     [B] (i32 / i64, each in [0, Sk]), each [0] when absent."""
     need_params(params, "flash_attn")
     q, k, v, mask, alibi, key_lens = inputs
