@@ -209,7 +209,7 @@ cdef extern from "fuel_kernel/abi.h" nogil:
         int32_t reduction
     ctypedef struct fk_conv1d_params:
         int32_t stride
-        int32_t padding
+        int32_t padding[2]
         int32_t dilation
         int32_t groups
     ctypedef struct fk_conv_transpose2d_params:

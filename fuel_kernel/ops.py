@@ -349,15 +349,16 @@ def conv2d_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> 
 
 
 def conv1d_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> Shape:
-    """[x (N, C, L), w (O, C/groups, K)] or with a bias (O,) -> (N, O, OL), as conv2d_shape on one axis."""
+    """[x (N, C, L), w (O, C/groups, K)] or with a bias (O,) -> (N, O, OL), as conv2d_shape on one axis
+    with the padding (begin, end): OL = floor((L + begin + end - dilation (K - 1) - 1) / stride) + 1."""
     if len(shapes) not in (2, 3):
         raise OperandCountError(f"conv1d takes [x, w] or [x, w, bias], got {len(shapes)} inputs")
     x, w = shapes[0], shapes[1]
     if len(x) != 3 or len(w) != 3:
         raise ShapeError(f"conv1d takes x (N, C, L) and w (O, C/groups, K), got {x} and {w}")
     f: dict[str, Any] = params.fields() if params is not None and params.kind == "conv1d" else {
-        "stride": 1, "padding": 0, "dilation": 1, "groups": 1}
-    num = x[2] + 2 * f["padding"] - f["dilation"] * (w[2] - 1) - 1
+        "stride": 1, "padding": (0, 0), "dilation": 1, "groups": 1}
+    num = x[2] + f["padding"][0] + f["padding"][1] - f["dilation"] * (w[2] - 1) - 1
     if num < 0 or w[2] == 0:
         raise ShapeError(f"conv1d kernel {w[2]} does not fit the padded input {x[2]}")
     return (x[0], w[0], num // f["stride"] + 1)

@@ -144,8 +144,8 @@ PARAMS = (
     ParamsSpec(33, "topk", "topk", (("int64_t", "k"), ("uint8_t", "largest"), ("uint8_t", "sorted"))),
     # SCATTER (ONNX ScatterElements): the axis and the reduction applied at each index
     ParamsSpec(34, "scatter_reduce", "scatter_reduce", (("int32_t", "axis"), ("int32_t", "reduction"))),
-    # CONV1D: CONV2D's options on one axis
-    ParamsSpec(35, "conv1d", "conv1d", (("int32_t", "stride"), ("int32_t", "padding"), ("int32_t", "dilation"),
+    # CONV1D: CONV2D's options on one axis, the padding (begin, end) as ONNX Conv's pads
+    ParamsSpec(35, "conv1d", "conv1d", (("int32_t", "stride"), ("int32_t[2]", "padding"), ("int32_t", "dilation"),
                                         ("int32_t", "groups"))),
     # CONV_TRANSPOSE2D: ONNX ConvTranspose's attributes (pads [t, l, b, r] as pads_begin, pads_end)
     ParamsSpec(36, "conv_transpose2d", "conv_transpose2d",
@@ -166,6 +166,10 @@ PARAMS = (
 OpSpec = namedtuple("OpSpec", "number name inputs outputs params doc args shape dtype")
 
 VARIADIC = (1, 7)        # CONCAT: 1 .. FK_MAX_OPERANDS - 1 inputs (one operand slot is the output)
+# Ops of a fixed input count and an inferred output dtype whose Graph builder is still written by hand
+# in fuel_kernel/graph/builders.py, not generated: FLASH_ATTN's takes FLASH_ATTN_MASKED's optional
+# inputs as keywords (mask=, alibi_slopes=, key_lens=) and builds that op when any is given
+HANDWRITTEN_BUILDERS = ("FLASH_ATTN",)
 _DEFAULT_ARGS = {1: ("x",), 2: ("x", "y")}
 
 
@@ -388,8 +392,8 @@ OPS = (
     # fixed inputs, an absent one passed as an empty [0] tensor (as PAGED_ATTN's ALiBi slopes), so a
     # key's length still says whether it writes the lse
     _op(106, "FLASH_ATTN_MASKED", 6, "flash_attn",
-        "FLASH_ATTN plus an additive mask [B|1, H|1, Sq|1, Sk], ALiBi slopes [H] and key lengths [B], "
-        "each [0] when absent",
+        "FLASH_ATTN plus a mask [B|1, H|1, Sq|1, Sk] (additive in q's dtype, or BOOL: False excludes the key), "
+        "ALiBi slopes [H] and key lengths [B], each [0] when absent",
         outputs=(1, 2), args=("q", "k", "v", "mask", "alibi_slopes", "key_lens"), shape="flash_attn",
         dtype="flash_attn"),
     # convolutions of ONNX's Conv and ConvTranspose (cpu/conv_kernels.h.in)
@@ -945,6 +949,10 @@ CPU_KERNELS["attention"] = (
     KernelRows(("FLASH_ATTN_MASKED",), tuple((n, n, n, n, "F32", lens, n) + lse for n in FLOAT
                                              for lens in ("I32", "I64") for lse in ((), ("F32",))),
                "fk_flash_attn_masked", _ATTN_CLAIMS, "fk_flash_attn_masked_cost", "FK_ATTN_CAPS"),
+    # the same with a BOOL mask (ONNX Attention's and torch SDPA's boolean mask: False excludes the key)
+    KernelRows(("FLASH_ATTN_MASKED",), tuple((n, n, n, "BOOL", "F32", lens, n) + lse for n in FLOAT
+                                             for lens in ("I32", "I64") for lse in ((), ("F32",))),
+               "fk_flash_attn_masked", _ATTN_CLAIMS, "fk_flash_attn_masked_cost", "FK_ATTN_CAPS"),
     # attention training
     KernelRows(("FLASH_ATTN_BACKWARD",), tuple((n, n, n, "F32", n, n, n, n) for n in FLOAT),
                "fk_flash_attn_backward", _ATTN_BACKWARD_CLAIMS, "fk_flash_attn_backward_cost", "FK_ATTN_CAPS"),
@@ -1435,9 +1443,11 @@ PARAMS_CONSTRUCTORS = (
                                  choices=(("none", "FK_SCATTER_NONE"), ("max", "FK_SCATTER_MAX"),
                                           ("min", "FK_SCATTER_MIN"), ("mul", "FK_SCATTER_MUL"))))),
     # convolutions
-    ParamsConstructor("conv1d", "CONV1D's stride, padding (zeros on both ends, as CONV2D's), dilation and groups.",
+    ParamsConstructor("conv1d", "CONV1D's stride, padding, dilation and groups.  padding is the zeros before "
+                      "and after the axis, (begin, end) -- ONNX Conv's pads [begin, end] --, or one int for both "
+                      "(PyTorch's padding).",
                       (ParamsArg("stride", "int", 1, check=">= 1"),
-                       ParamsArg("padding", "int", 0, check=">= 0"),
+                       ParamsArg("padding", "pair", 0, check=">= 0"),
                        ParamsArg("dilation", "int", 1, check=">= 1"),
                        ParamsArg("groups", "int", 1, check=">= 1"))),
     ParamsConstructor("conv_transpose2d", "ONNX ConvTranspose's attributes: stride, the pads before (top, left) "

@@ -451,8 +451,9 @@ def valid_params(draw, family, shapes):
     if family == "conv1d":
         if draw(st.integers(0, 4)) == 0:
             return draw(st.sampled_from([None, P.none()]))
-        return P.conv1d(draw(st.integers(1, 3)), draw(st.integers(0, 2)), draw(st.integers(1, 2)),
-                        draw(st.integers(1, 3)))
+        padding = draw(st.integers(0, 2))                  # one int, or (begin, end) as ONNX's pads
+        padding = padding if draw(st.booleans()) else (padding, draw(st.integers(0, 5)))
+        return P.conv1d(draw(st.integers(1, 3)), padding, draw(st.integers(1, 2)), draw(st.integers(1, 3)))
     if family == "conv_transpose2d":               # output_padding below the stride, now and then not
         if draw(st.integers(0, 4)) == 0:
             return draw(st.sampled_from([None, P.none()]))

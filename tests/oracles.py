@@ -1257,13 +1257,15 @@ def _conv2d(inputs, params, out_dtype, out_shape):
 def conv1d_reference(x, w, b, stride, padding, dilation, groups):
     """(expected, scale) in float64 by the definition, tap by tap: y[n, o, l] = b[o] + sum over the
     group's channels c and taps k of w[o, c, k] * xpad[n, g*Cg + c, l*stride + k*dilation], xpad
-    holding `padding` zeros at both ends; scale = sum |x*w| + |b| per output."""
+    holding padding (begin, end) zeros before and after x (one int: that many at both ends);
+    scale = sum |x*w| + |b| per output."""
     x, w = f64(x), f64(w)
     N, C, L = x.shape
     O, Cg, K = w.shape
-    OL = (L + 2 * padding - dilation * (K - 1) - 1) // stride + 1
-    xp = np.zeros((N, C, L + 2 * padding))
-    xp[:, :, padding:padding + L] = x
+    begin, end = pair(padding)
+    OL = (L + begin + end - dilation * (K - 1) - 1) // stride + 1
+    xp = np.zeros((N, C, L + begin + end))
+    xp[:, :, begin:begin + L] = x
     out, scale = np.zeros((N, O, OL)), np.zeros((N, O, OL))
     Og = O // groups
     with np.errstate(all="ignore"):
@@ -1284,7 +1286,7 @@ def conv1d_reference(x, w, b, stride, padding, dilation, groups):
 def _conv1d(inputs, params, out_dtype, out_shape):
     """x (N, C, L), w (O, C/groups, K), optional bias (O,); params conv1d or none (1, 0, 1, 1)."""
     need_params(params, "none", "conv1d")
-    f = params.fields() if params_family(params) == "conv1d" else {"stride": 1, "padding": 0, "dilation": 1,
+    f = params.fields() if params_family(params) == "conv1d" else {"stride": 1, "padding": (0, 0), "dilation": 1,
                                                                      "groups": 1}
     x, w, bias = inputs[0], inputs[1], inputs[2] if len(inputs) == 3 else None
     if x.ndim != 3 or w.ndim != 3 or len(out_shape) != 3:
@@ -1292,13 +1294,13 @@ def _conv1d(inputs, params, out_dtype, out_shape):
     c, o, cg, groups = x.shape[1], w.shape[0], w.shape[1], f["groups"]
     if c % groups or o % groups or cg * groups != c:
         raise ExpectError(fk.ShapeError)
-    room = x.shape[2] + 2 * f["padding"] - f["dilation"] * (w.shape[2] - 1) - 1
+    room = x.shape[2] + sum(f["padding"]) - f["dilation"] * (w.shape[2] - 1) - 1
     if room < 0 or w.shape[2] == 0:
         raise ExpectError(fk.ShapeError)
     expect_shape(out_shape, (x.shape[0], o, room // f["stride"] + 1))
     if bias is not None and bias.shape != (o,):
         raise ExpectError(fk.ShapeError)
-    if f["padding"] and not np.isfinite(f64(w)).all():
+    if any(f["padding"]) and not np.isfinite(f64(w)).all():
         raise Skip("infinite weight meets the zero padding (as CONV2D: the siblings differ)")
     values, magnitude = conv1d_reference(x, w, bias, f["stride"], f["padding"], f["dilation"], groups)
     return Accumulated(to(values, out_dtype), magnitude, cg * w.shape[2] + 1)
@@ -1589,7 +1591,8 @@ def masked_attention_reference(q, k, v, mask, alibi, key_lens, scale, causal=Fal
     """(out, lse, error scale) of FLASH_ATTN_MASKED in float64: batch b has L_b keys (key_lens[b], all
     Sk when key_lens is empty), keys j >= L_b unseen, query i at p = i + L_b - Sq (or i, top-left);
     t = softcap(scale q.k) + mask[b, h, i, j] (broadcast; none when mask is empty) - slope[h] |p - j|
-    (none when alibi is empty); softmax over the visible keys (a row with none, or only -inf, is 0)."""
+    (none when alibi is empty); softmax over the visible keys (a row with none, or only -inf, is 0).
+    A BOOL mask adds nothing: its False keys are not visible (their scores, NaN or not, never count)."""
     b, hq, sq, _ = q.shape
     sk = k.shape[2]
     lens = [sk] * b if len(key_lens) == 0 else [int(x) for x in np.asarray(key_lens)]
@@ -1597,8 +1600,10 @@ def masked_attention_reference(q, k, v, mask, alibi, key_lens, scale, causal=Fal
     visible = np.array([attention_visible(sq, sk, causal, window_left, window_right, top_left, n) for n in lens],
                        bool).reshape(b, 1, sq, sk)
     visible = np.broadcast_to(visible, s.shape)
+    if np.asarray(mask).ndim == 4 and np.asarray(mask).dtype == bool:
+        visible = visible & np.asarray(mask)
     with np.errstate(all="ignore"):
-        if np.asarray(mask).ndim == 4:
+        if np.asarray(mask).ndim == 4 and np.asarray(mask).dtype != bool:
             s, s_abs = s + f64(mask), s_abs + np.abs(f64(mask))
         if len(alibi):
             pos = np.array([attention_positions(sq, n, top_left) for n in lens]).reshape(b, 1, sq, 1)
@@ -1696,7 +1701,7 @@ def _flash_attn(inputs, params, out_dtype, out_shape):
 
 @register([fk.OpKind.FLASH_ATTN_MASKED], kind="accumulate")
 def _flash_attn_masked(inputs, params, out_dtype, out_shape):
-    """FLASH_ATTN plus mask [B|1, Hq|1, Sq|1, Sk] (q's dtype), ALiBi slopes [Hq] (f32) and key lengths
+    """FLASH_ATTN plus mask [B|1, Hq|1, Sq|1, Sk] (q's dtype or BOOL), ALiBi slopes [Hq] (f32) and key lengths
     [B] (i32 / i64, each in [0, Sk]), each [0] when absent."""
     need_params(params, "flash_attn")
     q, k, v, mask, alibi, key_lens = inputs

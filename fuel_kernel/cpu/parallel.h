@@ -12,7 +12,7 @@
  *   FK_SPLIT_MATMUL  batch x blocks of rows x blocks of columns of C (m_compute ALL or ROWS); a
  *                    grouped (GQA) batch axis gives each batch index B's index i / group
  *   FK_SPLIT_CONV2D  images x blocks of output channels (groups = 1; images only otherwise); CONV1D's
- *                    kernel runs CONV2D's through this rule on its height-1 view
+ *                    kernel runs CONV2D's through this rule on its height-1 view (its params CONV1D's)
  *   FK_SPLIT_CONV2D_BACKWARD_INPUT  images x blocks of dx's channels (groups = 1; images only
  *                    otherwise), each block with w's matching in-channels
  *   FK_SPLIT_CONV_TRANSPOSE2D  the same as CONV2D_BACKWARD_INPUT (its kernel is that run): images x
@@ -342,7 +342,7 @@ static int64_t fk_split_plan(fk_split *s) {
         const fk_layout *w = &s->layouts[1];
         int64_t oc, images, occ, flops_per_out;
         if (s->ndim != 4 || s->layouts[0].ndim != 4 || w->ndim != 4 || s->params == NULL ||
-            s->params->kind != FK_PARAMS_CONV2D) return 1;
+            (s->params->kind != FK_PARAMS_CONV2D && s->params->kind != FK_PARAMS_CONV1D)) return 1;
         images = out->shape[0];
         oc = out->shape[1];
         if (s->layouts[0].shape[0] != images || w->shape[0] != oc) return 1;
@@ -355,7 +355,7 @@ static int64_t fk_split_plan(fk_split *s) {
             s->axis[2][1] = 0;
         }
         occ = oc;
-        if (s->params->u.conv2d.groups == 1)
+        if ((s->params->kind == FK_PARAMS_CONV2D ? s->params->u.conv2d.groups : s->params->u.conv1d.groups) == 1)
             /* channel blocks only for fewer than 8 images, of at least 32 channels: each block
              * repeats its image's im2col, which costs more than idle threads at 2 cores */
             while (images * fk_split_div_up(oc, occ) < 8 && occ >= 64 &&

@@ -244,20 +244,34 @@ def _conv2d(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
 
 def _conv1d(g: Graph, node: Node, grads: Grads, needs: List[bool]) -> Grads:
     """CONV2D's gradient ops on the height-1 views CONV1D runs on (x (N, C, 1, L), w (O, C/g, 1, K),
-    dy (N, O, 1, OL)), reshaped back; the bias's gradient sums dy over images and positions."""
+    dy (N, O, 1, OL)), reshaped back; the bias's gradient sums dy over images and positions.  CONV2D's
+    padding is symmetric, so pads (begin, end) run as padding begin on x with max(end - begin, 0)
+    zeros appended (length L2; dx drops their rows) and dy with zeros appended up to that call's
+    output length (rows no output depends on)."""
     x, w = node.inputs[0], node.inputs[1]
-    f = node.params.fields() if node.params is not None and node.params.kind == "conv1d" else {
-        "stride": 1, "padding": 0, "dilation": 1, "groups": 1}
-    params = fk_params.conv2d_backward(input_size=(1, x.shape[2]), kernel_size=(1, w.shape[2]),
-                                       stride=(1, f["stride"]), padding=(0, f["padding"]),
+    f: Dict[str, Any] = {"stride": 1, "padding": (0, 0), "dilation": 1, "groups": 1}
+    if node.params is not None and node.params.kind == "conv1d":
+        f = node.params.fields()
+    begin, end = f["padding"]
+    grow = max(end - begin, 0)
+    length = x.shape[2] + grow
+    out_length = (length + 2 * begin - f["dilation"] * (w.shape[2] - 1) - 1) // f["stride"] + 1
+    params = fk_params.conv2d_backward(input_size=(1, length), kernel_size=(1, w.shape[2]),
+                                       stride=(1, f["stride"]), padding=(0, begin),
                                        dilation=(1, f["dilation"]), groups=f["groups"])
     dy = _output_grad(grads)
+    if out_length > dy.shape[2]:
+        dy = g.pad(dy, before=[0], after=[out_length - dy.shape[2]])
     height_1 = lambda v: g.reshape(v, (v.shape[0], v.shape[1], 1, v.shape[2]))
-    result: Grads = [
-        g.reshape(g.op(_op("CONV2D_BACKWARD_INPUT", node), height_1(dy), height_1(w), params=params), x.shape)
-        if needs[0] else None,
-        g.reshape(g.op(_op("CONV2D_BACKWARD_WEIGHT", node), height_1(x), height_1(dy), params=params), w.shape)
-        if needs[1] else None]
+    result: Grads = [None, None]
+    if needs[0]:
+        dx = g.op(_op("CONV2D_BACKWARD_INPUT", node), height_1(dy), height_1(w), params=params)
+        dx = g.reshape(dx, (x.shape[0], x.shape[1], length))
+        result[0] = dx[:, :, :x.shape[2]] if grow else dx
+    if needs[1]:
+        xs = g.pad(x, before=[0], after=[grow]) if grow else x
+        result[1] = g.reshape(g.op(_op("CONV2D_BACKWARD_WEIGHT", node), height_1(xs), height_1(dy), params=params),
+                              w.shape)
     if len(node.inputs) == 3:
         result.append(g.sum(dy, dims=[0, 2]) if needs[2] else None)
     return result

@@ -2,7 +2,8 @@
 
 The builders of ops with a fixed input count come from GeneratedBuilders (_generated_builders.py,
 written at build time from fuel_kernel/spec.py); the ones whose signature is special (cast, matmul,
-conv2d, conv1d, conv_transpose2d, concat, and write_slice / write_slice_rotating, which write into a state) are written here.
+conv2d, conv1d, conv_transpose2d, flash_attn (its optional mask inputs route to FLASH_ATTN_MASKED), concat,
+and write_slice / write_slice_rotating, which write into a state) are written here.
 """
 from __future__ import annotations
 
@@ -233,9 +234,10 @@ class Graph(GeneratedBuilders):
                           stride=stride, padding=padding, dilation=dilation, groups=groups)
 
     def conv1d(self, x: Value, w: Value, bias: Optional[Value] = None, *, stride: Optional[int] = None,
-               padding: Optional[int] = None, dilation: Optional[int] = None, groups: Optional[int] = None,
+               padding: Optional[ShapeLike] = None, dilation: Optional[int] = None, groups: Optional[int] = None,
                params: Optional[_dispatch.OpParams] = None, backend: Optional[BackendLike] = None) -> Value:
-        """1-d convolution: x (N, C, L), w (O, C/groups, K), optional bias (O,) -> (N, O, OL)."""
+        """1-d convolution: x (N, C, L), w (O, C/groups, K), optional bias (O,) -> (N, O, OL); padding
+        is (begin, end), ONNX Conv's pads, or one int for both ends."""
         return self._node(OpKind.CONV1D, (x, w) if bias is None else (x, w, bias), params, backend=backend,
                           stride=stride, padding=padding, dilation=dilation, groups=groups)
 
@@ -248,6 +250,30 @@ class Graph(GeneratedBuilders):
         return self._node(OpKind.CONV_TRANSPOSE2D, (x, w) if bias is None else (x, w, bias), params,
                           backend=backend, stride=stride, pads_begin=pads_begin, pads_end=pads_end,
                           dilation=dilation, output_padding=output_padding, groups=groups)
+
+    def flash_attn(self, q: Value, k: Value, v: Value, *, mask: Optional[Value] = None,
+                   alibi_slopes: Optional[Value] = None, key_lens: Optional[Value] = None,
+                   scale: Optional[float] = None, causal: Optional[bool] = None, softcap: Optional[float] = None,
+                   window_left: Optional[int] = None, window_right: Optional[int] = None,
+                   top_left: Optional[bool] = None, params: Optional[_dispatch.OpParams] = None,
+                   backend: Optional[BackendLike] = None) -> Value:
+        """softmax(q k^T * scale) v per query head, q (B, Hq, Sq, D), k, v (B, Hkv, Sk, D or Dv), causal /
+        windowed / softcap (params.flash_attn's keywords).  FLASH_ATTN; with any of the optional inputs
+        FLASH_ATTN_MASKED, the ones not given passed as its empty [0] operands: mask [B|1, Hq|1, Sq|1, Sk]
+        (additive in q's dtype, or BOOL: False excludes the key), alibi_slopes [Hq] (F32), key_lens [B]
+        (I32 or I64).  The log-sum-exp output: Graph.op(..., outputs=2)."""
+        fields: dict[str, Any] = dict(scale=scale, causal=causal, softcap=softcap, window_left=window_left,
+                                      window_right=window_right, top_left=top_left)
+        if mask is None and alibi_slopes is None and key_lens is None:
+            return self._node(OpKind.FLASH_ATTN, (q, k, v), params, backend=backend, **fields)
+        for name, given in (("q", q), ("mask", mask), ("alibi_slopes", alibi_slopes), ("key_lens", key_lens)):
+            if given is not None and not isinstance(given, Value):
+                raise OperandTypeError(f"flash_attn {name} must be a Value of this graph, not {type(given).__name__}")
+        absent = lambda dtype: self.constant(np.zeros(0, dtype.numpy))
+        inputs = (q, k, v, mask if mask is not None else absent(q.dtype),
+                  alibi_slopes if alibi_slopes is not None else absent(DType.F32),
+                  key_lens if key_lens is not None else absent(DType.I32))
+        return self._node(OpKind.FLASH_ATTN_MASKED, inputs, params, backend=backend, **fields)
 
     def concat(self, *xs: Value, axis: Optional[int] = None, params: Optional[_dispatch.OpParams] = None,
                backend: Optional[BackendLike] = None) -> Value:

@@ -88,6 +88,11 @@ CASES = {
     "conv1d_bias_strided_grouped": ([((2, 4, 9), _normal), ((6, 2, 3), _normal), ((6,), _normal)],
                                     lambda g, x, w, b: g.conv1d(x, w, b, stride=2, padding=1, dilation=2, groups=2)),
     "conv1d_plain": ([((1, 3, 7), _normal), ((2, 3, 2), _normal)], lambda g, x, w: g.conv1d(x, w)),
+    # ONNX's asymmetric pads (begin, end): more after (x grows, dx drops the rows), more before (dy grows)
+    "conv1d_pads_more_after": ([((2, 2, 7), _normal), ((3, 2, 3), _normal), ((3,), _normal)],
+                               lambda g, x, w, b: g.conv1d(x, w, b, stride=2, padding=(1, 4))),
+    "conv1d_pads_more_before": ([((1, 4, 8), _normal), ((2, 2, 2), _normal)],
+                                lambda g, x, w: g.conv1d(x, w, stride=3, padding=(5, 0), dilation=2, groups=2)),
     "conv_transpose2d_bias_grouped": (
         [((2, 4, 3, 4), _normal), ((4, 3, 3, 2), _normal), ((6,), _normal)],
         lambda g, x, w, b: g.conv_transpose2d(x, w, b, stride=(2, 1), pads_begin=(1, 0), pads_end=(0, 1),

@@ -160,8 +160,9 @@ typedef struct { int64_t k; uint8_t largest; uint8_t sorted; } fk_topk_params;
  * last in index order wins), MAX / MIN / MUL fold src into the value there */
 typedef enum { FK_SCATTER_NONE = 0, FK_SCATTER_MAX = 1, FK_SCATTER_MIN = 2, FK_SCATTER_MUL = 3 } fk_scatter_reduction;
 typedef struct { int32_t axis; int32_t reduction; } fk_scatter_reduce_params;
-/* CONV1D: CONV2D's stride, padding (both ends), dilation and groups on its one spatial axis */
-typedef struct { int32_t stride; int32_t padding; int32_t dilation; int32_t groups; } fk_conv1d_params;
+/* CONV1D: CONV2D's stride, dilation and groups on its one spatial axis, and the zeros padded before
+ * and after it, padding {begin, end} (ONNX Conv's pads [begin, end]; PyTorch's padding p is {p, p}) */
+typedef struct { int32_t stride; int32_t padding[2]; int32_t dilation; int32_t groups; } fk_conv1d_params;
 /* CONV_TRANSPOSE2D: ONNX pads [t, l, b, r] are pads_begin {t, l}, pads_end {b, r}; output_padding
  * below the stride or the dilation on each axis */
 typedef struct {

@@ -361,9 +361,10 @@ COVERED = (
     # FLASH_ATTN with its lse and FLASH_ATTN_BACKWARD: test_attention_backward.py
     | {(OP.FLASH_ATTN, (d,) * 4 + (D.F32,)) for d in FLOAT_DTYPES}
     | {(OP.FLASH_ATTN_BACKWARD, (d,) * 3 + (D.F32,) + (d,) * 4) for d in FLOAT_DTYPES}
-    # FLASH_ATTN_MASKED, with I32 and I64 key lengths, with and without its lse: test_attention_masked.py
-    | {(OP.FLASH_ATTN_MASKED, (d,) * 4 + (D.F32, lens, d) + lse) for d in FLOAT_DTYPES for lens in (D.I32, D.I64)
-       for lse in ((), (D.F32,))}
+    # FLASH_ATTN_MASKED, an additive (q's dtype) or BOOL mask, with I32 and I64 key lengths, with and without
+    # its lse: test_attention_masked.py
+    | {(OP.FLASH_ATTN_MASKED, (d,) * 3 + (mask, D.F32, lens, d) + lse) for d in FLOAT_DTYPES for mask in (d, D.BOOL)
+       for lens in (D.I32, D.I64) for lse in ((), (D.F32,))}
 )
 
 

@@ -382,10 +382,16 @@ def test_backward_errors_leave_the_output_untouched(op, problem, rng):
 CONV1D = fk.OpKind.CONV1D
 CONV1D_CASES = [(dt, bias) for dt in FLOAT_DTYPES for bias in (False, True)]
 # (N, C, L, O, K, stride, padding, dilation, groups): groups, depthwise, stride remainders, dilation,
-# a kernel as long as the padded input, no image, no channel, and an output longer than one GEMM panel
+# a kernel as long as the padded input, no image, no channel, and an output longer than one GEMM panel;
+# ONNX's asymmetric pads (begin, end): more before, more after, pads longer than the kernel (outputs
+# of padding only at either end), a kernel as long as the padded input, and the long output again
 CONV1D_SHAPES = [(2, 3, 17, 4, 3, 1, 1, 1, 1), (1, 4, 20, 6, 3, 2, 1, 2, 2), (2, 6, 13, 6, 4, 3, 2, 1, 3),
+                 (2, 3, 17, 4, 3, 1, (2, 0), 1, 1), (1, 4, 11, 6, 3, 2, (0, 3), 2, 2),
+                 (2, 2, 6, 3, 2, 1, (5, 1), 1, 1), (1, 3, 4, 2, 3, 3, (1, 7), 1, 1), (1, 2, 1, 2, 2, 2, (6, 6), 3, 1),
+                 (1, 2, 5, 3, 9, 1, (4, 0), 1, 1),
                  (1, 2, 5, 3, 5, 1, 0, 1, 1), (2, 4, 9, 4, 2, 1, 0, 3, 4), (0, 3, 8, 2, 3, 1, 1, 1, 1),
-                 (1, 0, 8, 2, 3, 1, 1, 1, 1), (1, 3, 1, 2, 3, 1, 1, 1, 1), (1, 5, 1500, 7, 5, 1, 2, 1, 1)]
+                 (1, 0, 8, 2, 3, 1, 1, 1, 1), (1, 3, 1, 2, 3, 1, 1, 1, 1), (1, 5, 1500, 7, 5, 1, 2, 1, 1),
+                 (1, 5, 1500, 7, 5, 2, (1, 6), 1, 1)]
 COVERED = {(CONV1D, (dt,) * (4 if bias else 3)) for dt, bias in CONV1D_CASES}
 
 
@@ -402,7 +408,7 @@ def test_conv1d_binding(dtype, bias, rng):
     for kernel in kernels:
         claim = kernel.precision
         for i, (N, C, L, O, K, stride, padding, dilation, groups) in enumerate(CONV1D_SHAPES):
-            for layout in (LAYOUTS if i < 3 else ("contiguous", LAYOUTS[i % len(LAYOUTS)])):
+            for layout in (LAYOUTS if i < 5 else ("contiguous", LAYOUTS[i % len(LAYOUTS)])):
                 x = make_operand((N, C, L), dtype, layout, rng, special=False)
                 w = make_operand((O, C // groups, K), dtype, layout, rng, special=False)
                 b = make_operand((O,), dtype, "negative", rng, special=False) if bias else None
@@ -430,6 +436,22 @@ def test_conv1d_gives_conv2d_bits_on_the_height_1_view(source, rng):
     assert got.tobytes() == want[:, :, 0].tobytes()
 
 
+@pytest.mark.parametrize("source", ["im2col", "direct"])
+def test_conv1d_asymmetric_pads_are_symmetric_pads_cut_or_zero_extended(source, rng):
+    """Pads (begin, end) with end < begin give the first outputs of pads (begin, begin) bit for bit; with
+    end > begin, those of pads (begin, begin) on x with end - begin zeros appended."""
+    x = rng.standard_normal((2, 4, 23)).astype(np.float32)
+    w = rng.standard_normal((6, 4, 4)).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32)
+    kernel = [k for k in fk.bindings().alternatives(CONV1D, [fk.DType.F32] * 4) if k.source == source][0]
+    fewer = kernel(x, w, b, params=conv1d_params(2, (5, 1)))
+    symmetric = kernel(x, w, b, params=conv1d_params(2, 5))
+    assert fewer.shape == (2, 6, 13) and fewer.tobytes() == np.ascontiguousarray(symmetric[:, :, :13]).tobytes()
+    more = kernel(x, w, b, params=conv1d_params(2, (1, 6)))
+    extended = kernel(np.concatenate([x, np.zeros((2, 4, 5), np.float32)], 2), w, b, params=conv1d_params(2, 1))
+    assert more.shape == extended.shape == (2, 6, 14) and more.tobytes() == extended.tobytes()
+
+
 @pytest.mark.parametrize("dtype", [fk.DType.F32, fk.DType.BF16])
 def test_conv1d_same_bits_for_every_thread_count(dtype, rng):
     """Through CONV2D's split (images x output-channel blocks): the same bits on 1, 2 and 3 threads."""
@@ -441,7 +463,7 @@ def test_conv1d_same_bits_for_every_thread_count(dtype, rng):
         for threads in (1, 2, 3):
             calls = _dispatch._parallel_calls()
             with fk.threads(threads):
-                results.append(kernel(x, w, b, params=conv1d_params(padding=2)))
+                results.append(kernel(x, w, b, params=conv1d_params(padding=(3, 1))))
             assert _dispatch._parallel_calls() > calls, f"{kernel.source} ran whole: the case is too small to cut"
         assert all(r.tobytes() == results[0].tobytes() for r in results[1:]), kernel.source
 
@@ -462,18 +484,33 @@ def test_conv1d_dispatch_allocates_from_params_and_the_graph_builder(rng):
     got, got_nobias = g.compile([y, y_nobias]).run([x, w, b])
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(got_nobias, conv1d_reference(x, w, None, 1, 0, 3, 2)[0], rtol=1e-4, atol=1e-4)
+    # ONNX's pads [begin, end]: the params, the shape rule that allocates, and the builder's padding=(begin, end)
+    p = conv1d_params(stride=3, padding=(4, 0), groups=2)
+    assert p.fields()["padding"] == (4, 0) and conv1d_params(padding=2).fields()["padding"] == (2, 2)
+    out = fk.dispatch(CONV1D, [x, w, b], params=p)
+    assert out.shape == (2, 6, 11)
+    np.testing.assert_allclose(out, conv1d_reference(x, w, b, 3, (4, 0), 1, 2)[0], rtol=1e-4, atol=1e-4)
+    g = Graph()
+    gx, gw = g.input(x.shape, fk.DType.F32), g.input(w.shape, fk.DType.F32)
+    y = g.conv1d(gx, gw, padding=(0, 7), dilation=2, groups=2)
+    assert y.shape == (2, 6, 33)
+    np.testing.assert_allclose(g.compile([y]).run([x, w])[0], conv1d_reference(x, w, None, 1, (0, 7), 2, 2)[0],
+                               rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("make", [lambda: conv1d_params(stride=0), lambda: conv1d_params(padding=-1),
                                   lambda: conv1d_params(dilation=0), lambda: conv1d_params(groups=0),
-                                  lambda: conv1d_params(stride=(1, 2)), lambda: conv1d_params(padding=1.5)])
+                                  lambda: conv1d_params(stride=(1, 2)), lambda: conv1d_params(padding=1.5),
+                                  lambda: conv1d_params(padding=(-1, 2)), lambda: conv1d_params(padding=(2, -1)),
+                                  lambda: conv1d_params(padding=(1, 2, 3)), lambda: conv1d_params(padding=(1, 2 ** 31))])
 def test_bad_conv1d_params_are_params_errors(make):
     with pytest.raises(fk.ParamsError):
         make()
 
 
 CONV1D_PROBLEMS = ["dtype", "out_shape", "groups", "too_big", "params", "bias", "rank", "out_rank", "readonly",
-                   "alias", "self_overlap", "count", "huge"]
+                   "alias", "self_overlap", "count", "huge", "asymmetric_out_shape", "asymmetric_too_big",
+                   "asymmetric_huge"]
 
 
 @pytest.mark.parametrize("problem", CONV1D_PROBLEMS)
@@ -483,7 +520,7 @@ def test_conv1d_errors_leave_the_output_untouched(problem, rng):
     inputs = [x, w]
     out = np.full((2, 2, 8), 7.0, np.float32)
     params = conv1d_params()
-    error = fk.ShapeError
+    error, match = fk.ShapeError, None
     if problem == "dtype":
         out = out.astype(np.float64)
         error = fk.DTypeError
@@ -493,6 +530,16 @@ def test_conv1d_errors_leave_the_output_untouched(problem, rng):
         params = conv1d_params(groups=3)
     elif problem == "too_big":                      # a kernel of 11 taps on 10 positions
         inputs[1] = rng.standard_normal((2, 4, 11)).astype(np.float32)
+    elif problem == "asymmetric_out_shape":         # pads (2, 0) give 10 outputs; 12 (pads (2, 2)'s) is wrong
+        out = np.full((2, 2, 12), 7.0, np.float32)
+        params = conv1d_params(padding=(2, 0))
+    elif problem == "asymmetric_too_big":           # 13 taps on 10 positions padded with (0, 2): output size 0
+        inputs[1] = rng.standard_normal((2, 4, 13)).astype(np.float32)
+        out = np.full((2, 2, 1), 7.0, np.float32)
+        params = conv1d_params(padding=(0, 2))
+    elif problem == "asymmetric_huge":              # begin + end past int32: summed in int64, not wrapped
+        params = conv1d_params(padding=(2 ** 31 - 1, 2 ** 31 - 1))
+        match = "4294967302"
     elif problem == "params":
         params = fk.params.conv2d()
         error = fk.ParamsError
@@ -525,7 +572,7 @@ def test_conv1d_errors_leave_the_output_untouched(problem, rng):
     dts = [fk.DType.F32] * (len(inputs) + 1)
     for kernel in fk.bindings().alternatives(CONV1D, dts if problem != "count" else [fk.DType.F32] * 3):
         before = out.copy()
-        with pytest.raises(error):
+        with pytest.raises(error, match=match):
             kernel(*inputs, out=out, params=params)
         np.testing.assert_array_equal(out, before)
 
