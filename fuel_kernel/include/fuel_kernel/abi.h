@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define FK_ABI_VERSION 5
+#define FK_ABI_VERSION 6
 #define FK_MAX_DIMS 8
 #define FK_MAX_OPERANDS 8
 #define FK_SOURCE_LEN 16
