@@ -636,12 +636,15 @@ def qmatmul_dtype(dtypes: Sequence[DType], params: Optional[OpParams] = None) ->
 
 
 def nf4_matmul_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> Shape:
-    """[A (m, k), codes (n * k / 2,), absmax (n * k / 64,)] -> (m, n), extents from params.nf4_matmul
-    (m = 0: A's row count)."""
+    """[A (m, k), codes (n * k / 2,), absmax (n * k / 64,)] and an optional one-element run-time row
+    count -> (m, n), extents from params.nf4_matmul (m = 0: A's row count)."""
     f = _fields(params, "nf4_matmul")
-    if len(shapes) != 3:
-        raise OperandCountError(f"nf4_matmul takes [a, codes, absmax], got {len(shapes)} inputs")
-    a, codes, absmax = shapes
+    if len(shapes) not in (3, 4):
+        raise OperandCountError(f"nf4_matmul takes [a, codes, absmax] or [a, codes, absmax, count], got "
+                                f"{len(shapes)} inputs")
+    if len(shapes) == 4 and int(np.prod(shapes[3], dtype=np.int64)) != 1:
+        raise ShapeError(f"nf4_matmul: the row count operand must hold one element, got shape {shapes[3]}")
+    a, codes, absmax = shapes[:3]
     m, n, k = f["m"], f["n"], f["k"]
     if len(a) != 2 or len(codes) != 1 or len(absmax) != 1:
         raise ShapeError(f"nf4_matmul takes a (m, k), codes (bytes,), absmax (blocks,), got {a}, {codes}, {absmax}")
@@ -658,17 +661,12 @@ def nf4_matmul_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None)
 
 
 def nf4_matmul_dtype(dtypes: Sequence[DType], params: Optional[OpParams] = None) -> DType:
-    """A F32 or BF16, codes U8 and absmax F32 give F32."""
-    if len(dtypes) != 3 or dtypes[0] not in (DType.F32, DType.BF16) or dtypes[1] != DType.U8 \
-            or dtypes[2] != DType.F32:
-        raise DTypeError(f"nf4_matmul takes a F32 or BF16, codes U8 and absmax F32, got {[d.name for d in dtypes]}")
+    """A F32 or BF16, codes U8 and absmax F32 (and an I32 or I64 row count) give F32."""
+    if len(dtypes) not in (3, 4) or dtypes[0] not in (DType.F32, DType.BF16) or dtypes[1] != DType.U8 \
+            or dtypes[2] != DType.F32 or (len(dtypes) == 4 and dtypes[3].name not in spec.MATMUL_COUNT_DTYPES):
+        raise DTypeError(f"nf4_matmul takes a F32 or BF16, codes U8, absmax F32 and an optional I32 or I64 row "
+                         f"count, got {[d.name for d in dtypes]}")
     return DType.F32
-# ---- state-space models (cpu/ssm_kernels.h.in) -------------------------------------------------------
-def _expect_shapes(name: str, shapes: Sequence[Shape], want: Sequence[tuple[str, Shape]]) -> None:
-    """Raise ShapeError naming the first input whose shape differs from its expected one."""
-    for shape, (arg, expected) in zip(shapes, want):
-        if tuple(shape) != tuple(expected):
-            raise ShapeError(f"{name}: {arg} must have shape {tuple(expected)}, got {tuple(shape)}")
 
 
 def qembedding_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> Shape:
@@ -698,6 +696,14 @@ def qembedding_dtype(dtypes: Sequence[DType], params: Optional[OpParams] = None)
     if len(dtypes) != 2 or dtypes[0] != DType.U8 or dtypes[1].name not in spec.QEMBEDDING_ID_DTYPES:
         raise DTypeError(f"qembedding takes w U8 and ids I32 or I64, got {[d.name for d in dtypes]}")
     return DType.F32
+
+
+# ---- state-space models (cpu/ssm_kernels.h.in) -------------------------------------------------------
+def _expect_shapes(name: str, shapes: Sequence[Shape], want: Sequence[tuple[str, Shape]]) -> None:
+    """Raise ShapeError naming the first input whose shape differs from its expected one."""
+    for shape, (arg, expected) in zip(shapes, want):
+        if tuple(shape) != tuple(expected):
+            raise ShapeError(f"{name}: {arg} must have shape {tuple(expected)}, got {tuple(shape)}")
 
 
 def causal_conv1d_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> Shape:

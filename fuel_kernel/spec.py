@@ -357,9 +357,10 @@ OPS = (
         "A (m, k) @ dequant(W).T: W holds n rows of k GGML-quantized values (QUANT_TYPES); "
         "a third input is the run-time row count",
         args=("a", "w", "count"), shape="qmatmul", dtype="qmatmul"),
-    _op(95, "NF4_MATMUL", 3, "nf4_matmul",
-        "A (m, k) @ dequant(W).T: W (n, k) in bitsandbytes NF4, 4-bit codes and an F32 absmax per 64 values",
-        args=("a", "codes", "absmax"), shape="nf4_matmul", dtype="nf4_matmul"),
+    _op(95, "NF4_MATMUL", (3, 4), "nf4_matmul",
+        "A (m, k) @ dequant(W).T: W (n, k) in bitsandbytes NF4, 4-bit codes and an F32 absmax per 64 values; "
+        "a fourth input is the run-time row count",
+        args=("a", "codes", "absmax", "count"), shape="nf4_matmul", dtype="nf4_matmul"),
     # state-space models (Mamba): cpu/ssm_kernels.h.in defines each exactly
     _op(96, "CAUSAL_CONV1D", 3, "causal_conv1d",
         "depthwise causal conv: y[b,d,t] = act(bias[d] + sum_k w[d,k] x[b,d,t-W+1+k]), zeros before t=0",
@@ -787,6 +788,10 @@ CPU_KERNELS["quant"] = (
     # one rounding, as bitsandbytes dequantizes
     KernelRows(("NF4_MATMUL",), (("F32", "U8", "F32", "F32"), ("BF16", "U8", "F32", "F32")),
                "fk_nf4_matmul_{d0}", "QMATMUL", "fk_qmatmul_cost",
+               "FK_CAP_STRIDED_INPUT | FK_CAP_STRIDED_OUTPUT"),
+    KernelRows(("NF4_MATMUL",), tuple((a, "U8", "F32", count, "F32") for a in ("F32", "BF16")
+                                      for count in MATMUL_COUNT_DTYPES),
+               "fk_nf4_matmul_{d0}_count_{d3}", "QMATMUL", "fk_qmatmul_cost",
                "FK_CAP_STRIDED_INPUT | FK_CAP_STRIDED_OUTPUT"),
 )
 # QEMBEDDING [W, ids, out]: ids I32 or I64, out F32 (gguf's dequantized values, bit for bit: the

@@ -767,7 +767,11 @@ def _nf4_matmul(draw, op, n_in):
     m, n = draw(st.sampled_from((0, 1, 1, 2, 3, 5))), draw(st.sampled_from((0, 1, 2, 3, 7)))
     k = spec.NF4_BLOCK * draw(st.sampled_from((0, 1, 2)))
     extra = draw(st.sampled_from((0,) * 9 + (1,)))
-    return [(m, k), (n * k // 2,), (n * k // spec.NF4_BLOCK + extra,)], fk.params.nf4_matmul(m, n, k), {}
+    shapes = [(m, k), (n * k // 2,), (n * k // spec.NF4_BLOCK + extra,)]
+    params = fk.params.nf4_matmul(draw(st.sampled_from((m, m, 0))), n, k)
+    if n_in == 4:                                    # the run-time row count, in [0, m]
+        return shapes + [()], params, {3: m + 1}
+    return shapes, params, {}
 
 
 OPERANDS = {

@@ -2056,16 +2056,23 @@ def nf4_matmul_reference(a, codes, absmax, n, k):
 @register([fk.OpKind.NF4_MATMUL], kind="accumulate", strict=False)
 def _nf4_matmul(inputs, params, out_dtype, out_shape):
     need_params(params, "nf4_matmul")
-    a, codes, absmax = inputs
+    a, codes, absmax = inputs[:3]
     f = params.fields()
-    m, n, k = f["m"], f["n"], f["k"]
+    m, n, k = f["m"] or (a.shape[0] if a.ndim == 2 else 0), f["n"], f["k"]
     if a.shape != (m, k) or codes.ndim != 1 or absmax.ndim != 1 or k % spec.NF4_BLOCK or \
-            codes.shape[0] != n * k // 2 or absmax.shape[0] != n * k // spec.NF4_BLOCK:
+            codes.shape[0] != n * k // 2 or absmax.shape[0] != n * k // spec.NF4_BLOCK or \
+            (len(inputs) == 4 and inputs[3].size != 1):
         raise ExpectError(fk.ShapeError)
     expect_shape(out_shape, (m, n))
+    rows = m
+    if len(inputs) == 4:
+        rows = int(inputs[3].reshape(-1)[0])
+        if not 0 <= rows <= m:
+            raise ExpectError(fk.KernelIndexError)
     if not np.isfinite(f64(absmax)).all():
         raise Skip("a non-finite absmax")
     values, magnitude = nf4_matmul_reference(a, codes, absmax, n, k)
+    values[rows:], magnitude[rows:] = 0, 0
     skip_infinite_values(values)
     return Accumulated(to(values, out_dtype), magnitude, max(k, 1))
 # ---- state-space models: CAUSAL_CONV1D, SELECTIVE_SCAN, SSD_CHUNK_SCAN (accumulate) --------------

@@ -223,7 +223,8 @@ def output_range(op):
 
 def builder_ops(spec):
     """The ops whose Graph builder is generated: a fixed input count and an inferred output dtype
-    (the others, cast, matmul, conv2d, conv1d, conv_transpose2d, qmatmul and concat, are written by hand in graph/builders.py)."""
+    (the others, cast, matmul, conv2d, conv1d, conv_transpose2d, qmatmul, nf4_matmul and concat, are written by
+    hand in graph/builders.py)."""
     return [o for o in spec.OPS if isinstance(o.inputs, int) and o.dtype is not None]
 
 
@@ -252,7 +253,7 @@ def builders_text(spec):
     out = [f"# {NOTICE}.",
            '"""Graph\'s op builders for every spec op with a fixed input count and an inferred output',
            "dtype; Graph (fuel_kernel/graph/builders.py) derives from GeneratedBuilders and writes by hand",
-           'the builders whose signature is special (cast, matmul, conv2d, conv1d, conv_transpose2d, qmatmul, concat)."""',
+           'the builders whose signature is special (cast, matmul, conv2d, conv1d, conv_transpose2d, qmatmul, nf4_matmul, concat)."""',
            "from __future__ import annotations", "",
            "from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union", "",
            "from ..types import Backend, OpKind", "",

@@ -4,7 +4,8 @@ by gguf's quantize where it has one and random well-formed blocks (random bytes,
 scales) for every type; m = 1 (the streaming path) and m > 1 (the GEMM path); A in every layout and
 BF16; strided W and C; bits independent of the thread count; every refusal before any write.
 The row count from A (params m = 0) and at run time ([A, W, count, C]), in kernels and in a Graph
-plan; NF4_MATMUL; QEMBEDDING (rows of a quantized table at token ids) against gguf's rows."""
+plan (QMATMUL and NF4_MATMUL); NF4_MATMUL; QEMBEDDING (rows of a quantized table at token ids) against
+gguf's rows."""
 import ctypes
 
 import gguf
@@ -218,7 +219,8 @@ def test_wrong_dtypes_and_missing_params():
 
 # ---- NF4_MATMUL ------------------------------------------------------------------------------------
 NF4_KEYS = {D.F32: (D.F32, D.U8, D.F32, D.F32), D.BF16: (D.BF16, D.U8, D.F32, D.F32)}
-COVERED |= {(OP.NF4_MATMUL, key) for key in NF4_KEYS.values()}
+NF4_COUNT_KEYS = {(a, count): (a, D.U8, D.F32, count, D.F32) for a in NF4_KEYS for count in (D.I32, D.I64)}
+COVERED |= {(OP.NF4_MATMUL, key) for key in (*NF4_KEYS.values(), *NF4_COUNT_KEYS.values())}
 
 
 def nf4_quantized(n, k, rng):
@@ -673,3 +675,48 @@ def test_embedding_table_size_overflow_from_a_c_caller_is_a_shape_error():
     outputs = ctypes.cast(ctypes.byref(storages, 2 * ctypes.sizeof(Storage)), ctypes.POINTER(Storage))
     assert function(inputs, 2, outputs, 1, layouts, ctypes.addressof(params)) == SHAPE_STATUS
     assert (out == 5.0).all()
+
+
+@pytest.mark.parametrize("count_dtype", [D.I32, D.I64])
+@pytest.mark.parametrize("dtype", [D.F32, D.BF16])
+def test_nf4_run_time_row_count(dtype, count_dtype):
+    """[A, codes, absmax, count, C]: rows [0, count) with the plain kernel's bits on A[:count], the
+    rest zero; a count outside [0, m] or of more than one element refused before any write."""
+    rng = np.random.default_rng(44 + int(dtype) + int(count_dtype))
+    m, n, k = 6, 20, 192
+    codes, absmax = nf4_quantized(n, k, rng)
+    a = make_operand((m, k), dtype, "negative", rng, special=False)
+    kernel = fk.bindings().lookup(OP.NF4_MATMUL, NF4_COUNT_KEYS[(dtype, count_dtype)], fk.Backend.CPU)
+    for count in (0, 1, 4, m):
+        for m_param in (m, 0):
+            out = np.full((m, n), np.nan, np.float32)
+            kernel(a, codes, absmax, np.asarray(count, count_dtype.numpy), out=out,
+                   params=fk.params.nf4_matmul(m_param, n, k))
+            assert (out[count:] == 0).all()
+            if count:
+                alone, _ = nf4_run(np.ascontiguousarray(a[:count]), codes, absmax, n)
+                np.testing.assert_array_equal(out[:count].view(np.uint32), alone.view(np.uint32))
+                nf4_check(out[:count], a[:count], codes, absmax, n, kernel.precision)
+    for count, exc in ((-1, fk.KernelIndexError), (m + 1, fk.KernelIndexError), ([1, 1], fk.ShapeError)):
+        out = np.full((m, n), 5.0, np.float32)
+        with pytest.raises(exc):
+            kernel(a, codes, absmax, np.asarray(count, count_dtype.numpy), out=out, params=fk.params.nf4_matmul(0, n, k))
+        assert (out == 5.0).all()
+    with pytest.raises(fk.DTypeError):
+        fk_ops.infer_output_dtype(OP.NF4_MATMUL, [D.F32, D.U8, D.F32, D.F32], fk.params.nf4_matmul(0, n, k))
+
+
+def test_nf4_graph_plan_runs_any_row_count():
+    rng = np.random.default_rng(45)
+    cap, n, k = 10, 24, 128
+    codes, absmax = nf4_quantized(n, k, rng)
+    g = Graph()
+    a, count = g.input((cap, k), D.F32), g.input((1,), D.I32)
+    y = g.nf4_matmul(a, g.constant(codes), g.constant(absmax), count, n=n, k=k)
+    plan = g.compile([y])
+    kernel = fk.bindings().lookup(OP.NF4_MATMUL, NF4_COUNT_KEYS[(D.F32, D.I32)], fk.Backend.CPU)
+    a_values = rng.standard_normal((cap, k)).astype(np.float32)
+    for rows in (1, 2, 9, cap):
+        (got,) = plan.run([a_values, np.array([rows], np.int32)])
+        assert (got[rows:] == 0).all()
+        nf4_check(got[:rows], a_values[:rows], codes, absmax, n, kernel.precision)
