@@ -1,4 +1,4 @@
-"""A Llama-style decode demo: a random-weight model with Q4_0 or Q8_0 weights, built with the Graph, prefills a prompt and decodes greedily over a paged KV cache.
+"""A Llama-style decode demo: a random-weight model with Q4_0 or Q8_0 weights, built with the Graph, prefills a prompt (in one go or in chunks) and decodes greedily over a paged KV cache.
 
     python examples/llama_decode.py                 # the small model (seconds)
     python examples/llama_decode.py --large         # a TinyLlama-shaped model (d 2048, a minute to quantize)
@@ -8,13 +8,18 @@ The model is Llama's: token embedding, then per layer RMSNorm, one QKV projectio
 pairs, as Hugging Face's Llama), grouped-query attention (8 query heads share 2 KV heads by
 default), the output projection and a residual add, RMSNorm, the SwiGLU MLP (silu(gate) * up, then
 down) and a residual add; a final RMSNorm, the output head, and ARGMAX for the greedy next token.
-Every projection (the head too) is QMATMUL on GGML blocks made by `gguf.quants.quantize`; the
-embedding table stays F32.  The QKV and the gate / up weights are each stored as one matrix (their
-rows concatenated), which computes exactly what separate projections would, in fewer calls.
+Every projection (the head too) is QMATMUL on GGML blocks made by `gguf.quants.quantize`, and the
+token embedding table is quantized the same way and read by QEMBEDDING (rows dequantized at the
+token ids).  The QKV and the gate / up weights are each stored as one matrix (their rows
+concatenated), which computes exactly what separate projections would, in fewer calls.
 
-Two plans, each compiled once:
-* prefill (m = prompt length): QMATMUL's GEMM path, FLASH_ATTN (causal, GQA) over the prompt, and
-  one WRITE_SLICE per 16-token page of K and of V into the cache;
+The plans:
+* prefill (m = prompt length, compiled per length): QMATMUL's GEMM path, FLASH_ATTN (causal, GQA)
+  over the prompt, and one WRITE_SLICE per 16-token page of K and of V into the cache;
+* prefill of a further chunk of prompt onto the cache (compiled per chunk length; its start
+  position is a run-time operand): each token's K and V written at its slot, computed in the plan
+  from the block table, and PAGED_ATTN with the chunk's queries [1, S, Hq, D] aligned to the
+  context length start + S (query i at position start + i, causal);
 * decode (m = 1): QMATMUL's GEMV path, the new token's K and V written by WRITE_SLICE at its slot,
   PAGED_ATTN over the block table.  The position is a run-time operand (an I64 array), so the one
   plan serves every token: RoPE's cos / sin rows are INDEX_SELECTed from a table by it, the slot is
@@ -111,14 +116,14 @@ def is_projection(name: str) -> bool:
 
 
 def quantize(weights: Dict[str, np.ndarray], quant: str):
-    """(blocks, dequantized): every projection as GGML blocks of `quant` (a flat U8 array, what
-    QMATMUL takes) and as gguf's F32 dequantization of those blocks ([out, in], what the peers
-    use); the other weights are in both as they are."""
+    """(blocks, dequantized): every projection and the embedding table as GGML blocks of `quant` (a
+    flat U8 array, what QMATMUL and QEMBEDDING take) and as gguf's F32 dequantization of those
+    blocks ([rows, cols], what the peers use); the norm weights are in both as they are."""
     import gguf
     qtype = gguf.GGMLQuantizationType[quant]
     blocks, dequantized = {}, {}
     for name, w in weights.items():
-        if is_projection(name):
+        if is_projection(name) or name == "embedding":
             q = gguf.quants.quantize(w, qtype)
             blocks[name] = np.ascontiguousarray(q).reshape(-1)
             dequantized[name] = np.ascontiguousarray(gguf.quants.dequantize(q, qtype), np.float32).reshape(w.shape)
@@ -170,6 +175,11 @@ class _Builder:
         m, k = x.shape
         return self.g.qmatmul(x, self.weight(name), quant_type=self.code, m=m, n=rows, k=k)
 
+    def embed(self, tokens):
+        """The tokens' rows of the quantized embedding table, dequantized (QEMBEDDING) -> [S, dim]."""
+        cfg = self.cfg
+        return self.g.qembedding(self.weight("embedding"), tokens, quant_type=self.code, n=cfg.vocab, k=cfg.dim)
+
     def inputs(self):
         """The plan inputs after the tokens: the block table and the cache state."""
         cfg, g = self.cfg, self.g
@@ -219,7 +229,7 @@ def build_prefill(cfg: Config, blocks: Dict[str, np.ndarray], quant: str, prompt
     page_slots = g.mul(g.cast(pages_used, "i64"), b.block)                            # [1, n_pages]
     cos = g.slice_view(b.cos, (slice(0, S),))
     sin = g.slice_view(b.sin, (slice(0, S),))
-    x = g.index_select(g.constant(blocks["embedding"]), tokens, axis=0)               # [S, dim]
+    x = b.embed(tokens)                                                                # [S, dim]
     for i in range(cfg.layers):
         h = g.rms_norm(x, b.weight(f"{i}.attn_norm"), eps=cfg.eps)
         qkv = g.reshape(b.linear(h, f"{i}.qkv", cfg.qkv_rows), (1, S, Hq + 2 * Hkv, hd))
@@ -260,7 +270,7 @@ def build_decode(cfg: Config, blocks: Dict[str, np.ndarray], quant: str, pages: 
     page = g.index_select(b.block_table, g.div(position, b.block), axis=1)             # [1, 1] I32
     slot = g.add(g.mul(g.cast(g.reshape(page, (1,)), "i64"), b.block), g.rem(position, b.block))
     no_alibi = g.constant(np.zeros(0, np.float32))
-    x = g.index_select(g.constant(blocks["embedding"]), token, axis=0)                # [1, dim]
+    x = b.embed(token)                                                                 # [1, dim]
     for i in range(cfg.layers):
         h = g.rms_norm(x, b.weight(f"{i}.attn_norm"), eps=cfg.eps)
         qkv = g.reshape(b.linear(h, f"{i}.qkv", cfg.qkv_rows), (cfg.qkv_rows,))
@@ -279,9 +289,59 @@ def build_decode(cfg: Config, blocks: Dict[str, np.ndarray], quant: str, pages: 
     return g.compile([logits, next_token])
 
 
+def build_prefill_chunk(cfg: Config, blocks: Dict[str, np.ndarray], quant: str, chunk_len: int, pages: int,
+                        all_logits: bool = False):
+    """The plan that prefills a chunk of `chunk_len` prompt tokens at a run-time start position onto
+    a cache already holding positions 0 .. start - 1.
+
+    Inputs: tokens (I64 [chunk_len]), start (I64 [1]), the block table (I32 [1, max_blocks]) and
+    the cache state.  Outputs: logits (F32 [chunk_len or 1, vocab]) and the greedy next token (I64 [1]).
+    Token t sits at position start + t: RoPE's rows and its cache slot block_table[p // 16] * 16 +
+    p % 16 are computed in the plan, its K and V written there (one WRITE_SLICE each), and
+    PAGED_ATTN reads the chunk's queries [1, S, Hq, D] aligned to the context length start + S."""
+    if not 0 < chunk_len <= cfg.max_context:
+        raise ValueError(f"chunk length {chunk_len} is outside 1 .. {cfg.max_context}")
+    b = _Builder(cfg, blocks, quant, pages)
+    g, S, hd, Hq, Hkv, bs = b.g, chunk_len, cfg.head_dim, cfg.heads, cfg.kv_heads, cfg.block_size
+    tokens = g.input((S,), "i64", name="tokens")
+    start = g.input((1,), "i64", name="start")
+    b.inputs()
+    positions = g.add(g.constant(np.arange(S, dtype=np.int64)), start)                 # [S]
+    cos = g.index_select(b.cos, positions, axis=0)                                     # [S, hd / 2]
+    sin = g.index_select(b.sin, positions, axis=0)
+    page = g.index_select(b.block_table, g.div(positions, b.block), axis=1)            # [1, S] I32
+    slots = g.add(g.mul(g.cast(g.reshape(page, (S,)), "i64"), b.block), g.rem(positions, b.block))
+    context_len = g.cast(g.add(start, g.constant(np.array([S], np.int64))), "i32")
+    no_alibi = g.constant(np.zeros(0, np.float32))
+    x = b.embed(tokens)                                                                # [S, dim]
+    for i in range(cfg.layers):
+        h = g.rms_norm(x, b.weight(f"{i}.attn_norm"), eps=cfg.eps)
+        qkv = g.reshape(b.linear(h, f"{i}.qkv", cfg.qkv_rows), (1, S, Hq + 2 * Hkv, hd))
+        heads = [g.transpose(g.slice_view(qkv, (slice(None), slice(None), span)), (0, 2, 1, 3))
+                 for span in (slice(0, Hq), slice(Hq, Hq + Hkv), slice(Hq + Hkv, Hq + 2 * Hkv))]
+        q, k, v = g.rope(heads[0], cos, sin), g.rope(heads[1], cos, sin), heads[2]    # [1, H, S, hd]
+        pages_kv = []
+        for src, kv in ((k, 0), (v, 1)):
+            rows = b.cache_rows(i, kv)
+            for t in range(S):
+                token_kv = g.transpose(g.slice_view(src, (0, slice(None), slice(t, t + 1))), (1, 0, 2))
+                rows = g.write_slice(token_kv, rows, g.slice_view(slots, (slice(t, t + 1),)),
+                                     start=(0, 0, 0), axis=0)                          # [1, Hkv, hd] at its slot
+            pages_kv.append(g.reshape(rows, (pages, bs, Hkv, hd)))
+        a = g.paged_attn(g.transpose(q, (0, 2, 1, 3)), pages_kv[0], pages_kv[1], b.block_table, context_len,
+                         no_alibi, scale=1.0 / np.sqrt(hd), block_size=bs)            # [1, S, Hq, hd]
+        x = b.mlp_tail(x, g.reshape(a, (S, Hq * hd)), i)
+    if not all_logits:
+        x = g.slice_view(x, (slice(S - 1, S),))
+    logits, token = b.head(x)
+    token = g.slice_view(token, (slice(token.shape[0] - 1, None),))
+    return g.compile([logits, token])
+
+
 class FuelLlama:
-    """The model on fuel_kernel: a prefill plan per prompt length (compiled on first use), one decode
-    plan, a paged cache of `pages` pages and a block table (pages in shuffled order)."""
+    """The model on fuel_kernel: a prefill plan per prompt length and a chunk-prefill plan per chunk
+    length (compiled on first use), one decode plan, a paged cache of `pages` pages and a block
+    table (pages in shuffled order)."""
 
     def __init__(self, cfg: Config, blocks: Dict[str, np.ndarray], quant: str, pages: Optional[int] = None,
                  seed: int = 0, all_logits: bool = False):
@@ -294,6 +354,7 @@ class FuelLlama:
         self.block_table = order.astype(np.int32)[None, :]
         self.decode_plan = build_decode(cfg, blocks, quant, self.pages)
         self._prefill_plans: Dict[int, object] = {}
+        self._chunk_plans: Dict[int, object] = {}
         self.position = 0
 
     def prefill_plan(self, prompt_len: int):
@@ -307,6 +368,20 @@ class FuelLlama:
         tokens = np.asarray(tokens, np.int64)
         logits, token = self.prefill_plan(len(tokens)).run([tokens, self.block_table, self.cache])
         self.position = len(tokens)
+        return logits, int(token[0])
+
+    def prefill_chunk(self, tokens: Sequence[int]):
+        """Run a further chunk of prompt from the current position, onto what the cache holds:
+        (logits, next token)."""
+        tokens = np.asarray(tokens, np.int64)
+        if self.position + len(tokens) > self.cfg.max_context:
+            raise ValueError(f"the context is full ({self.cfg.max_context} tokens)")
+        if len(tokens) not in self._chunk_plans:
+            self._chunk_plans[len(tokens)] = build_prefill_chunk(self.cfg, self.blocks, self.quant, len(tokens),
+                                                                 self.pages, self.all_logits)
+        logits, token = self._chunk_plans[len(tokens)].run(
+            [tokens, np.array([self.position], np.int64), self.block_table, self.cache])
+        self.position += len(tokens)
         return logits, int(token[0])
 
     def decode(self, token: int):
@@ -435,6 +510,17 @@ def _generate_fuel(model: FuelLlama, prompt, n_tokens):
     return tokens, prefill_s, (n_tokens - 1) / (time.perf_counter() - start)
 
 
+def _generate_chunked(model: FuelLlama, prompt, n_tokens, split):
+    """Greedy tokens after prefilling the prompt as [0, split) then [split, len) onto the cache."""
+    model.prefill(prompt[:split])
+    _, token = model.prefill_chunk(prompt[split:])
+    tokens = [token]
+    for _ in range(n_tokens - 1):
+        _, token = model.decode(token)
+        tokens.append(token)
+    return tokens
+
+
 def _generate_torch(peer, prompt, n_tokens):
     import torch
     start = time.perf_counter()
@@ -478,6 +564,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         weight_mb = sum(a.nbytes for name, a in blocks.items() if is_projection(name)) / 1e6
         print(f"fuel_kernel {quant} {prefill_s * 1e3:8.1f} ms {rate:9.1f} tok/s  {tokens[:8]}  "
               f"({weight_mb:.0f} MB of projection weights)")
+        if len(prompt) > 1:
+            split = len(prompt) // 2
+            chunked = _generate_chunked(FuelLlama(cfg, blocks, quant, seed=args.seed), prompt, args.tokens, split)
+            same = sum(a == b for a, b in zip(tokens, chunked))
+            print(f"  prefilled in two chunks ({split} + {len(prompt) - split} tokens): {same}/{len(tokens)} "
+                  f"tokens agree")
         peer = torch_llama(cfg, dequantized)
         if peer is None:
             print(f"torch F32 ({quant})  skipped: torch is not installed")

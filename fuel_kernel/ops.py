@@ -599,19 +599,22 @@ QUANT_TYPES = {q.code: q for q in spec.QUANT_TYPES}
 
 
 def qmatmul_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> Shape:
-    """[A (m, k), W (bytes,)] -> (m, n): params.qmatmul names the quant type and m, n, k; k must be
-    a whole number of blocks and W hold exactly n * k / block_size blocks."""
+    """[A (m, k), W (bytes,)] or [A, W, count ()] -> (m, n): params.qmatmul names the quant type and
+    m, n, k (m = 0: A's row count); k must be a whole number of blocks and W hold exactly
+    n * k / block_size blocks; the run-time row count operand holds one element."""
     f = _fields(params, "qmatmul")
-    if len(shapes) != 2:
-        raise OperandCountError(f"qmatmul takes [a, w], got {len(shapes)} inputs")
+    if len(shapes) not in (2, 3):
+        raise OperandCountError(f"qmatmul takes [a, w] or [a, w, count], got {len(shapes)} inputs")
     quant = QUANT_TYPES.get(f["quant_type"])
     if quant is None:
         raise ParamsError(f"qmatmul: unknown quant type {f['quant_type']} (known: "
                           f"{', '.join(f'{q.name}={q.code}' for q in spec.QUANT_TYPES)})")
-    a, w = shapes
+    a, w = shapes[:2]
     m, n, k = f["m"], f["n"], f["k"]
     if len(a) != 2 or len(w) != 1:
         raise ShapeError(f"qmatmul takes a (m, k) and w (bytes,), got {a} and {w}")
+    if m == 0:
+        m = a[0]
     if tuple(a) != (m, k):
         raise ShapeError(f"qmatmul: a has shape {a}, params say ({m}, {k})")
     if k % quant.block_size:
@@ -619,25 +622,35 @@ def qmatmul_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) ->
     if w[0] != n * (k // quant.block_size) * quant.block_bytes:
         raise ShapeError(f"qmatmul: w has {w[0]} bytes, {quant.name} rows of n={n}, k={k} take "
                          f"{n * (k // quant.block_size) * quant.block_bytes}")
+    if len(shapes) == 3 and int(np.prod(shapes[2], dtype=np.int64)) != 1:
+        raise ShapeError(f"qmatmul: the row count operand must hold one element, got shape {shapes[2]}")
     return (m, n)
 
 
 def qmatmul_dtype(dtypes: Sequence[DType], params: Optional[OpParams] = None) -> DType:
-    """A F32 or BF16 and W U8 give F32."""
-    if len(dtypes) != 2 or dtypes[0] not in (DType.F32, DType.BF16) or dtypes[1] != DType.U8:
-        raise DTypeError(f"qmatmul takes a F32 or BF16 and w U8, got {[d.name for d in dtypes]}")
+    """A F32 or BF16 and W U8 (and an I32 or I64 row count) give F32."""
+    if len(dtypes) not in (2, 3) or dtypes[0] not in (DType.F32, DType.BF16) or dtypes[1] != DType.U8 or \
+            (len(dtypes) == 3 and dtypes[2].name not in spec.MATMUL_COUNT_DTYPES):
+        raise DTypeError(f"qmatmul takes a F32 or BF16, w U8 and an optional I32 or I64 row count, got "
+                         f"{[d.name for d in dtypes]}")
     return DType.F32
 
 
 def nf4_matmul_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> Shape:
-    """[A (m, k), codes (n * k / 2,), absmax (n * k / 64,)] -> (m, n), extents from params.nf4_matmul."""
+    """[A (m, k), codes (n * k / 2,), absmax (n * k / 64,)] and an optional one-element run-time row
+    count -> (m, n), extents from params.nf4_matmul (m = 0: A's row count)."""
     f = _fields(params, "nf4_matmul")
-    if len(shapes) != 3:
-        raise OperandCountError(f"nf4_matmul takes [a, codes, absmax], got {len(shapes)} inputs")
-    a, codes, absmax = shapes
+    if len(shapes) not in (3, 4):
+        raise OperandCountError(f"nf4_matmul takes [a, codes, absmax] or [a, codes, absmax, count], got "
+                                f"{len(shapes)} inputs")
+    if len(shapes) == 4 and int(np.prod(shapes[3], dtype=np.int64)) != 1:
+        raise ShapeError(f"nf4_matmul: the row count operand must hold one element, got shape {shapes[3]}")
+    a, codes, absmax = shapes[:3]
     m, n, k = f["m"], f["n"], f["k"]
     if len(a) != 2 or len(codes) != 1 or len(absmax) != 1:
         raise ShapeError(f"nf4_matmul takes a (m, k), codes (bytes,), absmax (blocks,), got {a}, {codes}, {absmax}")
+    if m == 0:
+        m = a[0]
     if tuple(a) != (m, k):
         raise ShapeError(f"nf4_matmul: a has shape {a}, params say ({m}, {k})")
     if k % spec.NF4_BLOCK:
@@ -649,11 +662,43 @@ def nf4_matmul_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None)
 
 
 def nf4_matmul_dtype(dtypes: Sequence[DType], params: Optional[OpParams] = None) -> DType:
-    """A F32 or BF16, codes U8 and absmax F32 give F32."""
-    if len(dtypes) != 3 or dtypes[0] not in (DType.F32, DType.BF16) or dtypes[1] != DType.U8 \
-            or dtypes[2] != DType.F32:
-        raise DTypeError(f"nf4_matmul takes a F32 or BF16, codes U8 and absmax F32, got {[d.name for d in dtypes]}")
+    """A F32 or BF16, codes U8 and absmax F32 (and an I32 or I64 row count) give F32."""
+    if len(dtypes) not in (3, 4) or dtypes[0] not in (DType.F32, DType.BF16) or dtypes[1] != DType.U8 \
+            or dtypes[2] != DType.F32 or (len(dtypes) == 4 and dtypes[3].name not in spec.MATMUL_COUNT_DTYPES):
+        raise DTypeError(f"nf4_matmul takes a F32 or BF16, codes U8, absmax F32 and an optional I32 or I64 row "
+                         f"count, got {[d.name for d in dtypes]}")
     return DType.F32
+
+
+def qembedding_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> Shape:
+    """[W (bytes,), ids (...)] -> (*ids, k): params.qembedding names the quant type and the table's
+    n rows of k values; k a whole number of blocks, W exactly n * k / block_size blocks."""
+    f = _fields(params, "qembedding")
+    if len(shapes) != 2:
+        raise OperandCountError(f"qembedding takes [w, ids], got {len(shapes)} inputs")
+    quant = QUANT_TYPES.get(f["quant_type"])
+    if quant is None:
+        raise ParamsError(f"qembedding: unknown quant type {f['quant_type']} (known: "
+                          f"{', '.join(f'{q.name}={q.code}' for q in spec.QUANT_TYPES)})")
+    w, ids = shapes
+    n, k = f["n"], f["k"]
+    if len(w) != 1 or len(ids) + 1 > 8:                     # out has one dim more than ids, at most FK_MAX_DIMS
+        raise ShapeError(f"qembedding takes w (bytes,) and ids of at most 7 dims, got {w} and {ids}")
+    if k % quant.block_size:
+        raise ShapeError(f"qembedding: k={k} is not a multiple of {quant.name}'s block size {quant.block_size}")
+    if w[0] != n * (k // quant.block_size) * quant.block_bytes:
+        raise ShapeError(f"qembedding: w has {w[0]} bytes, {quant.name} rows of n={n}, k={k} take "
+                         f"{n * (k // quant.block_size) * quant.block_bytes}")
+    return tuple(ids) + (k,)
+
+
+def qembedding_dtype(dtypes: Sequence[DType], params: Optional[OpParams] = None) -> DType:
+    """W U8 and ids I32 or I64 give F32 (a BF16 output is taken when given)."""
+    if len(dtypes) != 2 or dtypes[0] != DType.U8 or dtypes[1].name not in spec.QEMBEDDING_ID_DTYPES:
+        raise DTypeError(f"qembedding takes w U8 and ids I32 or I64, got {[d.name for d in dtypes]}")
+    return DType.F32
+
+
 # ---- state-space models (cpu/ssm_kernels.h.in) -------------------------------------------------------
 def _expect_shapes(name: str, shapes: Sequence[Shape], want: Sequence[tuple[str, Shape]]) -> None:
     """Raise ShapeError naming the first input whose shape differs from its expected one."""

@@ -151,6 +151,9 @@ PARAMS = (
     ParamsSpec(36, "conv_transpose2d", "conv_transpose2d",
                (("int32_t[2]", "stride"), ("int32_t[2]", "pads_begin"), ("int32_t[2]", "pads_end"),
                 ("int32_t[2]", "dilation"), ("int32_t[2]", "output_padding"), ("int32_t", "groups"))),
+    # QEMBEDDING: the quant type and extents of its table, in QMATMUL's member (m unused, always 0)
+    ParamsSpec(37, "qembedding", "qmatmul", (("int32_t", "quant_type"), ("int32_t", "reserved"),
+                                             ("int64_t", "m"), ("int64_t", "n"), ("int64_t", "k"))),
 )
 
 # ---- ops -----------------------------------------------------------------------------------------
@@ -353,12 +356,15 @@ OPS = (
         "write src into a ring buffer: start on the ring axis modulo its extent, wrapping around",
         args=("src", "position"), shape="destination"),
     # quantized matmul (cpu/quant_kernels.h.in)
-    _op(94, "QMATMUL", 2, "qmatmul",
-        "A (m, k) @ dequant(W).T: W holds n rows of k GGML-quantized values (QUANT_TYPES)",
-        args=("a", "w"), shape="qmatmul", dtype="qmatmul"),
-    _op(95, "NF4_MATMUL", 3, "nf4_matmul",
-        "A (m, k) @ dequant(W).T: W (n, k) in bitsandbytes NF4, 4-bit codes and an F32 absmax per 64 values",
-        args=("a", "codes", "absmax"), shape="nf4_matmul", dtype="nf4_matmul"),
+    # an optional third input, a one-element I32/I64 tensor, is the run-time row count (as MATMUL's)
+    _op(94, "QMATMUL", (2, 3), "qmatmul",
+        "A (m, k) @ dequant(W).T: W holds n rows of k GGML-quantized values (QUANT_TYPES); "
+        "a third input is the run-time row count",
+        args=("a", "w", "count"), shape="qmatmul", dtype="qmatmul"),
+    _op(95, "NF4_MATMUL", (3, 4), "nf4_matmul",
+        "A (m, k) @ dequant(W).T: W (n, k) in bitsandbytes NF4, 4-bit codes and an F32 absmax per 64 values; "
+        "a fourth input is the run-time row count",
+        args=("a", "codes", "absmax", "count"), shape="nf4_matmul", dtype="nf4_matmul"),
     # state-space models (Mamba): cpu/ssm_kernels.h.in defines each exactly
     _op(96, "CAUSAL_CONV1D", 3, "causal_conv1d",
         "depthwise causal conv: y[b,d,t] = act(bias[d] + sum_k w[d,k] x[b,d,t-W+1+k]), zeros before t=0",
@@ -402,6 +408,10 @@ OPS = (
     _op(108, "CONV_TRANSPOSE2D", (2, 3), "conv_transpose2d",
         "NCHW transposed 2-d convolution, w (C, O/groups, KH, KW), optional bias (CONV2D_BACKWARD_INPUT's code)",
         args=("x", "w", "bias"), shape="conv_transpose2d"),
+    # quantized token embedding (cpu/quant_kernels.h.in): QMATMUL's table format, gathered by id
+    _op(109, "QEMBEDDING", 2, "qembedding",
+        "rows of a GGML-quantized table W (n rows of k values) at I32/I64 ids, dequantized: out (*ids.shape, k)",
+        args=("w", "ids"), shape="qembedding", dtype="qembedding"),
 )
 
 # ---- GGML quant types (QMATMUL's W) ----------------------------------------------------------------
@@ -774,12 +784,31 @@ CLAIMS["QMATMUL"] = Claim(0, "|err| <= max_rel * sum_k |a*w| for k <= 4096, w = 
 CPU_KERNELS["quant"] = (
     KernelRows(("QMATMUL",), (("F32", "U8", "F32"), ("BF16", "U8", "F32")), "fk_qmatmul_{d0}",
                "QMATMUL", "fk_qmatmul_cost", "FK_CAP_STRIDED_INPUT | FK_CAP_STRIDED_OUTPUT"),
+    # [A, W, count, C]: rows [0, count) computed, the rest of C zeroed (the count is read at run time)
+    KernelRows(("QMATMUL",), tuple((a, "U8", count, "F32") for a in ("F32", "BF16") for count in MATMUL_COUNT_DTYPES),
+               "fk_qmatmul_{d0}_count_{d2}", "QMATMUL", "fk_qmatmul_cost",
+               "FK_CAP_STRIDED_INPUT | FK_CAP_STRIDED_OUTPUT"),
     # NF4_MATMUL [A, codes, absmax, C]: the same two paths; NF4 values are code * absmax in F32,
     # one rounding, as bitsandbytes dequantizes
     KernelRows(("NF4_MATMUL",), (("F32", "U8", "F32", "F32"), ("BF16", "U8", "F32", "F32")),
                "fk_nf4_matmul_{d0}", "QMATMUL", "fk_qmatmul_cost",
                "FK_CAP_STRIDED_INPUT | FK_CAP_STRIDED_OUTPUT"),
+    KernelRows(("NF4_MATMUL",), tuple((a, "U8", "F32", count, "F32") for a in ("F32", "BF16")
+                                      for count in MATMUL_COUNT_DTYPES),
+               "fk_nf4_matmul_{d0}_count_{d3}", "QMATMUL", "fk_qmatmul_cost",
+               "FK_CAP_STRIDED_INPUT | FK_CAP_STRIDED_OUTPUT"),
 )
+# QEMBEDDING [W, ids, out]: ids I32 or I64, out F32 (gguf's dequantized values, bit for bit: the
+# same block functions as QMATMUL) or BF16 (each value rounded once to nearest even)
+QEMBEDDING_ID_DTYPES = ("I32", "I64")
+QEMBEDDING_OUT_DTYPES = ("F32", "BF16")
+CLAIMS["QEMBEDDING"] = Claim(0, "exact: gguf's dequantized F32 values, bit for bit")
+CLAIMS["QEMBEDDING_BF16"] = Claim(0, "gguf's dequantized F32 value rounded once to BF16: correctly rounded")
+CPU_KERNELS["quant"] += tuple(
+    KernelRows(("QEMBEDDING",), tuple(("U8", ids, out) for ids in QEMBEDDING_ID_DTYPES), "fk_qembedding_{d1}_{d2}",
+               "QEMBEDDING" if out == "F32" else "QEMBEDDING_BF16", "fk_qembedding_cost",
+               "FK_CAP_STRIDED_INPUT | FK_CAP_STRIDED_OUTPUT")
+    for out in QEMBEDDING_OUT_DTYPES)
 
 # matmul_blas: MATMUL through SciPy's BLAS ?gemm for the float dtypes stored in a C type BLAS
 # computes in (cpu/matmul_blas_kernels.h.in); cpu/_matmul_blas.pyx binds the routines from
@@ -1404,10 +1433,12 @@ PARAMS_CONSTRUCTORS = (
                       (ParamsArg("start", "ints", count="ndim", length="FK_MAX_DIMS"),
                        ParamsArg("axis", "int", 0))),
     ParamsConstructor("qmatmul", "W's GGML quant type (its GGMLQuantizationType value, one of "
-                      "spec.QUANT_TYPES) and the extents of A (m, k) @ dequant(W).T (n rows of W).",
+                      "spec.QUANT_TYPES) and the extents of A (m, k) @ dequant(W).T (n rows of W); m = 0 "
+                      "takes the row count from A when the kernel runs (any number of rows).",
                       (ParamsArg("quant_type", "int", check=">= 0"), ParamsArg("m", **_MATMUL_EXTENT),
                        ParamsArg("n", **_MATMUL_EXTENT), ParamsArg("k", **_MATMUL_EXTENT))),
-    ParamsConstructor("nf4_matmul", "The extents of A (m, k) @ dequant(W).T for W (n, k) in NF4.",
+    ParamsConstructor("nf4_matmul", "The extents of A (m, k) @ dequant(W).T for W (n, k) in NF4; m = 0 "
+                      "takes the row count from A when the kernel runs.",
                       (ParamsArg("m", **_MATMUL_EXTENT), ParamsArg("n", **_MATMUL_EXTENT),
                        ParamsArg("k", **_MATMUL_EXTENT))),
     # state-space models
@@ -1460,6 +1491,10 @@ PARAMS_CONSTRUCTORS = (
                        ParamsArg("dilation", "pair", 1, check=">= 1"),
                        ParamsArg("output_padding", "pair", 0, check=">= 0"),
                        ParamsArg("groups", "int", 1, check=">= 1"))),
+    ParamsConstructor("qembedding", "The table's GGML quant type (one of spec.QUANT_TYPES) and extents: "
+                      "n rows of k values.",
+                      (ParamsArg("quant_type", "int", check=">= 0"), ParamsArg("m", "const", 0),
+                       ParamsArg("n", **_MATMUL_EXTENT), ParamsArg("k", **_MATMUL_EXTENT))),
 )
 
 # ---- CPU kernel modules --------------------------------------------------------------------------
@@ -1492,7 +1527,8 @@ KERNEL_MODULES = (
     _module("norm_backward", "CPU RMS_NORM_BACKWARD and LAYER_NORM_BACKWARD kernels"),
     _module("loss", "CPU FUSED_SOFTMAX_CROSS_ENTROPY and its backward"),
     _module("conv", "CPU CONV2D kernels, im2col+GEMM and direct siblings, its gradients, CONV1D and CONV_TRANSPOSE2D"),
-    _module("quant", "CPU QMATMUL and NF4_MATMUL: A @ dequant(W).T for GGML- or NF4-quantized W"),
+    _module("quant", "CPU QMATMUL and NF4_MATMUL: A @ dequant(W).T for GGML- or NF4-quantized W; "
+            "QEMBEDDING: rows of a GGML-quantized table"),
     _module("ssm", "CPU state-space kernels: CAUSAL_CONV1D, SELECTIVE_SCAN, SSD_CHUNK_SCAN"),
     _module("pool", "CPU MAX_POOL2D and AVG_POOL2D kernels (NCHW, ONNX semantics)"),
     _module("topk", "CPU TOPK kernels: the k best along the last dim and their indices"),

@@ -44,7 +44,7 @@ PARAMS_BY_OP = {fk.OpKind.AFFINE: "affine", fk.OpKind.CLAMP: "clamp", fk.OpKind.
                 fk.OpKind.RMS_NORM: "norm_last_dim", fk.OpKind.LAYER_NORM: "norm_last_dim",
                 fk.OpKind.CONV2D_BACKWARD_INPUT: "conv2d_backward",
                 fk.OpKind.CONV2D_BACKWARD_WEIGHT: "conv2d_backward", fk.OpKind.QMATMUL: "qmatmul",
-                fk.OpKind.NF4_MATMUL: "nf4_matmul",
+                fk.OpKind.NF4_MATMUL: "nf4_matmul", fk.OpKind.QEMBEDDING: "qembedding",
                 **{op: "reduce" for op in REDUCE_OPS}}
 
 
@@ -475,6 +475,9 @@ def valid_params(draw, family, shapes):
         m, k = shapes[0] if shapes and len(shapes[0]) == 2 else (1, 32)
         quant = draw(st.sampled_from(spec.QUANT_TYPES))
         return P.qmatmul(quant.code, m, draw(st.sampled_from((0, 1, 3))), k)
+    if family == "qembedding":                       # a table of 0 to 3 rows of one or two blocks
+        quant = draw(st.sampled_from(spec.QUANT_TYPES))
+        return P.qembedding(quant.code, draw(st.sampled_from((0, 1, 3))), quant.block_size * draw(st.integers(1, 2)))
     if family == "nf4_matmul":
         m, k = shapes[0] if shapes and len(shapes[0]) == 2 else (1, 64)
         return P.nf4_matmul(m, draw(st.sampled_from((0, 1, 3))), k)
@@ -735,13 +738,28 @@ def _write_slice(draw, op, n_in):
     return [src], params, dst, {}
 def _qmatmul(draw, op, n_in):
     """A (m, k) and W: the bytes of n rows of k values in a quant type of spec.QUANT_TYPES (one
-    block too many or too few in a tenth of the cases), with its params.qmatmul."""
+    block too many or too few in a tenth of the cases), with its params.qmatmul (m given, or 0: A's
+    rows); with a third input, the run-time row count in [0, m]."""
     quant = draw(st.sampled_from(spec.QUANT_TYPES))
     m, n = draw(st.sampled_from((0, 1, 1, 2, 3, 5))), draw(st.sampled_from((0, 1, 2, 3, 7)))
     k = quant.block_size * draw(st.sampled_from((0, 1, 2)))
     extra = draw(st.sampled_from((0,) * 9 + (-1, 1))) * quant.block_bytes
     w_bytes = max(n * (k // quant.block_size) * quant.block_bytes + extra, 0)
-    return [(m, k), (w_bytes,)], fk.params.qmatmul(quant.code, m, n, k), {}
+    params = fk.params.qmatmul(quant.code, draw(st.sampled_from((m, m, 0))), n, k)
+    if n_in == 3:
+        return [(m, k), (w_bytes,), ()], params, {2: m + 1}
+    return [(m, k), (w_bytes,)], params, {}
+
+
+def _qembedding(draw, op, n_in):
+    """W: the bytes of n rows of k values in a quant type of spec.QUANT_TYPES (one block too many in
+    a tenth of the cases) and ids of up to 3 dims in [0, n), with params.qembedding."""
+    quant = draw(st.sampled_from(spec.QUANT_TYPES))
+    n, k = draw(st.sampled_from((0, 1, 2, 5))), quant.block_size * draw(st.sampled_from((0, 1, 2)))
+    extra = draw(st.sampled_from((0,) * 9 + (1,))) * quant.block_bytes
+    ids = draw_shape(draw, 0, 3, 12)
+    return [(n * (k // quant.block_size) * quant.block_bytes + extra,), ids], \
+        fk.params.qembedding(quant.code, n, k), {1: n}
 
 
 def _nf4_matmul(draw, op, n_in):
@@ -750,7 +768,11 @@ def _nf4_matmul(draw, op, n_in):
     m, n = draw(st.sampled_from((0, 1, 1, 2, 3, 5))), draw(st.sampled_from((0, 1, 2, 3, 7)))
     k = spec.NF4_BLOCK * draw(st.sampled_from((0, 1, 2)))
     extra = draw(st.sampled_from((0,) * 9 + (1,)))
-    return [(m, k), (n * k // 2,), (n * k // spec.NF4_BLOCK + extra,)], fk.params.nf4_matmul(m, n, k), {}
+    shapes = [(m, k), (n * k // 2,), (n * k // spec.NF4_BLOCK + extra,)]
+    params = fk.params.nf4_matmul(draw(st.sampled_from((m, m, 0))), n, k)
+    if n_in == 4:                                    # the run-time row count, in [0, m]
+        return shapes + [()], params, {3: m + 1}
+    return shapes, params, {}
 
 
 OPERANDS = {
@@ -769,7 +791,7 @@ OPERANDS = {
     fk.OpKind.REDUCE_SUM_TO: _one_input(max_ndim=5), fk.OpKind.REDUCE_MAX_TO: _one_input(max_ndim=5),
     fk.OpKind.REDUCE_MAX_TO_BACKWARD: _reduce_max_to_backward, fk.OpKind.PAD_BACKWARD: _pad_backward,
     fk.OpKind.FUSED_LINEAR: _fused_linear,
-    fk.OpKind.QMATMUL: _qmatmul, fk.OpKind.NF4_MATMUL: _nf4_matmul,
+    fk.OpKind.QMATMUL: _qmatmul, fk.OpKind.NF4_MATMUL: _nf4_matmul, fk.OpKind.QEMBEDDING: _qembedding,
     # state-space models (the two scans have two outputs: tests/cpu/ssm fuzzes them)
     fk.OpKind.CAUSAL_CONV1D: _causal_conv1d,
     # pooling

@@ -1991,22 +1991,52 @@ def qmatmul_reference(a, w, quant_type, n, k):
 
 @register([fk.OpKind.QMATMUL], kind="accumulate", strict=False)
 def _qmatmul(inputs, params, out_dtype, out_shape):
+    """A @ dequant(W).T; m = 0 takes A's rows; [A, W, count]: rows from count on are zero."""
     need_params(params, "qmatmul")
-    a, w = inputs
+    a, w = inputs[:2]
     f = params.fields()
     quant = QUANT_TYPES.get(f["quant_type"])
     if quant is None:
         raise ExpectError(fk.ParamsError)
-    m, n, k = f["m"], f["n"], f["k"]
+    m, n, k = f["m"] or (a.shape[0] if a.ndim == 2 else 0), f["n"], f["k"]
     if a.shape != (m, k) or w.ndim != 1 or k % quant.block_size or \
-            w.shape[0] != n * (k // quant.block_size) * quant.block_bytes:
+            w.shape[0] != n * (k // quant.block_size) * quant.block_bytes or \
+            (len(inputs) == 3 and inputs[2].size != 1):
         raise ExpectError(fk.ShapeError)
     expect_shape(out_shape, (m, n))
+    rows = m
+    if len(inputs) == 3:
+        rows = int(inputs[2].reshape(-1)[0])
+        if not 0 <= rows <= m:
+            raise ExpectError(fk.KernelIndexError)
     if not np.isfinite(dequantized_weights(w, quant.code, n, k)).all():
         raise Skip("random bytes gave a non-finite scale")
     values, magnitude = qmatmul_reference(a, w, quant.code, n, k)
+    values[rows:], magnitude[rows:] = 0, 0
     skip_infinite_values(values)
     return Accumulated(to(values, out_dtype), magnitude, max(k, 1))
+
+
+def qembedding_reference(w, ids, quant_type, n, k):
+    """dequant(W)[ids] (*ids.shape, k) F32: gguf's NumPy dequantization, then the rows taken."""
+    return dequantized_weights(w, quant_type, n, k)[np.asarray(ids, np.int64)]
+
+
+@register([fk.OpKind.QEMBEDDING], kind="exact")
+def _qembedding(inputs, params, out_dtype, out_shape):
+    need_params(params, "qembedding")
+    w, ids = inputs
+    f = params.fields()
+    quant = QUANT_TYPES.get(f["quant_type"])
+    if quant is None:
+        raise ExpectError(fk.ParamsError)
+    n, k = f["n"], f["k"]
+    if w.ndim != 1 or k % quant.block_size or w.shape[0] != n * (k // quant.block_size) * quant.block_bytes:
+        raise ExpectError(fk.ShapeError)
+    expect_shape(out_shape, ids.shape + (k,))
+    if ((ids < 0) | (ids >= n)).any():
+        raise ExpectError(fk.KernelIndexError)
+    return to(qembedding_reference(w, ids, quant.code, n, k), out_dtype)
 
 
 NF4_CODE = np.array(spec.NF4_CODE, np.float32)
@@ -2031,16 +2061,23 @@ def nf4_matmul_reference(a, codes, absmax, n, k):
 @register([fk.OpKind.NF4_MATMUL], kind="accumulate", strict=False)
 def _nf4_matmul(inputs, params, out_dtype, out_shape):
     need_params(params, "nf4_matmul")
-    a, codes, absmax = inputs
+    a, codes, absmax = inputs[:3]
     f = params.fields()
-    m, n, k = f["m"], f["n"], f["k"]
+    m, n, k = f["m"] or (a.shape[0] if a.ndim == 2 else 0), f["n"], f["k"]
     if a.shape != (m, k) or codes.ndim != 1 or absmax.ndim != 1 or k % spec.NF4_BLOCK or \
-            codes.shape[0] != n * k // 2 or absmax.shape[0] != n * k // spec.NF4_BLOCK:
+            codes.shape[0] != n * k // 2 or absmax.shape[0] != n * k // spec.NF4_BLOCK or \
+            (len(inputs) == 4 and inputs[3].size != 1):
         raise ExpectError(fk.ShapeError)
     expect_shape(out_shape, (m, n))
+    rows = m
+    if len(inputs) == 4:
+        rows = int(inputs[3].reshape(-1)[0])
+        if not 0 <= rows <= m:
+            raise ExpectError(fk.KernelIndexError)
     if not np.isfinite(f64(absmax)).all():
         raise Skip("a non-finite absmax")
     values, magnitude = nf4_matmul_reference(a, codes, absmax, n, k)
+    values[rows:], magnitude[rows:] = 0, 0
     skip_infinite_values(values)
     return Accumulated(to(values, out_dtype), magnitude, max(k, 1))
 # ---- state-space models: CAUSAL_CONV1D, SELECTIVE_SCAN, SSD_CHUNK_SCAN (accumulate) --------------

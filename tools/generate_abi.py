@@ -223,8 +223,8 @@ def output_range(op):
 
 def builder_ops(spec):
     """The ops whose Graph builder is generated: a fixed input count and an inferred output dtype, and
-    not in spec.HANDWRITTEN_BUILDERS (the others, cast, matmul, conv2d, conv1d, conv_transpose2d, flash_attn
-    and concat, are written by hand in graph/builders.py)."""
+    not in spec.HANDWRITTEN_BUILDERS (the others, cast, matmul, conv2d, conv1d, conv_transpose2d, qmatmul,
+    nf4_matmul, flash_attn and concat, are written by hand in graph/builders.py)."""
     return [o for o in spec.OPS if isinstance(o.inputs, int) and o.dtype is not None
             and o.name not in spec.HANDWRITTEN_BUILDERS]
 
@@ -254,7 +254,7 @@ def builders_text(spec):
     out = [f"# {NOTICE}.",
            '"""Graph\'s op builders for every spec op with a fixed input count and an inferred output',
            "dtype; Graph (fuel_kernel/graph/builders.py) derives from GeneratedBuilders and writes by hand",
-           'the builders whose signature is special (cast, matmul, conv2d, conv1d, conv_transpose2d, flash_attn, concat)."""',
+           'the builders whose signature is special (cast, matmul, conv2d, conv1d, conv_transpose2d, qmatmul, nf4_matmul, flash_attn, concat)."""',
            "from __future__ import annotations", "",
            "from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union", "",
            "from ..types import Backend, OpKind", "",

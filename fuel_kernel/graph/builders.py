@@ -2,8 +2,8 @@
 
 The builders of ops with a fixed input count come from GeneratedBuilders (_generated_builders.py,
 written at build time from fuel_kernel/spec.py); the ones whose signature is special (cast, matmul,
-conv2d, conv1d, conv_transpose2d, flash_attn (its optional mask inputs route to FLASH_ATTN_MASKED), concat,
-and write_slice / write_slice_rotating, which write into a state) are written here.
+conv2d, conv1d, conv_transpose2d, qmatmul, nf4_matmul, flash_attn (its optional mask inputs route to
+FLASH_ATTN_MASKED), concat, and write_slice / write_slice_rotating, which write into a state) are written here.
 """
 from __future__ import annotations
 
@@ -274,6 +274,29 @@ class Graph(GeneratedBuilders):
                   alibi_slopes if alibi_slopes is not None else absent(DType.F32),
                   key_lens if key_lens is not None else absent(DType.I32))
         return self._node(OpKind.FLASH_ATTN_MASKED, inputs, params, backend=backend, **fields)
+
+    def qmatmul(self, a: Value, w: Value, count: Optional[Value] = None, *, quant_type: Optional[int] = None,
+                m: Optional[int] = None, n: Optional[int] = None, k: Optional[int] = None,
+                params: Optional[_dispatch.OpParams] = None, backend: Optional[BackendLike] = None) -> Value:
+        """A (m, k) @ dequant(W).T for W holding n rows of k GGML-quantized values (spec.QUANT_TYPES);
+        m = 0 takes A's rows.  count, a one-element I32/I64 Value: rows to compute at run time (rows
+        from it to m are zeroed), so one plan serves any number of rows up to A's.  Keywords without
+        m take m = 0."""
+        if m is None and params is None and (quant_type, n, k) != (None, None, None):
+            m = 0
+        return self._node(OpKind.QMATMUL, (a, w) if count is None else (a, w, count), params, backend=backend,
+                          quant_type=quant_type, m=m, n=n, k=k)
+
+    def nf4_matmul(self, a: Value, codes: Value, absmax: Value, count: Optional[Value] = None, *,
+                   m: Optional[int] = None, n: Optional[int] = None, k: Optional[int] = None,
+                   params: Optional[_dispatch.OpParams] = None, backend: Optional[BackendLike] = None) -> Value:
+        """A (m, k) @ dequant(W).T for W (n, k) in bitsandbytes NF4 (codes, absmax); m = 0 takes A's
+        rows; count, a one-element I32/I64 Value: rows to compute at run time (the rest zeroed).
+        Keywords without m take m = 0."""
+        if m is None and params is None and (n, k) != (None, None):
+            m = 0
+        return self._node(OpKind.NF4_MATMUL, (a, codes, absmax) if count is None else (a, codes, absmax, count),
+                          params, backend=backend, m=m, n=n, k=k)
 
     def concat(self, *xs: Value, axis: Optional[int] = None, params: Optional[_dispatch.OpParams] = None,
                backend: Optional[BackendLike] = None) -> Value:

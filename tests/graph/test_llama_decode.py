@@ -1,7 +1,8 @@
-"""examples/llama_decode.py's model: its prefill and decode plans (QMATMUL on gguf-quantized weights,
-FLASH_ATTN, a paged cache written by WRITE_SLICE, PAGED_ATTN) agree with a float64 NumPy model on
-gguf's dequantized weights, logits and greedy tokens, and the cache holds each token where the block
-table puts it."""
+"""examples/llama_decode.py's model: its prefill, chunk-prefill and decode plans (QMATMUL and
+QEMBEDDING on gguf-quantized weights, FLASH_ATTN, a paged cache written by WRITE_SLICE, PAGED_ATTN)
+agree with a float64 NumPy model on gguf's dequantized weights, logits and greedy tokens, and the
+cache holds each token where the block table puts it; a prompt prefilled in two chunks gives what
+one prefill gives."""
 import importlib.util
 import sys
 from pathlib import Path
@@ -114,4 +115,58 @@ def test_a_position_past_the_context_is_refused_before_any_cache_write(quantized
     bad_table[0, PROMPT // CFG.block_size] = PAGES  # a page the cache does not have
     with pytest.raises(fk.KernelIndexError):
         run([np.array([1], np.int64), np.array([PROMPT], np.int64), bad_table, model.cache])
+    np.testing.assert_array_equal(model.cache, before)
+
+
+@pytest.mark.parametrize("split", [5, 16])
+def test_prefill_in_two_chunks_matches_one_prefill(quantized, split):
+    """The prompt prefilled as [0, split) then [split, PROMPT) onto the cache (PAGED_ATTN over the
+    chunk's queries, the chunk's K and V written at run-time slots; split 5 puts the second chunk
+    across a page boundary, 16 starts it on a page) gives one prefill's logits, to the tolerance
+    both keep against the float64 reference, the same cache and the same greedy tokens after."""
+    quant, blocks, dequantized = quantized
+    prompt = np.random.default_rng(9).integers(0, CFG.vocab, PROMPT)
+    one = llama.FuelLlama(CFG, blocks, quant, pages=PAGES, seed=5, all_logits=True)
+    two = llama.FuelLlama(CFG, blocks, quant, pages=PAGES, seed=5, all_logits=True)
+    want = llama.NumpyLlama(CFG, dequantized, np.float64).forward(prompt)
+    logits, token = one.prefill(prompt)
+    first, _ = two.prefill(prompt[:split])
+    second, chunked_token = two.prefill_chunk(prompt[split:])
+    chunked = np.concatenate([first, second])
+    assert chunked.shape == (PROMPT, CFG.vocab) and two.position == PROMPT
+    _close(chunked, want)
+    _close(chunked, logits)
+    assert chunked_token == token == int(np.argmax(want[-1]))
+    np.testing.assert_allclose(two.cache, one.cache, rtol=1e-4, atol=1e-5)
+    tokens, chunked_tokens = [token], [chunked_token]
+    for _ in range(STEPS):
+        one_logits, t = one.decode(tokens[-1])
+        two_logits, u = two.decode(chunked_tokens[-1])
+        _close(two_logits, one_logits)
+        tokens.append(t)
+        chunked_tokens.append(u)
+    assert chunked_tokens == tokens
+
+
+def test_a_chunk_from_position_zero_is_a_prefill(quantized):
+    quant, blocks, _ = quantized
+    prompt = np.random.default_rng(10).integers(0, CFG.vocab, PROMPT)
+    whole = llama.FuelLlama(CFG, blocks, quant, pages=PAGES)
+    chunk = llama.FuelLlama(CFG, blocks, quant, pages=PAGES)
+    logits, token = whole.prefill(prompt)
+    chunk_logits, chunk_token = chunk.prefill_chunk(prompt)
+    assert chunk_token == token
+    _close(chunk_logits, logits)
+    np.testing.assert_allclose(chunk.cache, whole.cache, rtol=1e-4, atol=1e-5)
+
+
+def test_a_chunk_past_the_context_is_refused_before_any_cache_write(quantized):
+    quant, blocks, _ = quantized
+    model = llama.FuelLlama(CFG, blocks, quant, pages=PAGES)
+    model.prefill(np.arange(PROMPT) % CFG.vocab)
+    model.prefill_chunk(np.arange(4))                # compiles the plan for chunks of 4
+    before = model.cache.copy()
+    with pytest.raises(fk.KernelIndexError):         # positions 62 .. 65: RoPE's table ends at 64
+        model._chunk_plans[4].run([np.arange(4, dtype=np.int64), np.array([CFG.max_context - 2], np.int64),
+                                   model.block_table, model.cache])
     np.testing.assert_array_equal(model.cache, before)

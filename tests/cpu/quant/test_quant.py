@@ -2,7 +2,10 @@
 NumPy dequantization followed by an F64 matmul, within the bindings' precision claim: blocks made
 by gguf's quantize where it has one and random well-formed blocks (random bytes, finite f16
 scales) for every type; m = 1 (the streaming path) and m > 1 (the GEMM path); A in every layout and
-BF16; strided W and C; bits independent of the thread count; every refusal before any write."""
+BF16; strided W and C; bits independent of the thread count; every refusal before any write.
+The row count from A (params m = 0) and at run time ([A, W, count, C]), in kernels and in a Graph
+plan (QMATMUL and NF4_MATMUL); NF4_MATMUL; QEMBEDDING (rows of a quantized table at token ids) against
+gguf's rows."""
 import ctypes
 
 import gguf
@@ -14,13 +17,15 @@ import fuel_kernel as fk
 import oracles
 from capi import Layout, Storage, kernel_function, layout, storage_of
 from fuel_kernel import ops as fk_ops, spec
+from fuel_kernel.graph import Graph
 from fuel_kernel.errors import STATUS_ERRORS
 from support import make_operand
 
 OP = fk.OpKind
 D = fk.DType
 KEYS = {D.F32: (D.F32, D.U8, D.F32), D.BF16: (D.BF16, D.U8, D.F32)}
-COVERED = {(OP.QMATMUL, key) for key in KEYS.values()}
+COUNT_KEYS = {(a, count): (a, D.U8, count, D.F32) for a in KEYS for count in (D.I32, D.I64)}
+COVERED = {(OP.QMATMUL, key) for key in KEYS.values()} | {(OP.QMATMUL, key) for key in COUNT_KEYS.values()}
 QUANTS = {q.name: q for q in spec.QUANT_TYPES}
 SHAPE_STATUS = {cls: code for code, cls in STATUS_ERRORS.items()}[fk.ShapeError]
 # byte offsets of each type's f16 scale fields inside a block (gguf.quants' block layouts)
@@ -214,7 +219,8 @@ def test_wrong_dtypes_and_missing_params():
 
 # ---- NF4_MATMUL ------------------------------------------------------------------------------------
 NF4_KEYS = {D.F32: (D.F32, D.U8, D.F32, D.F32), D.BF16: (D.BF16, D.U8, D.F32, D.F32)}
-COVERED |= {(OP.NF4_MATMUL, key) for key in NF4_KEYS.values()}
+NF4_COUNT_KEYS = {(a, count): (a, D.U8, D.F32, count, D.F32) for a in NF4_KEYS for count in (D.I32, D.I64)}
+COVERED |= {(OP.NF4_MATMUL, key) for key in (*NF4_KEYS.values(), *NF4_COUNT_KEYS.values())}
 
 
 def nf4_quantized(n, k, rng):
@@ -327,3 +333,390 @@ def test_w_byte_count_overflow_from_a_c_caller_is_a_shape_error():
     status = function(inputs, 2, outputs, 1, layouts, ctypes.addressof(params))
     assert status == SHAPE_STATUS
     assert c[0] == 5.0
+
+
+# ---- the row count from A (m = 0) and at run time ([A, W, count, C]) ------------------------------
+@pytest.mark.parametrize("name", QUANTS)
+def test_one_params_object_serves_every_row_count(name):
+    """params.qmatmul(type, 0, n, k): the rows come from A, so one params block (as a plan keeps)
+    runs m = 1 (streaming), a few rows and many rows (GEMM), each against gguf."""
+    rng = np.random.default_rng(QUANTS[name].code + 500)
+    k, n = QUANTS[name].block_size * 2, 21
+    w = quantized(name, n, k, rng)
+    params = fk.params.qmatmul(QUANTS[name].code, 0, n, k)
+    kernel = fk.bindings().lookup(OP.QMATMUL, KEYS[D.F32], fk.Backend.CPU)
+    for m in (1, 2, 7, 33, 0):
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        out = np.full((m, n), np.nan, np.float32)
+        kernel(a, w, out=out, params=params)
+        check(out, a, w, name, n, kernel.precision)
+        assert fk_ops.infer_output_shape(OP.QMATMUL, [a.shape, w.shape], params) == (m, n)
+
+
+@pytest.mark.parametrize("layout", A_LAYOUTS)
+@pytest.mark.parametrize("dtype", [D.F32, D.BF16])
+def test_rows_from_a_in_every_layout(layout, dtype):
+    rng = np.random.default_rng(len(layout) + 70)
+    name, n, k = "Q5_0", 11, 64
+    w = quantized(name, n, k, rng)
+    params = fk.params.qmatmul(QUANTS[name].code, 0, n, k)
+    for m in (1, 5):
+        a = make_operand((m, k), dtype, layout, rng, special=False)
+        got = fk.dispatch(OP.QMATMUL, [a, w], params=params)
+        assert got.shape == (m, n)
+        check(got, a, w, name, n, fk.bindings().lookup(OP.QMATMUL, KEYS[dtype], fk.Backend.CPU).precision)
+
+
+def test_rows_from_a_still_checks_c():
+    """m = 0 takes A's rows; C must have them (and an explicit m must still equal A's)."""
+    w = np.zeros(3 * 34, np.uint8)
+    refused(fk.ShapeError, np.ones((2, 32), np.float32), w, fk.params.qmatmul(8, 0, 3, 32), out_shape=(3, 3))
+    refused(fk.ShapeError, np.ones((2, 32), np.float32), w, fk.params.qmatmul(8, 0, 3, 32), out_shape=(2, 4))
+    refused(fk.ShapeError, np.ones((2, 32), np.float32), w, fk.params.qmatmul(8, 3, 3, 32), out_shape=(3, 3))
+
+
+def count_run(a, w, name, n, count, count_dtype=D.I64, out=None, m=None):
+    k = a.shape[1]
+    kernel = fk.bindings().lookup(OP.QMATMUL, COUNT_KEYS[(D.parse(a.dtype), count_dtype)], fk.Backend.CPU)
+    if out is None:
+        out = np.full((a.shape[0], n), np.nan, np.float32)
+    params = fk.params.qmatmul(QUANTS[name].code, a.shape[0] if m is None else m, n, k)
+    return kernel(a, w, np.asarray(count, count_dtype.numpy), out=out, params=params), kernel
+
+
+@pytest.mark.parametrize("count_dtype", [D.I32, D.I64])
+@pytest.mark.parametrize("dtype", [D.F32, D.BF16])
+@pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q6_K"])
+def test_run_time_row_count(name, dtype, count_dtype):
+    """Rows [0, count) are A[:count] @ dequant(W).T with the bits of the plain kernel on A[:count]
+    (count 1 takes the streaming path), rows [count, m) are zero; m given or 0."""
+    rng = np.random.default_rng(QUANTS[name].code + 900)
+    m, n, k = 9, 40, QUANTS[name].block_size * 2
+    w = quantized(name, n, k, rng)
+    a = make_operand((m, k), dtype, "strided", rng, special=False)
+    for count in (0, 1, 2, 5, m):
+        for m_param in (m, 0):
+            got, kernel = count_run(a, w, name, n, count, count_dtype, m=m_param)
+            assert (got[count:] == 0).all()
+            if count:
+                alone, _ = run(np.ascontiguousarray(a[:count]), w, name, n)
+                np.testing.assert_array_equal(got[:count].view(np.uint32), alone.view(np.uint32))
+                check(got[:count], a[:count], w, name, n, kernel.precision)
+
+
+def test_run_time_row_count_strided_output():
+    rng = np.random.default_rng(31)
+    name, m, n, k = "Q4_1", 6, 7, 64
+    w, a = quantized(name, n, k, rng), rng.standard_normal((m, k)).astype(np.float32)
+    out = np.full((m, 2 * n), 7.0, np.float32)
+    got, kernel = count_run(a, w, name, n, np.array([[3]]), out=out[:, ::-2])
+    check(got[:3], a[:3], w, name, n, kernel.precision)
+    assert (got[3:] == 0).all() and (out[:, ::2] == 7.0).all()
+
+
+@pytest.mark.parametrize("case", ["negative", "past m", "two elements", "no element", "count dtype"])
+def test_run_time_row_count_refusals_write_nothing(case):
+    a, w, count, exc = np.ones((4, 32), np.float32), np.zeros(3 * 34, np.uint8), np.array(2, np.int64), None
+    if case == "negative":
+        count, exc = np.array(-1, np.int64), fk.KernelIndexError
+    elif case == "past m":
+        count, exc = np.array(5, np.int64), fk.KernelIndexError
+    elif case == "two elements":
+        count, exc = np.array([1, 2], np.int64), fk.ShapeError
+    elif case == "no element":
+        count, exc = np.zeros(0, np.int64), fk.ShapeError
+    else:
+        count, exc = np.array(2, np.int32), fk.DTypeError
+    out = np.full((4, 3), 5.0, np.float32)
+    kernel = fk.bindings().lookup(OP.QMATMUL, COUNT_KEYS[(D.F32, D.I64)], fk.Backend.CPU)
+    with pytest.raises(exc):
+        kernel(a, w, count, out=out, params=fk.params.qmatmul(8, 0, 3, 32))
+    assert (out == 5.0).all()
+    with pytest.raises(fk.ShapeError):
+        fk_ops.infer_output_shape(OP.QMATMUL, [(4, 32), (102,), (2,)], fk.params.qmatmul(8, 0, 3, 32))
+    with pytest.raises(fk.DTypeError):
+        fk_ops.infer_output_dtype(OP.QMATMUL, [D.F32, D.U8, D.F32], fk.params.qmatmul(8, 0, 3, 32))
+
+
+@pytest.mark.parametrize("name", ["Q4_0", "Q6_K"])
+def test_graph_plan_runs_any_row_count(name):
+    """One Graph plan, compiled once for a row capacity of 12: a QMATMUL whose row count is a plan
+    input, followed by elementwise work, runs for 1, 3, 7 and 12 rows (and 0)."""
+    rng = np.random.default_rng(QUANTS[name].code + 40)
+    cap, n, k = 12, 33, QUANTS[name].block_size * 2
+    w = quantized(name, n, k, rng)
+    g = Graph()
+    a, count = g.input((cap, k), D.F32), g.input((), D.I64)
+    y = g.qmatmul(a, g.constant(w), count, quant_type=QUANTS[name].code, n=n, k=k)
+    plan = g.compile([g.mul(y, g.constant(np.float32(2.0)))])
+    kernel = fk.bindings().lookup(OP.QMATMUL, COUNT_KEYS[(D.F32, D.I64)], fk.Backend.CPU)
+    a_values = rng.standard_normal((cap, k)).astype(np.float32)
+    for rows in (1, 3, 7, cap, 0):
+        (got,) = plan.run([a_values, np.array(rows, np.int64)])
+        assert got.shape == (cap, n) and (got[rows:] == 0).all()
+        check(got[:rows] / 2, a_values[:rows], w, name, n, kernel.precision)
+    with pytest.raises(fk.KernelIndexError):
+        plan.run([a_values, np.array(cap + 1, np.int64)])
+
+
+def test_graph_builder_defaults_m_to_the_rows_of_a():
+    rng = np.random.default_rng(41)
+    name, n, k = "Q8_0", 5, 64
+    w = quantized(name, n, k, rng)
+    g = Graph()
+    a = g.input((3, k), D.BF16)
+    y = g.qmatmul(a, g.constant(w), quant_type=QUANTS[name].code, n=n, k=k)
+    assert y.shape == (3, n) and y.dtype == D.F32
+    a_values = rng.standard_normal((3, k)).astype(ml_dtypes.bfloat16)
+    (got,) = g.compile([y]).run([a_values])
+    check(got, a_values, w, name, n, fk.bindings().lookup(OP.QMATMUL, KEYS[D.BF16], fk.Backend.CPU).precision)
+
+
+def test_nf4_rows_from_a():
+    rng = np.random.default_rng(43)
+    n, k = 10, 128
+    codes, absmax = nf4_quantized(n, k, rng)
+    params = fk.params.nf4_matmul(0, n, k)
+    kernel = fk.bindings().lookup(OP.NF4_MATMUL, NF4_KEYS[D.F32], fk.Backend.CPU)
+    for m in (1, 6):
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        got = kernel(a, codes, absmax, out=np.full((m, n), np.nan, np.float32), params=params)
+        nf4_check(got, a, codes, absmax, n, kernel.precision)
+        assert fk_ops.infer_output_shape(OP.NF4_MATMUL, [a.shape, codes.shape, absmax.shape], params) == (m, n)
+    out = np.full((3, n), 5.0, np.float32)
+    with pytest.raises(fk.ShapeError):
+        kernel(np.ones((2, k), np.float32), codes, absmax, out=out, params=params)
+    assert (out == 5.0).all()
+
+
+# ---- QEMBEDDING -----------------------------------------------------------------------------------
+EMB_KEYS = {(ids, out): (D.U8, ids, out) for ids in (D.I32, D.I64) for out in (D.F32, D.BF16)}
+COVERED |= {(OP.QEMBEDDING, key) for key in EMB_KEYS.values()}
+ID_LAYOUTS = ("contiguous", "strided", "transposed", "offset", "negative", "broadcast")
+
+
+def embedding_expected(w, ids, name, n, k, out_dtype):
+    """gguf's dequantized rows at ids, as F32 bits or rounded once to BF16 (ml_dtypes: to nearest even)."""
+    rows = oracles.qembedding_reference(w, ids, QUANTS[name].code, n, k)
+    return rows if out_dtype == D.F32 else rows.astype(ml_dtypes.bfloat16)
+
+
+def assert_same_values(got, expected):
+    """Bit for bit, NaN matching NaN (random blocks may hold an f16 NaN or infinity as a scale)."""
+    g, e = np.asarray(got, np.float64), np.asarray(expected, np.float64)
+    assert g.shape == e.shape
+    assert (np.isnan(g) == np.isnan(e)).all()
+    np.testing.assert_array_equal(g[~np.isnan(g)], e[~np.isnan(e)])
+
+
+def embed(w, ids, name, n, k, out_dtype=D.F32, out=None):
+    kernel = fk.bindings().lookup(OP.QEMBEDDING, EMB_KEYS[(D.parse(ids.dtype), out_dtype)], fk.Backend.CPU)
+    if out is None:
+        out = np.full(ids.shape + (k,), np.nan, out_dtype.numpy)
+    return kernel(w, ids, out=out, params=fk.params.qembedding(QUANTS[name].code, n, k)), kernel
+
+
+@pytest.mark.parametrize("out_dtype", [D.F32, D.BF16])
+@pytest.mark.parametrize("ids_dtype", [D.I32, D.I64])
+@pytest.mark.parametrize("name", QUANTS)
+def test_embedding_matches_gguf_rows(name, ids_dtype, out_dtype):
+    """Every quant type, gguf-quantized and random blocks (special f16 scales included), ids
+    repeating and in any order: the rows gguf dequantizes, bit for bit (BF16: rounded once)."""
+    rng = np.random.default_rng(QUANTS[name].code * 10 + int(ids_dtype) + int(out_dtype))
+    n, k = 13, QUANTS[name].block_size * 3
+    ids = rng.integers(0, n, (4, 5)).astype(ids_dtype.numpy)
+    ids[0, :3] = (0, n - 1, 0)
+    for w in (quantized(name, n, k, rng), random_blocks(name, n, k, rng)):
+        got, kernel = embed(w, ids, name, n, k, out_dtype)
+        assert_same_values(got, embedding_expected(w, ids, name, n, k, out_dtype))
+        assert kernel.precision.max_ulp == 0
+
+
+@pytest.mark.parametrize("layout", ID_LAYOUTS)
+@pytest.mark.parametrize("out_layout", ["contiguous", "strided", "negative", "transposed", "offset"])
+def test_embedding_id_and_output_layouts(layout, out_layout):
+    rng = np.random.default_rng(len(layout) * 13 + len(out_layout))
+    name, n, k = "Q4_K", 6, 256
+    w = quantized(name, n, k, rng)
+    ids = make_operand((3, 4), D.I64, layout, rng, values=rng.integers(0, n, (3, 4)))
+    out = make_operand((3, 4, k), D.F32, out_layout, rng, values=np.full((3, 4, k), np.nan, np.float32))
+    got, _ = embed(w, ids, name, n, k, out=out)
+    assert_same_values(got, embedding_expected(w, np.asarray(ids), name, n, k, D.F32))
+    bf = make_operand((3, 4, k), D.BF16, out_layout, rng, values=np.zeros((3, 4, k), ml_dtypes.bfloat16))
+    got, _ = embed(w, ids, name, n, k, D.BF16, out=bf)
+    assert_same_values(got, embedding_expected(w, np.asarray(ids), name, n, k, D.BF16))
+
+
+@pytest.mark.parametrize("ids_shape", [(), (1,), (7,), (2, 0), (2, 1, 3)])
+def test_embedding_id_shapes_and_strided_table(ids_shape):
+    rng = np.random.default_rng(len(ids_shape) + 60)
+    name, n, k = "Q5_K", 4, 512
+    w = quantized(name, n, k, rng)
+    w_strided = np.zeros(3 * w.size, np.uint8)[::-3]
+    w_strided[...] = w
+    ids = np.asarray(rng.integers(0, n, ids_shape), np.int32)
+    got, _ = embed(w_strided, ids, name, n, k)
+    assert got.shape == ids_shape + (k,)
+    assert_same_values(got, embedding_expected(w, ids, name, n, k, D.F32))
+
+
+def test_embedding_dispatch_and_shape_rule():
+    rng = np.random.default_rng(62)
+    name, n, k = "Q6_K", 3, 256
+    w, ids = quantized(name, n, k, rng), np.array([2, 0, 2], np.int64)
+    params = fk.params.qembedding(QUANTS[name].code, n, k)
+    got = fk.dispatch(OP.QEMBEDDING, [w, ids], params=params)
+    assert got.dtype == np.float32
+    assert_same_values(got, embedding_expected(w, ids, name, n, k, D.F32))
+    assert fk_ops.infer_output_shape(OP.QEMBEDDING, [w.shape, (2, 5)], params) == (2, 5, k)
+    assert fk_ops.infer_output_dtype(OP.QEMBEDDING, [D.U8, D.I32], params) == D.F32
+    with pytest.raises(fk.DTypeError):
+        fk_ops.infer_output_dtype(OP.QEMBEDDING, [D.U8, D.F32], params)
+    with pytest.raises(fk.ShapeError):
+        fk_ops.infer_output_shape(OP.QEMBEDDING, [(w.size + 1,), (2,)], params)
+    with pytest.raises(fk.ParamsError):
+        fk_ops.infer_output_shape(OP.QEMBEDDING, [w.shape, (2,)], fk.params.qembedding(5, n, k))
+
+
+def test_embedding_in_a_graph():
+    rng = np.random.default_rng(63)
+    name, n, k = "Q4_0", 50, 64
+    w = quantized(name, n, k, rng)
+    g = Graph()
+    tokens = g.input((5,), D.I64)
+    x = g.qembedding(g.constant(w), tokens, quant_type=QUANTS[name].code, n=n, k=k)
+    as_bf16 = g.op(OP.QEMBEDDING, g.constant(w), tokens, params=fk.params.qembedding(QUANTS[name].code, n, k),
+                   out_dtype=D.BF16)
+    plan = g.compile([x, as_bf16])
+    ids = np.array([3, 49, 0, 3, 17], np.int64)
+    got, got_bf16 = plan.run([ids])
+    assert_same_values(got, embedding_expected(w, ids, name, n, k, D.F32))
+    assert_same_values(got_bf16, embedding_expected(w, ids, name, n, k, D.BF16))
+    with pytest.raises(fk.KernelIndexError):
+        plan.run([np.array([3, 50, 0, 3, 17], np.int64)])
+
+
+def embedding_refused(exc, w, ids, params, out, ids_dtype=D.I64, out_dtype=D.F32, extra=()):
+    before = np.array(out, copy=True)
+    kernel = fk.bindings().lookup(OP.QEMBEDDING, EMB_KEYS[(ids_dtype, out_dtype)], fk.Backend.CPU)
+    with pytest.raises(exc):
+        kernel(w, ids, *extra, out=out, params=params)
+    np.testing.assert_array_equal(np.asarray(out), before)
+
+
+@pytest.mark.parametrize("bad", [-1, 4, 2 ** 31 - 1, -2 ** 31, 2 ** 40])
+def test_embedding_out_of_range_id_writes_nothing(bad):
+    w, params = np.zeros(4 * 34, np.uint8), fk.params.qembedding(8, 4, 32)
+    dtype = D.I32 if -2 ** 31 <= bad < 2 ** 31 else D.I64
+    ids = np.array([[0, 1, 2], [3, bad, 0]], dtype.numpy)
+    embedding_refused(fk.KernelIndexError, w, ids, params, np.full((2, 3, 32), 5.0, np.float32), ids_dtype=dtype)
+    embedding_refused(fk.KernelIndexError, w, ids[:, ::-1], params,
+                      np.full((2, 3, 32), 5.0, ml_dtypes.bfloat16), ids_dtype=dtype, out_dtype=D.BF16)
+
+
+@pytest.mark.parametrize("case", ["out rows", "out k", "out rank", "w bytes", "w rank", "k not whole blocks",
+                                  "unknown quant type", "qmatmul params", "no params", "ids dtype", "out dtype",
+                                  "read-only out", "out aliases w", "operand count", "too many dims"])
+def test_embedding_refusals_write_nothing(case):
+    w, ids = np.zeros(4 * 34, np.uint8), np.array([0, 3], np.int64)
+    params, out, exc = fk.params.qembedding(8, 4, 32), np.full((2, 32), 5.0, np.float32), fk.ShapeError
+    ids_dtype, extra = D.I64, ()
+    if case == "out rows":
+        out = np.full((3, 32), 5.0, np.float32)
+    elif case == "out k":
+        out = np.full((2, 64), 5.0, np.float32)
+    elif case == "out rank":
+        out = np.full((2, 1, 32), 5.0, np.float32)
+    elif case == "w bytes":
+        w = np.zeros(4 * 34 + 1, np.uint8)
+    elif case == "w rank":
+        w = np.zeros((4, 34), np.uint8)
+    elif case == "k not whole blocks":
+        w, params, out = np.zeros(4 * 34, np.uint8), fk.params.qembedding(8, 4, 48), np.full((2, 48), 5.0, np.float32)
+    elif case == "unknown quant type":
+        params, exc = fk.params.qembedding(9, 4, 32), fk.ParamsError
+    elif case == "qmatmul params":
+        params, exc = fk.params.qmatmul(8, 2, 4, 32), fk.ParamsError
+    elif case == "no params":
+        params, exc = None, fk.ParamsError
+    elif case == "ids dtype":
+        ids_dtype, exc = D.I32, fk.DTypeError
+    elif case == "out dtype":
+        out, exc = np.full((2, 32), 5.0, np.float64), fk.DTypeError
+    elif case == "read-only out":
+        out.flags.writeable, exc = False, fk.ReadOnlyError
+    elif case == "out aliases w":
+        memory = np.zeros(8 + 2 * 32 * 4, np.uint8)           # out's bytes overlap w's last 128
+        out, w, exc = memory[8:].view(np.float32).reshape(2, 32), memory[:4 * 34], fk.AliasError
+        out[...] = 5.0
+    elif case == "operand count":
+        extra, exc = (ids,), fk.OperandCountError
+    else:
+        ids, out = np.zeros((1,) * 7 + (2,), np.int64), np.full((1,) * 7 + (2, 32), 5.0, np.float32)
+    embedding_refused(exc, w, ids, params, out, ids_dtype=ids_dtype, extra=extra)
+
+
+class QembeddingParams(ctypes.Structure):
+    """fk_params holding QEMBEDDING's fields (QMATMUL's member of abi.h), padded past the union's size."""
+    _fields_ = QmatmulParams._fields_
+
+
+def test_embedding_table_size_overflow_from_a_c_caller_is_a_shape_error():
+    """n rows of k values whose bytes overflow int64 (W one block seen by a C caller): refused
+    before anything is written."""
+    q = QUANTS["Q8_0"]
+    w, ids, out = np.zeros(q.block_bytes, np.uint8), np.zeros(1, np.int64), np.full(32, 5.0, np.float32)
+    storages = (Storage * 3)(storage_of(w, D.U8), storage_of(ids, D.I64), storage_of(out, D.F32))
+    layouts = (Layout * 3)(layout([q.block_bytes], [1]), layout([1], [1]), layout([1, 32], [32, 1]))
+    kind = next(p.kind for p in spec.PARAMS if p.name == "qembedding")
+    params = QembeddingParams(kind=kind, quant_type=q.code, m=0, n=2 ** 62, k=32)
+    function = kernel_function(OP.QEMBEDDING, [D.U8, D.I64, D.F32])
+    inputs = ctypes.cast(storages, ctypes.POINTER(Storage))
+    outputs = ctypes.cast(ctypes.byref(storages, 2 * ctypes.sizeof(Storage)), ctypes.POINTER(Storage))
+    assert function(inputs, 2, outputs, 1, layouts, ctypes.addressof(params)) == SHAPE_STATUS
+    assert (out == 5.0).all()
+
+
+@pytest.mark.parametrize("count_dtype", [D.I32, D.I64])
+@pytest.mark.parametrize("dtype", [D.F32, D.BF16])
+def test_nf4_run_time_row_count(dtype, count_dtype):
+    """[A, codes, absmax, count, C]: rows [0, count) with the plain kernel's bits on A[:count], the
+    rest zero; a count outside [0, m] or of more than one element refused before any write."""
+    rng = np.random.default_rng(44 + int(dtype) + int(count_dtype))
+    m, n, k = 6, 20, 192
+    codes, absmax = nf4_quantized(n, k, rng)
+    a = make_operand((m, k), dtype, "negative", rng, special=False)
+    kernel = fk.bindings().lookup(OP.NF4_MATMUL, NF4_COUNT_KEYS[(dtype, count_dtype)], fk.Backend.CPU)
+    for count in (0, 1, 4, m):
+        for m_param in (m, 0):
+            out = np.full((m, n), np.nan, np.float32)
+            kernel(a, codes, absmax, np.asarray(count, count_dtype.numpy), out=out,
+                   params=fk.params.nf4_matmul(m_param, n, k))
+            assert (out[count:] == 0).all()
+            if count:
+                alone, _ = nf4_run(np.ascontiguousarray(a[:count]), codes, absmax, n)
+                np.testing.assert_array_equal(out[:count].view(np.uint32), alone.view(np.uint32))
+                nf4_check(out[:count], a[:count], codes, absmax, n, kernel.precision)
+    for count, exc in ((-1, fk.KernelIndexError), (m + 1, fk.KernelIndexError), ([1, 1], fk.ShapeError)):
+        out = np.full((m, n), 5.0, np.float32)
+        with pytest.raises(exc):
+            kernel(a, codes, absmax, np.asarray(count, count_dtype.numpy), out=out, params=fk.params.nf4_matmul(0, n, k))
+        assert (out == 5.0).all()
+    with pytest.raises(fk.DTypeError):
+        fk_ops.infer_output_dtype(OP.NF4_MATMUL, [D.F32, D.U8, D.F32, D.F32], fk.params.nf4_matmul(0, n, k))
+
+
+def test_nf4_graph_plan_runs_any_row_count():
+    rng = np.random.default_rng(45)
+    cap, n, k = 10, 24, 128
+    codes, absmax = nf4_quantized(n, k, rng)
+    g = Graph()
+    a, count = g.input((cap, k), D.F32), g.input((1,), D.I32)
+    y = g.nf4_matmul(a, g.constant(codes), g.constant(absmax), count, n=n, k=k)
+    plan = g.compile([y])
+    kernel = fk.bindings().lookup(OP.NF4_MATMUL, NF4_COUNT_KEYS[(D.F32, D.I32)], fk.Backend.CPU)
+    a_values = rng.standard_normal((cap, k)).astype(np.float32)
+    for rows in (1, 2, 9, cap):
+        (got,) = plan.run([a_values, np.array([rows], np.int32)])
+        assert (got[rows:] == 0).all()
+        nf4_check(got[:rows], a_values[:rows], codes, absmax, n, kernel.precision)
