@@ -65,7 +65,7 @@ def flash_attn_backward_case():
         return np.matmul(ds, k) * scale, np.matmul(ds.swapaxes(-1, -2), q) * scale, np.matmul(p.swapaxes(-1, -2), do)
 
     # flops: 5 matmuls of 2 S^2 D each over the visible half (causal), as FlashAttention counts them
-    # (fuel_kernel also recomputes two of them for rowsum(do * o), which it is not given)
+    # (fuel_kernel takes rowsum(do * o), o not being an operand, from the same sweep's p and dp tiles)
     flops = 5 * 2 * shape[0] * shape[1] * shape[2] * shape[2] * shape[3] / 2
     contenders = {"numpy dense backward": numpy_backward,
                   "fuel_kernel FLASH_ATTN_BACKWARD": lambda: kernel(q, k, v, lse, do, out=grads, params=params)}
@@ -84,7 +84,8 @@ def flash_attn_backward_case():
     return Case(name="FLASH_ATTN_BACKWARD f32 [1, 8, 1024, 64] causal", contenders=contenders,
                 baseline=baseline, target=target, skipped=skipped,
                 notes=f"{flops / 1e9:.2f} GFLOP per call (GFLOP/s = that / time); fuel_kernel scratch: "
-                      "K, V panels and dK, dV accumulators per kv head plus two 64x64 tiles")
+                      "K, V panels and dK, dV accumulators per kv head plus a query block's p and dp "
+                      "tiles over its band (2 x 64 x Sk)")
 
 
 def index_cases():
