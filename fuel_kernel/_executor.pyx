@@ -5,13 +5,15 @@ Graph.compile (fuel_kernel/graph/planner.py) resolves every node to an fk_entry,
 layout and its place in a buffer (a caller input, a constant, the per-run arena or a caller
 output), and appends one fk_plan_step per kernel call here, or one group step for a fused group
 of elementwise nodes (a MATMUL or CONV2D may head it, its epilogue).  run() only patches base pointers into the prepared storages and calls each
-entry's kernel; a group runs its members tile by tile (fk_plan_run_group below).  The first failing
+entry's kernel; a group runs its members tile by tile (fk_plan_run_group below), each member that
+has a row function (a kernel module's tile_rows()) calling it directly on every tile after the
+first, through a loop planned here once.  The first failing
 status stops the loop and is reported with the step's node.  The program holds the snapshot its
 entries live in.
 """
 cimport cython
 cimport numpy as cnp
-from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_New
 from libc.stdint cimport int32_t, int64_t, uint32_t, uintptr_t
 from libc.stdlib cimport calloc, free, realloc
 from libc.string cimport memset
@@ -32,6 +34,8 @@ cdef extern from *:
     #include <stdlib.h>
     #include <string.h>
 
+    #include "fuel_kernel/strided.h"
+
     #define FK_PLAN_TILE_BASE (-1)   /* an operand in the group's tile buffer, not in a base */
 
     typedef struct {
@@ -43,7 +47,58 @@ cdef extern from *:
         int64_t first;               /* its operands and layouts start here */
         int32_t group;               /* -1: a kernel call; else the group's index; its members follow */
         int32_t n_members;
+        int32_t rows_index;          /* a group member: into the rows array, or -1: the kernel runs it */
     } fk_plan_step;
+
+    /* A group member that calls its kernel's row function (fk_tile_row) on tiles directly: the loop
+     * over one tile, planned by fk_loop_plan when the plan is compiled, for a full tile (loop[0]) and
+     * for the shorter last tile along the tile axis (loop[1]).  A loop's base pointers are the byte
+     * distances from each operand's data to its first element; a tile moves operand i by
+     * shift[i][d] bytes per index along group axis d (the axes before tile_outer and the tile axis;
+     * 0 in the tile buffer and where the operand is broadcast), as fk_plan_tile_layout moves the
+     * layout's offset. */
+    typedef struct {
+        fk_row_fn row;
+        int64_t ctx_offset;          /* into the program's ctx bytes, or -1: the row takes no ctx */
+        int64_t shift[FK_MAX_OPERANDS][FK_MAX_DIMS];
+        fk_loop loop[2];
+        /* per operand: 1 (read) or 2 (written) when it is the group's first use of a row that
+         * moves from tile to tile, whose next tile's lines this member prefetches; else 0 */
+        uint8_t prefetch[FK_MAX_OPERANDS];
+        /* 1: the output row goes to a stack buffer, then to its place with non-temporal stores
+         * (a contiguous row no later operand of the group touches: it need not be read into the
+         * cache before being written, which a plain store does) */
+        uint8_t stream_out;
+    } fk_plan_rows;
+
+    #define FK_PLAN_STREAM_BYTES 16384   /* the stack buffer of a streamed output row */
+
+    /* Copy n bytes to dst with non-temporal stores where dst is 16-byte aligned (the same bytes). */
+    static void fk_plan_stream_copy(char *dst, const char *src, int64_t n) {
+    #if defined(__x86_64__) && defined(__SSE2__)
+        int64_t head = (int64_t)((16u - ((uintptr_t)dst & 15u)) & 15u), i;
+        if (head > n) head = n;
+        memcpy(dst, src, (size_t)head);
+        for (i = head; i + 64 <= n; i += 64) {
+            _mm_stream_si128((__m128i *)(dst + i), _mm_loadu_si128((const __m128i *)(src + i)));
+            _mm_stream_si128((__m128i *)(dst + i + 16), _mm_loadu_si128((const __m128i *)(src + i + 16)));
+            _mm_stream_si128((__m128i *)(dst + i + 32), _mm_loadu_si128((const __m128i *)(src + i + 32)));
+            _mm_stream_si128((__m128i *)(dst + i + 48), _mm_loadu_si128((const __m128i *)(src + i + 48)));
+        }
+        for (; i + 16 <= n; i += 16)
+            _mm_stream_si128((__m128i *)(dst + i), _mm_loadu_si128((const __m128i *)(src + i)));
+        memcpy(dst + i, src + i, (size_t)(n - i));
+    #else
+        memcpy(dst, src, (size_t)n);
+    #endif
+    }
+
+    /* Orders the non-temporal stores of a tile before anything after it (another thread's read). */
+    static inline void fk_plan_stream_fence(void) {
+    #if defined(__x86_64__) && defined(__SSE2__)
+        _mm_sfence();
+    #endif
+    }
 
     typedef struct {
         int64_t byte_offset;         /* into its base, or into the tile buffer (FK_PLAN_TILE_BASE) */
@@ -82,6 +137,9 @@ cdef extern from *:
         const fk_layout *layouts;
         const fk_params *params;
         const fk_params *no_params;
+        const fk_plan_rows *rows;
+        const char *ctx;             /* the members' row ctx, at fk_plan_rows.ctx_offset */
+        int prefetch;                /* some member marks a stream to prefetch */
         char **bases;
         char *scratch;               /* slot 0: the calling thread's tile buffer */
         char *extra;                 /* slots 1 .. n_slots - 1, n_slots - 1 tile buffers */
@@ -92,53 +150,162 @@ cdef extern from *:
         char message[FK_ERROR_LEN];
     } fk_plan_group_run;
 
+    /* Cut operand i's whole layout `whole` to one tile: the axes before tile_outer to index outer[d],
+     * the tile axis k to [lo, lo + len); an operand in the tile buffer keeps its offset (the buffer
+     * holds just the tile). */
+    static void fk_plan_tile_layout(const fk_plan_group *g, const fk_plan_operand *op, const fk_layout *whole,
+                                    const int64_t *outer, int64_t lo, int64_t len, fk_layout *layout) {
+        int k = g->tile_axis, d, in_tile = op->base_index == FK_PLAN_TILE_BASE;
+        int shift = g->ndim - whole->ndim;           /* operands broadcast right-aligned */
+        *layout = *whole;
+        for (d = 0; d <= k; d++) {
+            int a = d - shift;
+            if (a < 0 || layout->shape[a] == 1) continue;     /* missing or broadcast */
+            if (!(op->tile_axes >> d & 1u)) continue;         /* not tiled along d */
+            if (d < g->tile_outer) {
+                if (!in_tile) layout->offset += outer[d] * layout->strides[a];
+                layout->shape[a] = 1;
+            } else if (d == k) {
+                if (!in_tile) layout->offset += lo * layout->strides[a];
+                layout->shape[a] = len;
+            }
+        }
+    }
+
+    /* Member `pr`'s loop `loop` moved to the tile at outer, lo: each operand's first element. */
+    static void fk_plan_tile_pointers(const fk_plan_group_run *r, const fk_plan_step *step, const fk_plan_rows *pr,
+                                      const fk_loop *loop, const int64_t *outer, int64_t lo, char *scratch,
+                                      char **ptrs) {
+        const fk_plan_operand *ops = &r->operands[step->first];
+        const fk_plan_group *g = r->group;
+        for (int i = 0; i < loop->nops; i++) {
+            char *p = (ops[i].base_index == FK_PLAN_TILE_BASE ? scratch : r->bases[ops[i].base_index])
+                      + ops[i].byte_offset + (loop->base[i] - (char *)0);
+            if (g->tile_axis >= 0) {
+                for (int d = 0; d < g->tile_outer; d++) p += outer[d] * pr->shift[i][d];
+                p += lo * pr->shift[i][g->tile_axis];
+            }
+            ptrs[i] = p;
+        }
+    }
+
+    /* One member's row function over one tile: its planned loop, moved to the tile; a streamed
+     * output row is computed into a stack buffer and stored from there. */
+    static void fk_plan_tile_rows(const fk_plan_group_run *r, const fk_plan_step *step, const int64_t *outer,
+                                  int64_t lo, int last, char *scratch) {
+        const fk_plan_rows *pr = &r->rows[step->rows_index];
+        const fk_loop *loop = &pr->loop[last];
+        const void *ctx = pr->ctx_offset >= 0 ? (const void *)(r->ctx + pr->ctx_offset) : NULL;
+        _Alignas(64) char stage[FK_PLAN_STREAM_BYTES];
+        char *ptrs[FK_MAX_OPERANDS], *call[FK_MAX_OPERANDS];
+        int64_t inner[FK_MAX_OPERANDS], index[FK_MAX_DIMS];
+        int i, d, n = loop->nops, nd = loop->ndim;
+        fk_plan_tile_pointers(r, step, pr, loop, outer, lo, scratch, ptrs);
+        for (i = 0; i < n; i++) inner[i] = loop->strides[i][nd - 1];
+        if (!pr->stream_out && loop->rows == 1) {
+            pr->row(ptrs, inner, loop->inner, ctx);
+            return;
+        }
+        for (d = 0; d < nd; d++) index[d] = 0;
+        for (int64_t row = 0; row < loop->rows; row++) {
+            if (pr->stream_out) {
+                for (i = 0; i < n - 1; i++) call[i] = ptrs[i];
+                call[n - 1] = stage;
+                pr->row(call, inner, loop->inner, ctx);
+                fk_plan_stream_copy(ptrs[n - 1], stage, loop->inner * inner[n - 1]);
+            } else {
+                pr->row(ptrs, inner, loop->inner, ctx);
+            }
+            fk_loop_next(loop, index, ptrs);
+        }
+    }
+
+    /* Where tile `tile` starts: outer indices, the start and length along the tile axis, and
+     * whether it is the short last tile along that axis. */
+    static void fk_plan_tile_where(const fk_plan_group *g, int64_t tile, int64_t *outer, int64_t *lo,
+                                   int64_t *len, int *last) {
+        int k = g->tile_axis, d;
+        int64_t t = tile, block;
+        *lo = *len = 0;
+        *last = 0;
+        if (k < 0) return;
+        block = t % g->tiles_along;
+        t /= g->tiles_along;
+        *lo = block * g->tile_len;
+        *len = g->shape[k] - *lo < g->tile_len ? g->shape[k] - *lo : g->tile_len;
+        *last = *len != g->tile_len;
+        for (d = g->tile_outer - 1; d >= 0; d--) {
+            outer[d] = t % g->shape[d];
+            t /= g->shape[d];
+        }
+    }
+
+    /* Prefetch into L2 the lines tile `tile` will read or write through the streams the members
+     * with row functions mark (one contiguous row per operand; others are left to the hardware),
+     * so that memory traffic overlaps the previous tile's compute (which touches only L1). */
+    static void fk_plan_tile_prefetch(const fk_plan_group_run *r, int64_t tile) {
+        const fk_plan_group *g = r->group;
+        int64_t outer[FK_MAX_DIMS], index[FK_MAX_DIMS], lo, len;
+        int last, m, i, d, n_members = r->members[0].n_members;
+        char *ptrs[FK_MAX_OPERANDS];
+        fk_plan_tile_where(g, tile, outer, &lo, &len, &last);
+        for (m = 0; m < n_members; m++) {
+            const fk_plan_step *step = &r->members[1 + m];
+            const fk_plan_rows *pr;
+            const fk_loop *loop;
+            int marked = 0;
+            if (step->rows_index < 0) continue;
+            pr = &r->rows[step->rows_index];
+            loop = &pr->loop[last];
+            for (i = 0; i < loop->nops; i++) marked |= pr->prefetch[i];
+            if (!marked) continue;
+            fk_plan_tile_pointers(r, step, pr, loop, outer, lo, NULL, ptrs);
+            for (d = 0; d < loop->ndim; d++) index[d] = 0;
+            for (int64_t row = 0; row < loop->rows; row++) {
+                for (i = 0; i < loop->nops; i++) {
+                    int64_t bytes = loop->inner * loop->strides[i][loop->ndim - 1];
+                    if (pr->prefetch[i] == 1)
+                        for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(ptrs[i] + off, 0, 2);
+                    else if (pr->prefetch[i] == 2)
+                        for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(ptrs[i] + off, 1, 2);
+                }
+                fk_loop_next(loop, index, ptrs);
+            }
+        }
+    }
+
     /* Run every member on tile `tile`, with intermediates in `scratch`; the failing member's
-     * index goes to *failed. */
+     * index goes to *failed.  Tile 0 calls every member's kernel, which checks everything it
+     * checks on any call; the later tiles call the row functions of the members that have one
+     * (same layouts, same bits, no checks). */
     static int fk_plan_tile(const fk_plan_group_run *r, int64_t tile, char *scratch, int *failed) {
         const fk_plan_group *g = r->group;
         fk_storage storage[FK_MAX_OPERANDS];
         fk_layout tiled[FK_MAX_OPERANDS];
         const fk_layout *layouts;
         int64_t outer[FK_MAX_DIMS], lo = 0, len = 0;
-        int k = g->tile_axis, m, i, d, status, n_members = r->members[0].n_members;
-        if (k >= 0) {
-            int64_t t = tile, block = t % g->tiles_along;
-            t /= g->tiles_along;
-            lo = block * g->tile_len;
-            len = g->shape[k] - lo < g->tile_len ? g->shape[k] - lo : g->tile_len;
-            for (d = g->tile_outer - 1; d >= 0; d--) {
-                outer[d] = t % g->shape[d];
-                t /= g->shape[d];
-            }
-        }
+        int k = g->tile_axis, m, i, status, n_members = r->members[0].n_members, last = 0;
+        fk_plan_tile_where(g, tile, outer, &lo, &len, &last);
+        if (tile > 0 && r->prefetch && tile + 1 < g->n_tiles) fk_plan_tile_prefetch(r, tile + 1);
         for (m = 0; m < n_members; m++) {
             const fk_plan_step *step = &r->members[1 + m];
             const fk_plan_operand *ops = &r->operands[step->first];
             int n = step->n_in + step->n_out;
+            if (tile > 0 && step->rows_index >= 0) {
+                fk_plan_tile_rows(r, step, outer, lo, last, scratch);
+                if (r->rows[step->rows_index].stream_out) fk_plan_stream_fence();
+                continue;
+            }
             for (i = 0; i < n; i++) {
                 storage[i] = ops[i].storage;
                 storage[i].data = (ops[i].base_index == FK_PLAN_TILE_BASE ? scratch : r->bases[ops[i].base_index])
                                   + ops[i].byte_offset;
             }
             layouts = &r->layouts[step->first];       /* one tile: the whole layouts */
-            if (k >= 0) layouts = tiled;
-            for (i = 0; k >= 0 && i < n; i++) {
-                fk_layout *layout = &tiled[i];
-                int in_tile = ops[i].base_index == FK_PLAN_TILE_BASE, shift;
-                *layout = r->layouts[step->first + i];
-                shift = g->ndim - layout->ndim;          /* operands broadcast right-aligned */
-                for (d = 0; d <= k; d++) {
-                    int a = d - shift;
-                    if (a < 0 || layout->shape[a] == 1) continue;     /* missing or broadcast */
-                    if (!(ops[i].tile_axes >> d & 1u)) continue;      /* not tiled along d */
-                    if (d < g->tile_outer) {
-                        if (!in_tile) layout->offset += outer[d] * layout->strides[a];
-                        layout->shape[a] = 1;
-                    } else if (d == k) {
-                        if (!in_tile) layout->offset += lo * layout->strides[a];
-                        layout->shape[a] = len;
-                    }
-                }
+            if (k >= 0) {
+                for (i = 0; i < n; i++)
+                    fk_plan_tile_layout(g, &ops[i], &r->layouts[step->first + i], outer, lo, len, &tiled[i]);
+                layouts = tiled;
             }
             status = step->kernel(storage, step->n_in, &storage[step->n_in], step->n_out, layouts,
                                   step->params_index >= 0 ? &r->params[step->params_index] : r->no_params);
@@ -150,6 +317,128 @@ cdef extern from *:
             }
         }
         return FK_OK;
+    }
+
+    /* Plan member `step`'s direct rows into *pr (its ctx already filled): the loops of a full
+     * and of the last tile, checked inside their storages as the kernel checks (the tile buffer's
+     * operands), and every other operand's whole layout inside its storage, so no tile reads or
+     * writes outside.  FK_OK, or the status of the first check that fails (the member then
+     * calls its kernel on every tile; the error is cleared). */
+    static int fk_plan_rows_plan(const fk_plan_group *g, const fk_plan_step *step, const fk_plan_operand *ops,
+                                 const fk_layout *layouts, fk_plan_rows *pr);
+
+    /* fk_plan_rows_plan, then mark the operands whose rows move from tile to tile (outside the
+     * tile buffer) for prefetching (fk_plan_group_dedupe drops repeats). */
+    static int fk_plan_rows_prepare(const fk_plan_group *g, const fk_plan_step *step, const fk_plan_operand *ops,
+                                    const fk_layout *layouts, fk_plan_rows *pr) {
+        int status = fk_plan_rows_plan(g, step, ops, layouts, pr);
+        if (status == FK_OK) {
+            int n = step->n_in + step->n_out;
+            for (int i = 0; i < n; i++) {
+                int moves = 0;
+                for (int d = 0; d < FK_MAX_DIMS; d++) moves |= pr->shift[i][d] != 0;
+                int contiguous = pr->loop[0].strides[i][pr->loop[0].ndim - 1] == fk_dtype_itemsize[ops[i].storage.dtype]
+                                 && pr->loop[1].strides[i][pr->loop[1].ndim - 1] == fk_dtype_itemsize[ops[i].storage.dtype];
+                pr->prefetch[i] = ops[i].base_index == FK_PLAN_TILE_BASE || !moves || !contiguous ? 0
+                                  : i < step->n_in ? 1 : 2;
+            }
+        }
+        return status;
+    }
+
+    /* Drop the prefetch marks of streams an earlier member of the group (steps `members`, after
+     * the group step) already prefetches: the same base, start and moves. */
+    static void fk_plan_group_dedupe(const fk_plan_step *members, int n_members, const fk_plan_operand *operands,
+                                     fk_plan_rows *rows) {
+        /* stream a member's output when it is one contiguous row per tile that fits the stack
+         * buffer and no operand of that member or a later one overlaps its bytes */
+        for (int m = 0; m < n_members; m++) {
+            const fk_plan_step *step = &members[m];
+            fk_plan_rows *pr = step->rows_index >= 0 ? &rows[step->rows_index] : NULL;
+            int o = step->n_in, stream = pr != NULL;
+            const fk_plan_operand *out = &operands[step->first + o];
+            for (int j = 0; stream && j < 2; j++)
+                stream = pr->loop[j].strides[o][pr->loop[j].ndim - 1] == fk_dtype_itemsize[out->storage.dtype] &&
+                         pr->loop[j].inner * fk_dtype_itemsize[out->storage.dtype] <= FK_PLAN_STREAM_BYTES;
+            stream = stream && out->base_index != FK_PLAN_TILE_BASE;
+            for (int e = m; stream && e < n_members; e++)
+                for (int j = 0; stream && j < members[e].n_in + members[e].n_out; j++) {
+                    const fk_plan_operand *op = &operands[members[e].first + j];
+                    if (op == out) continue;
+                    stream = !(op->base_index == out->base_index &&
+                               op->byte_offset < out->byte_offset + (int64_t)out->storage.nbytes &&
+                               out->byte_offset < op->byte_offset + (int64_t)op->storage.nbytes);
+                }
+            if (pr != NULL) {
+                pr->stream_out = (uint8_t)stream;
+                if (stream) pr->prefetch[o] = 0;
+            }
+        }
+        for (int m = 0; m < n_members; m++) {
+            const fk_plan_step *step = &members[m];
+            fk_plan_rows *pr = step->rows_index >= 0 ? &rows[step->rows_index] : NULL;
+            for (int i = 0; pr != NULL && i < step->n_in + step->n_out; i++) {
+                const fk_plan_operand *op = &operands[step->first + i];
+                for (int e = 0; e < m && pr->prefetch[i]; e++) {
+                    const fk_plan_step *before = &members[e];
+                    const fk_plan_rows *pe = before->rows_index >= 0 ? &rows[before->rows_index] : NULL;
+                    for (int j = 0; pe != NULL && j < before->n_in + before->n_out; j++) {
+                        const fk_plan_operand *oe = &operands[before->first + j];
+                        if (pe->prefetch[j] && oe->base_index == op->base_index &&
+                            oe->byte_offset + (pe->loop[0].base[j] - (char *)0) ==
+                                op->byte_offset + (pr->loop[0].base[i] - (char *)0) &&
+                            memcmp(pe->shift[j], pr->shift[i], sizeof(pr->shift[i])) == 0) {
+                            pr->prefetch[i] = 0;
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    static int fk_plan_rows_plan(const fk_plan_group *g, const fk_plan_step *step, const fk_plan_operand *ops,
+                                 const fk_layout *layouts, fk_plan_rows *pr) {
+        fk_storage storage[FK_MAX_OPERANDS];
+        fk_layout tiled[FK_MAX_OPERANDS];
+        int64_t outer[FK_MAX_DIMS] = {0}, len;
+        int n = step->n_in + step->n_out, i, d, j, k = g->tile_axis, status;
+        if (step->n_out != 1 || n > FK_MAX_OPERANDS) return FK_ERR_OPERANDS;
+        for (i = 0; i < n; i++) {
+            storage[i] = ops[i].storage;
+            storage[i].data = NULL;
+            if (ops[i].base_index != FK_PLAN_TILE_BASE) {
+                status = fk_layout_check(&layouts[i], &storage[i], "operand", i);
+                if (status) { fk_clear_error(); return status; }
+            }
+            for (d = 0; d < FK_MAX_DIMS; d++) pr->shift[i][d] = 0;
+        }
+        for (j = 0; j < 2; j++) {
+            len = k < 0 ? 0 : j == 0 ? g->tile_len : g->shape[k] - (g->tiles_along - 1) * g->tile_len;
+            for (i = 0; i < n; i++) {
+                if (k >= 0) fk_plan_tile_layout(g, &ops[i], &layouts[i], outer, 0, len, &tiled[i]);
+                else tiled[i] = layouts[i];
+            }
+            status = fk_loop_plan(&pr->loop[j], storage, step->n_in, &storage[step->n_in], tiled, NULL);
+            if (status) { fk_clear_error(); return status; }
+            if (pr->loop[j].rows == 0) return FK_ERR_SHAPE;         /* an empty tile: the kernel's case */
+        }
+        for (i = 0; k >= 0 && i < n; i++) {
+            int shift = g->ndim - layouts[i].ndim;
+            if (ops[i].base_index == FK_PLAN_TILE_BASE) continue;
+            for (d = 0; d <= k; d++) {
+                int a = d - shift;
+                if (a < 0 || layouts[i].shape[a] == 1 || !(ops[i].tile_axes >> d & 1u)) continue;
+                if (d < g->tile_outer || d == k)
+                    pr->shift[i][d] = layouts[i].strides[a] * fk_dtype_itemsize[ops[i].storage.dtype];
+            }
+        }
+        return FK_OK;
+    }
+
+    static void fk_plan_rows_set(fk_plan_rows *pr, const fk_tile_row *row, int64_t ctx_offset) {
+        pr->row = row->row;
+        pr->ctx_offset = ctx_offset;
     }
 
     /* A pool task: tile task + 1 in a free tile buffer (at most n_slots tasks run at once, so one
@@ -187,7 +476,8 @@ cdef extern from *:
      * depend on the thread count. */
     static int fk_plan_run_group(const fk_plan_step *steps, const fk_plan_group *g,
                                  const fk_plan_operand *operands, const fk_layout *layouts,
-                                 const fk_params *params, const fk_params *no_params, char **bases,
+                                 const fk_params *params, const fk_params *no_params,
+                                 const fk_plan_rows *rows, const char *ctx, char **bases,
                                  int *failed_member) {
         fk_plan_group_run r;
         int threads = fk_num_threads(), status;
@@ -201,6 +491,13 @@ cdef extern from *:
         r.layouts = layouts;
         r.params = params;
         r.no_params = no_params;
+        r.rows = rows;
+        r.ctx = ctx;
+        for (t = 0; t < steps[0].n_members; t++) {
+            const fk_plan_step *member = &steps[1 + t];
+            if (member->rows_index >= 0)
+                for (int i = 0; i < FK_MAX_OPERANDS; i++) r.prefetch |= rows[member->rows_index].prefetch[i];
+        }
         r.bases = bases;
         r.n_slots = threads;
         r.scratch = bases[g->scratch_base] + g->scratch_offset;
@@ -246,6 +543,15 @@ cdef extern from *:
         int64_t first
         int32_t group
         int32_t n_members
+        int32_t rows_index
+
+    ctypedef struct fk_plan_rows:
+        pass
+
+    ctypedef struct fk_tile_row:
+        fk_kernel_fn kernel
+        int (*setup)(const fk_params *params, void *ctx) noexcept nogil
+        int32_t ctx_bytes
 
     ctypedef struct fk_plan_operand:
         int64_t byte_offset
@@ -268,7 +574,12 @@ cdef extern from *:
 
     int fk_plan_run_group(const fk_plan_step *steps, const fk_plan_group *g, const fk_plan_operand *operands,
                           const fk_layout *layouts, const fk_params *params, const fk_params *no_params,
-                          char **bases, int *failed_member) noexcept nogil
+                          const fk_plan_rows *rows, const char *ctx, char **bases, int *failed_member) noexcept nogil
+    int fk_plan_rows_prepare(const fk_plan_group *g, const fk_plan_step *step, const fk_plan_operand *ops,
+                             const fk_layout *layouts, fk_plan_rows *pr) noexcept nogil
+    void fk_plan_rows_set(fk_plan_rows *pr, const fk_tile_row *row, int64_t ctx_offset) noexcept nogil
+    void fk_plan_group_dedupe(const fk_plan_step *members, int n_members, const fk_plan_operand *operands,
+                              fk_plan_rows *rows) noexcept nogil
 
 
 cdef fk_params NO_PARAMS                         # zero-filled: what a step without params passes
@@ -280,7 +591,7 @@ cdef fk_params NO_PARAMS                         # zero-filled: what a step with
 # members, which the loop skips: fk_plan_run_group runs them.
 cdef int run_steps(const fk_plan_step *steps, int n_steps, const fk_plan_operand *operands,
                    const fk_layout *layouts, const fk_params *params, const fk_plan_group *groups,
-                   char **bases, int *failed_step) noexcept nogil:
+                   const fk_plan_rows *rows, const char *ctx, char **bases, int *failed_step) noexcept nogil:
     # Storages are copied to the stack and patched there, so threads can share one program.
     cdef fk_storage storage[FK_MAX_OPERANDS]
     cdef int s = 0, i, status, member
@@ -292,7 +603,7 @@ cdef int run_steps(const fk_plan_step *steps, int n_steps, const fk_plan_operand
         if step.group >= 0:
             member = -1
             status = fk_plan_run_group(step, &groups[step.group], operands, layouts, params, &NO_PARAMS,
-                                       bases, &member)
+                                       rows, ctx, bases, &member)
             if status != FK_OK:
                 failed_step[0] = s + 1 + member if member >= 0 else s
                 return status
@@ -328,6 +639,19 @@ cdef void *grow(void *array, int64_t *capacity, int64_t needed, size_t item) exc
     return grown
 
 
+def tile_row_entries(capsule, int n_rows):
+    """(kernel address, capsule of its fk_tile_row) for every row of a 'fuel_kernel.tile_rows'
+    capsule (a CPU kernel module's tile_rows()): what add_group takes to call a member's row
+    function directly."""
+    cdef const fk_tile_row *rows
+    cdef int i
+    if not PyCapsule_IsValid(capsule, b"fuel_kernel.tile_rows"):
+        raise TypeError("expected a 'fuel_kernel.tile_rows' capsule")
+    rows = <const fk_tile_row *>PyCapsule_GetPointer(capsule, b"fuel_kernel.tile_rows")
+    return [(<uintptr_t>rows[i].kernel, PyCapsule_New(<void *>&rows[i], b"fuel_kernel.tile_row", NULL))
+            for i in range(n_rows)]
+
+
 def manifest_kernels(capsule, int n_rows):
     """(kernel address, op) of every row of a 'fuel_kernel.manifest' capsule (a CPU kernel
     module's manifest()): how the planner knows a chosen entry is a built-in kernel.  One kernel
@@ -349,6 +673,9 @@ cdef class PlanProgram:
     cdef fk_layout *layouts
     cdef fk_params *params
     cdef fk_plan_group *groups
+    cdef fk_plan_rows *rows                      # group members that call their row functions
+    cdef char *ctx                               # and the ctx those take (16-byte aligned slots)
+    cdef int64_t n_rows, rows_capacity, ctx_used, ctx_capacity
     cdef int64_t *base_bytes                     # per base: the bytes its steps address
     cdef int n_steps, n_top_steps, n_groups
     cdef int64_t n_operands, n_params
@@ -369,6 +696,9 @@ cdef class PlanProgram:
         self.layouts = NULL
         self.params = NULL
         self.groups = NULL
+        self.rows = NULL
+        self.ctx = NULL
+        self.n_rows = self.rows_capacity = self.ctx_used = self.ctx_capacity = 0
         self.n_steps = self.n_top_steps = self.n_groups = 0
         self.n_operands = self.n_params = 0
         self.step_capacity = self.operand_capacity = self.layout_capacity = self.params_capacity = 0
@@ -383,6 +713,8 @@ cdef class PlanProgram:
         free(self.layouts)
         free(self.params)
         free(self.groups)
+        free(self.rows)
+        free(self.ctx)
         free(self.base_bytes)
 
     def __len__(self):
@@ -407,7 +739,9 @@ cdef class PlanProgram:
         -1; tile_bytes is one thread's tile buffer; the calling thread's is at byte scratch_offset
         of base scratch_base (64-byte aligned; the plan's arena), other threads' are allocated when
         a run splits the tiles across threads (never when `serial`: the tiles then run in order on
-        the calling thread)."""
+        the calling thread).  A member's optional sixth item, a 'fuel_kernel.tile_row' capsule of
+        its kernel (tile_row_entries), lets it call that row function directly on every tile after
+        the first.  Returns, per member, whether it does."""
         cdef fk_plan_step *step
         cdef fk_plan_group *group
         cdef int d, i, n_members = len(members)
@@ -437,8 +771,10 @@ cdef class PlanProgram:
         else:
             tile_outer = 0
         for member in members:           # all checked before anything is appended
-            if len(member) != 5:
-                raise ValueError("a group member is (kernel, node_id, name, operands, params)")
+            if len(member) not in (5, 6):
+                raise ValueError("a group member is (kernel, node_id, name, operands, params[, tile_row])")
+            if len(member) == 6 and member[5] is not None and not PyCapsule_IsValid(member[5], b"fuel_kernel.tile_row"):
+                raise TypeError("a group member's tile_row is a 'fuel_kernel.tile_row' capsule (tile_row_entries) or None")
             if not isinstance(member[0], Kernel):
                 raise TypeError(f"a group member's kernel is a Kernel, not {type(member[0]).__name__}")
             self._check(member[3], member[4], True)
@@ -469,14 +805,51 @@ cdef class PlanProgram:
         step.node_id = node_id
         step.params_index = -1
         step.group = self.n_groups
+        step.rows_index = -1
         step.n_members = n_members
         step.first = self.n_operands
         self.n_groups += 1
         self.n_steps += 1
         self.node_names.append(name)
-        for kernel, member_id, member_name, operands, params in members:
-            self._append(kernel, member_id, member_name, operands, params, True)
+        cdef int first_member = self.n_steps
+        direct = []
+        for member in members:
+            self._append(member[0], member[1], member[2], member[3], member[4], True)
         self.n_top_steps += 1
+        for i in range(n_members):
+            tile_row = members[i][5] if len(members[i]) == 6 else None
+            direct.append(tile_row is not None and
+                          self._direct_rows(&self.groups[self.n_groups - 1], &self.steps[first_member + i], tile_row))
+        fk_plan_group_dedupe(&self.steps[first_member], n_members, self.operands, self.rows)
+        return tuple(direct)
+
+    cdef bint _direct_rows(self, fk_plan_group *group, fk_plan_step *step, object capsule) except -1:
+        """Let `step` (a member just appended) call its row function on tiles: fill its ctx, plan
+        its loops; False (the member calls its kernel on every tile) when a check fails."""
+        cdef const fk_tile_row *row = <const fk_tile_row *>PyCapsule_GetPointer(capsule, b"fuel_kernel.tile_row")
+        cdef int64_t ctx_offset = -1
+        cdef int status
+        if row.kernel != step.kernel or row.ctx_bytes < 0 or row.ctx_bytes > 4096:
+            return False
+        if row.setup != NULL:
+            ctx_offset = (self.ctx_used + 15) // 16 * 16
+            self.ctx = <char *>grow(self.ctx, &self.ctx_capacity, ctx_offset + row.ctx_bytes + 16, 1)
+            memset(self.ctx + ctx_offset, 0, row.ctx_bytes)
+            status = row.setup(&self.params[step.params_index] if step.params_index >= 0 else &NO_PARAMS,
+                               self.ctx + ctx_offset)
+            if status != FK_OK:
+                fk_clear_error()         # the kernel reports it on the first tile
+                return False
+            self.ctx_used = ctx_offset + row.ctx_bytes
+        self.rows = <fk_plan_rows *>grow(self.rows, &self.rows_capacity, self.n_rows + 1, sizeof(fk_plan_rows))
+        memset(&self.rows[self.n_rows], 0, sizeof(fk_plan_rows))
+        if fk_plan_rows_prepare(group, step, &self.operands[step.first], &self.layouts[step.first],
+                                &self.rows[self.n_rows]) != FK_OK:
+            return False
+        fk_plan_rows_set(&self.rows[self.n_rows], row, ctx_offset)
+        step.rows_index = self.n_rows
+        self.n_rows += 1
+        return True
 
     cdef _check(self, list operands, object params, bint member):
         cdef int n = len(operands)
@@ -521,6 +894,7 @@ cdef class PlanProgram:
         step.first = self.n_operands
         step.params_index = -1
         step.group = -1
+        step.rows_index = -1
         for i, operand in enumerate(operands):
             base, byte_offset, nbytes, dtype, shape, strides, offset = operand[:7]
             op = &self.operands[self.n_operands + i]
@@ -569,7 +943,7 @@ cdef class PlanProgram:
             ptrs[i] = cnp.PyArray_BYTES(<cnp.ndarray>bases[i])
         with nogil:
             status = run_steps(self.steps, self.n_steps, self.operands, self.layouts, self.params, self.groups,
-                               ptrs, &failed)
+                               self.rows, self.ctx, ptrs, &failed)
         if status != FK_OK:
             message = fk_error_message().decode("utf-8", "replace")
             fk_clear_error()             # consumed: the thread's error state is clear between calls
