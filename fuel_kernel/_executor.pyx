@@ -58,17 +58,26 @@ cdef extern from *:
      * 0 in the tile buffer and where the operand is broadcast), as fk_plan_tile_layout moves the
      * layout's offset. */
     typedef struct {
+        /* what every tile reads, first and packed (ten members' share a few KB of L1) */
         fk_row_fn row;
         int64_t ctx_offset;          /* into the program's ctx bytes, or -1: the row takes no ctx */
-        int64_t shift[FK_MAX_OPERANDS][FK_MAX_DIMS];
-        fk_loop loop[2];
-        /* per operand: 1 (read) or 2 (written) when it is the group's first use of a row that
-         * moves from tile to tile, whose next tile's lines this member prefetches; else 0 */
-        uint8_t prefetch[FK_MAX_OPERANDS];
+        int32_t nops;
         /* 1: the output row goes to a stack buffer, then to its place with non-temporal stores
          * (a contiguous row no later operand of the group touches: it need not be read into the
          * cache before being written, which a plain store does) */
         uint8_t stream_out;
+        uint8_t any_prefetch;                   /* some prefetch[i] is set */
+        /* per operand: 1 (read) or 2 (written) when it is the group's first use of a row that
+         * moves from tile to tile, whose next tile's lines this member prefetches; else 0 */
+        uint8_t prefetch[FK_MAX_OPERANDS];
+        int32_t base_index[FK_MAX_OPERANDS];    /* the operand's base, or FK_PLAN_TILE_BASE */
+        int64_t rows[2], inner[2];              /* loop[j].rows and .inner */
+        int64_t start[2][FK_MAX_OPERANDS];      /* byte_offset + loop[j]'s first element, in bytes */
+        int64_t stride[2][FK_MAX_OPERANDS];     /* loop[j]'s innermost byte strides */
+        int64_t tile_shift[FK_MAX_OPERANDS];    /* shift[i][tile_axis] */
+        /* the rest: loops of several rows, tiles with outer axes, compile time */
+        int64_t shift[FK_MAX_OPERANDS][FK_MAX_DIMS];
+        fk_loop loop[2];
     } fk_plan_rows;
 
     #define FK_PLAN_STREAM_BYTES 16384   /* the stack buffer of a streamed output row */
@@ -173,50 +182,71 @@ cdef extern from *:
     }
 
     /* Member `pr`'s loop `loop` moved to the tile at outer, lo: each operand's first element. */
-    static void fk_plan_tile_pointers(const fk_plan_group_run *r, const fk_plan_step *step, const fk_plan_rows *pr,
-                                      const fk_loop *loop, const int64_t *outer, int64_t lo, char *scratch,
-                                      char **ptrs) {
-        const fk_plan_operand *ops = &r->operands[step->first];
+    static void fk_plan_tile_pointers(const fk_plan_group_run *r, const fk_plan_rows *pr, int last,
+                                      const int64_t *outer, int64_t lo, char *scratch, char **ptrs) {
         const fk_plan_group *g = r->group;
-        for (int i = 0; i < loop->nops; i++) {
-            char *p = (ops[i].base_index == FK_PLAN_TILE_BASE ? scratch : r->bases[ops[i].base_index])
-                      + ops[i].byte_offset + (loop->base[i] - (char *)0);
-            if (g->tile_axis >= 0) {
-                for (int d = 0; d < g->tile_outer; d++) p += outer[d] * pr->shift[i][d];
-                p += lo * pr->shift[i][g->tile_axis];
-            }
+        for (int i = 0; i < pr->nops; i++) {
+            char *p = (pr->base_index[i] == FK_PLAN_TILE_BASE ? scratch : r->bases[pr->base_index[i]])
+                      + pr->start[last][i] + lo * pr->tile_shift[i];
+            for (int d = 0; d < g->tile_outer; d++) p += outer[d] * pr->shift[i][d];
             ptrs[i] = p;
+        }
+    }
+
+    /* Prefetch into L2 the rows member `pr` marks at the tile at outer, lo (the next one), so that
+     * memory traffic overlaps this tile's compute, which touches only L1 and L2. */
+    static void fk_plan_tile_prefetch(const fk_plan_group_run *r, const fk_plan_rows *pr, int last,
+                                      const int64_t *outer, int64_t lo) {
+        const fk_loop *loop = &pr->loop[last];
+        char *ptrs[FK_MAX_OPERANDS];
+        int64_t index[FK_MAX_DIMS];
+        int i, d;
+        fk_plan_tile_pointers(r, pr, last, outer, lo, NULL, ptrs);
+        for (d = 0; d < loop->ndim; d++) index[d] = 0;
+        for (int64_t row = 0; row < loop->rows; row++) {
+            for (i = 0; i < pr->nops; i++) {
+                int64_t bytes = loop->inner * pr->stride[last][i];
+                if (pr->prefetch[i] == 1)
+                    for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(ptrs[i] + off, 0, 2);
+                else if (pr->prefetch[i] == 2)
+                    for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(ptrs[i] + off, 1, 2);
+            }
+            if (loop->rows > 1) fk_loop_next(loop, index, ptrs);
         }
     }
 
     /* One member's row function over one tile: its planned loop, moved to the tile; a streamed
      * output row is computed into a stack buffer and stored from there. */
     static void fk_plan_tile_rows(const fk_plan_group_run *r, const fk_plan_step *step, const int64_t *outer,
-                                  int64_t lo, int last, char *scratch) {
+                                  int64_t lo, int last, char *scratch, const int64_t *next_outer, int64_t next_lo,
+                                  int next_last) {
         const fk_plan_rows *pr = &r->rows[step->rows_index];
-        const fk_loop *loop = &pr->loop[last];
         const void *ctx = pr->ctx_offset >= 0 ? (const void *)(r->ctx + pr->ctx_offset) : NULL;
-        _Alignas(64) char stage[FK_PLAN_STREAM_BYTES];
+        const int64_t *inner = pr->stride[last];
         char *ptrs[FK_MAX_OPERANDS], *call[FK_MAX_OPERANDS];
-        int64_t inner[FK_MAX_OPERANDS], index[FK_MAX_DIMS];
-        int i, d, n = loop->nops, nd = loop->ndim;
-        fk_plan_tile_pointers(r, step, pr, loop, outer, lo, scratch, ptrs);
-        for (i = 0; i < n; i++) inner[i] = loop->strides[i][nd - 1];
-        if (!pr->stream_out && loop->rows == 1) {
-            pr->row(ptrs, inner, loop->inner, ctx);
+        int64_t index[FK_MAX_DIMS];
+        int i, d, n = pr->nops;
+        if (next_lo >= 0 && pr->any_prefetch) fk_plan_tile_prefetch(r, pr, next_last, next_outer, next_lo);
+        fk_plan_tile_pointers(r, pr, last, outer, lo, scratch, ptrs);
+        if (!pr->stream_out && pr->rows[last] == 1) {
+            pr->row(ptrs, inner, pr->inner[last], ctx);
             return;
         }
-        for (d = 0; d < nd; d++) index[d] = 0;
-        for (int64_t row = 0; row < loop->rows; row++) {
-            if (pr->stream_out) {
-                for (i = 0; i < n - 1; i++) call[i] = ptrs[i];
-                call[n - 1] = stage;
-                pr->row(call, inner, loop->inner, ctx);
-                fk_plan_stream_copy(ptrs[n - 1], stage, loop->inner * inner[n - 1]);
-            } else {
-                pr->row(ptrs, inner, loop->inner, ctx);
+        {
+            const fk_loop *loop = &pr->loop[last];
+            _Alignas(64) char stage[FK_PLAN_STREAM_BYTES];
+            for (d = 0; d < loop->ndim; d++) index[d] = 0;
+            for (int64_t row = 0; row < loop->rows; row++) {
+                if (pr->stream_out) {
+                    for (i = 0; i < n - 1; i++) call[i] = ptrs[i];
+                    call[n - 1] = stage;
+                    pr->row(call, inner, loop->inner, ctx);
+                    fk_plan_stream_copy(ptrs[n - 1], stage, loop->inner * inner[n - 1]);
+                } else {
+                    pr->row(ptrs, inner, loop->inner, ctx);
+                }
+                if (loop->rows > 1) fk_loop_next(loop, index, ptrs);
             }
-            fk_loop_next(loop, index, ptrs);
         }
     }
 
@@ -240,40 +270,6 @@ cdef extern from *:
         }
     }
 
-    /* Prefetch into L2 the lines tile `tile` will read or write through the streams the members
-     * with row functions mark (one contiguous row per operand; others are left to the hardware),
-     * so that memory traffic overlaps the previous tile's compute (which touches only L1). */
-    static void fk_plan_tile_prefetch(const fk_plan_group_run *r, int64_t tile) {
-        const fk_plan_group *g = r->group;
-        int64_t outer[FK_MAX_DIMS], index[FK_MAX_DIMS], lo, len;
-        int last, m, i, d, n_members = r->members[0].n_members;
-        char *ptrs[FK_MAX_OPERANDS];
-        fk_plan_tile_where(g, tile, outer, &lo, &len, &last);
-        for (m = 0; m < n_members; m++) {
-            const fk_plan_step *step = &r->members[1 + m];
-            const fk_plan_rows *pr;
-            const fk_loop *loop;
-            int marked = 0;
-            if (step->rows_index < 0) continue;
-            pr = &r->rows[step->rows_index];
-            loop = &pr->loop[last];
-            for (i = 0; i < loop->nops; i++) marked |= pr->prefetch[i];
-            if (!marked) continue;
-            fk_plan_tile_pointers(r, step, pr, loop, outer, lo, NULL, ptrs);
-            for (d = 0; d < loop->ndim; d++) index[d] = 0;
-            for (int64_t row = 0; row < loop->rows; row++) {
-                for (i = 0; i < loop->nops; i++) {
-                    int64_t bytes = loop->inner * loop->strides[i][loop->ndim - 1];
-                    if (pr->prefetch[i] == 1)
-                        for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(ptrs[i] + off, 0, 2);
-                    else if (pr->prefetch[i] == 2)
-                        for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(ptrs[i] + off, 1, 2);
-                }
-                fk_loop_next(loop, index, ptrs);
-            }
-        }
-    }
-
     /* Run every member on tile `tile`, with intermediates in `scratch`; the failing member's
      * index goes to *failed.  Tile 0 calls every member's kernel, which checks everything it
      * checks on any call; the later tiles call the row functions of the members that have one
@@ -283,16 +279,17 @@ cdef extern from *:
         fk_storage storage[FK_MAX_OPERANDS];
         fk_layout tiled[FK_MAX_OPERANDS];
         const fk_layout *layouts;
-        int64_t outer[FK_MAX_DIMS], lo = 0, len = 0;
-        int k = g->tile_axis, m, i, status, n_members = r->members[0].n_members, last = 0;
+        int64_t outer[FK_MAX_DIMS], lo = 0, len = 0, next_outer[FK_MAX_DIMS], next_lo = -1, next_len;
+        int k = g->tile_axis, m, i, status, n_members = r->members[0].n_members, last = 0, next_last = 0;
         fk_plan_tile_where(g, tile, outer, &lo, &len, &last);
-        if (tile > 0 && r->prefetch && tile + 1 < g->n_tiles) fk_plan_tile_prefetch(r, tile + 1);
+        if (tile > 0 && r->prefetch && tile + 1 < g->n_tiles)   /* the next tile's rows, to prefetch */
+            fk_plan_tile_where(g, tile + 1, next_outer, &next_lo, &next_len, &next_last);
         for (m = 0; m < n_members; m++) {
             const fk_plan_step *step = &r->members[1 + m];
             const fk_plan_operand *ops = &r->operands[step->first];
             int n = step->n_in + step->n_out;
             if (tile > 0 && step->rows_index >= 0) {
-                fk_plan_tile_rows(r, step, outer, lo, last, scratch);
+                fk_plan_tile_rows(r, step, outer, lo, last, scratch, next_outer, next_lo, next_last);
                 if (r->rows[step->rows_index].stream_out) fk_plan_stream_fence();
                 continue;
             }
@@ -395,6 +392,12 @@ cdef extern from *:
                 }
             }
         }
+        for (int m = 0; m < n_members; m++)
+            if (members[m].rows_index >= 0) {
+                fk_plan_rows *pr = &rows[members[m].rows_index];
+                pr->any_prefetch = 0;
+                for (int i = 0; i < pr->nops; i++) pr->any_prefetch |= pr->prefetch[i] != 0;
+            }
     }
 
     static int fk_plan_rows_plan(const fk_plan_group *g, const fk_plan_step *step, const fk_plan_operand *ops,
@@ -431,6 +434,19 @@ cdef extern from *:
                 if (a < 0 || layouts[i].shape[a] == 1 || !(ops[i].tile_axes >> d & 1u)) continue;
                 if (d < g->tile_outer || d == k)
                     pr->shift[i][d] = layouts[i].strides[a] * fk_dtype_itemsize[ops[i].storage.dtype];
+            }
+        }
+        pr->nops = n;
+        for (j = 0; j < 2; j++) {
+            pr->rows[j] = pr->loop[j].rows;
+            pr->inner[j] = pr->loop[j].inner;
+        }
+        for (i = 0; i < n; i++) {
+            pr->base_index[i] = ops[i].base_index;
+            pr->tile_shift[i] = k >= 0 ? pr->shift[i][k] : 0;
+            for (j = 0; j < 2; j++) {
+                pr->start[j][i] = ops[i].byte_offset + (pr->loop[j].base[i] - (char *)0);
+                pr->stride[j][i] = pr->loop[j].strides[i][pr->loop[j].ndim - 1];
             }
         }
         return FK_OK;
