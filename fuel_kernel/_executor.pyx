@@ -66,7 +66,6 @@ cdef extern from *:
          * (a contiguous row no later operand of the group touches: it need not be read into the
          * cache before being written, which a plain store does) */
         uint8_t stream_out;
-        uint8_t any_prefetch;                   /* some prefetch[i] is set */
         /* per operand: 1 (read) or 2 (written) when it is the group's first use of a row that
          * moves from tile to tile, whose next tile's lines this member prefetches; else 0 */
         uint8_t prefetch[FK_MAX_OPERANDS];
@@ -81,6 +80,8 @@ cdef extern from *:
     } fk_plan_rows;
 
     #define FK_PLAN_STREAM_BYTES 16384   /* the stack buffer of a streamed output row */
+    #define FK_PLAN_STREAMS 8            /* rows prefetched per tile: at most this many operands */
+    #define FK_PLAN_STREAM_ROWS 16       /* of at most this many rows each */
 
     /* Copy n bytes to dst with non-temporal stores where dst is 16-byte aligned (the same bytes). */
     static void fk_plan_stream_copy(char *dst, const char *src, int64_t n) {
@@ -148,7 +149,9 @@ cdef extern from *:
         const fk_params *no_params;
         const fk_plan_rows *rows;
         const char *ctx;             /* the members' row ctx, at fk_plan_rows.ctx_offset */
-        int prefetch;                /* some member marks a stream to prefetch */
+        int n_streams;               /* the rows the members mark to prefetch: member, operand */
+        const fk_plan_rows *stream_rows[FK_PLAN_STREAMS];
+        int stream_op[FK_PLAN_STREAMS];
         char **bases;
         char *scratch;               /* slot 0: the calling thread's tile buffer */
         char *extra;                 /* slots 1 .. n_slots - 1, n_slots - 1 tile buffers */
@@ -193,59 +196,86 @@ cdef extern from *:
         }
     }
 
-    /* Prefetch into L2 the rows member `pr` marks at the tile at outer, lo (the next one), so that
-     * memory traffic overlaps this tile's compute, which touches only L1 and L2. */
-    static void fk_plan_tile_prefetch(const fk_plan_group_run *r, const fk_plan_rows *pr, int last,
-                                      const int64_t *outer, int64_t lo) {
-        const fk_loop *loop = &pr->loop[last];
-        char *ptrs[FK_MAX_OPERANDS];
-        int64_t index[FK_MAX_DIMS];
-        int i, d;
-        fk_plan_tile_pointers(r, pr, last, outer, lo, NULL, ptrs);
-        for (d = 0; d < loop->ndim; d++) index[d] = 0;
-        for (int64_t row = 0; row < loop->rows; row++) {
-            for (i = 0; i < pr->nops; i++) {
-                int64_t bytes = loop->inner * pr->stride[last][i];
-                if (pr->prefetch[i] == 1)
-                    for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(ptrs[i] + off, 0, 2);
-                else if (pr->prefetch[i] == 2)
-                    for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(ptrs[i] + off, 1, 2);
+    /* The next tile's rows of the streams to prefetch, found once per tile and prefetched into L2
+     * a share before each member (so the misses spread over the tile's compute instead of
+     * queueing at once): memory traffic overlaps the compute, which touches only L1 and L2. */
+    typedef struct {
+        const char *row[FK_PLAN_STREAMS][FK_PLAN_STREAM_ROWS];
+        int64_t row_bytes[FK_PLAN_STREAMS];
+        int rows[FK_PLAN_STREAMS];
+        uint8_t write[FK_PLAN_STREAMS];
+        int64_t lines;               /* over all streams and rows */
+    } fk_plan_prefetch;
+
+    static void fk_plan_prefetch_find(const fk_plan_group_run *r, const int64_t *outer, int64_t lo, int last,
+                                      fk_plan_prefetch *pf) {
+        pf->lines = 0;
+        for (int s = 0; s < r->n_streams; s++) {
+            const fk_plan_rows *pr = r->stream_rows[s];
+            const fk_loop *loop = &pr->loop[last];
+            int op = r->stream_op[s];
+            char *ptrs[FK_MAX_OPERANDS];
+            int64_t index[FK_MAX_DIMS];
+            int rows = pr->rows[last] < FK_PLAN_STREAM_ROWS ? (int)pr->rows[last] : FK_PLAN_STREAM_ROWS;
+            fk_plan_tile_pointers(r, pr, last, outer, lo, NULL, ptrs);
+            for (int d = 0; d < loop->ndim; d++) index[d] = 0;
+            for (int row = 0; row < rows; row++) {
+                pf->row[s][row] = ptrs[op];
+                if (row + 1 < rows) fk_loop_next(loop, index, ptrs);
             }
-            if (loop->rows > 1) fk_loop_next(loop, index, ptrs);
+            pf->rows[s] = rows;
+            pf->row_bytes[s] = pr->inner[last] * pr->stride[last][op];
+            pf->write[s] = pr->prefetch[op] == 2;
+            pf->lines += (int64_t)rows * ((pf->row_bytes[s] + 63) / 64);
+        }
+    }
+
+    /* Share `part` of `parts` of the lines pf found. */
+    static void fk_plan_prefetch_part(const fk_plan_group_run *r, const fk_plan_prefetch *pf, int part, int parts) {
+        int64_t first = pf->lines * part / parts, end = pf->lines * (part + 1) / parts, at = 0;
+        for (int s = 0; s < r->n_streams && at < end; s++) {
+            int64_t per_row = (pf->row_bytes[s] + 63) / 64;
+            for (int row = 0; row < pf->rows[s] && at < end; row++, at += per_row) {
+                int64_t a = first > at ? first - at : 0, b = end - at < per_row ? end - at : per_row;
+                for (int64_t line = a; line < b; line++) {
+                    if (pf->write[s]) __builtin_prefetch(pf->row[s][row] + line * 64, 1, 2);
+                    else __builtin_prefetch(pf->row[s][row] + line * 64, 0, 2);
+                }
+            }
         }
     }
 
     /* One member's row function over one tile: its planned loop, moved to the tile; a streamed
      * output row is computed into a stack buffer and stored from there. */
     static void fk_plan_tile_rows(const fk_plan_group_run *r, const fk_plan_step *step, const int64_t *outer,
-                                  int64_t lo, int last, char *scratch, const int64_t *next_outer, int64_t next_lo,
-                                  int next_last) {
+                                  int64_t lo, int last, char *scratch) {
         const fk_plan_rows *pr = &r->rows[step->rows_index];
         const void *ctx = pr->ctx_offset >= 0 ? (const void *)(r->ctx + pr->ctx_offset) : NULL;
         const int64_t *inner = pr->stride[last];
         char *ptrs[FK_MAX_OPERANDS], *call[FK_MAX_OPERANDS];
         int64_t index[FK_MAX_DIMS];
         int i, d, n = pr->nops;
-        if (next_lo >= 0 && pr->any_prefetch) fk_plan_tile_prefetch(r, pr, next_last, next_outer, next_lo);
         fk_plan_tile_pointers(r, pr, last, outer, lo, scratch, ptrs);
         if (!pr->stream_out && pr->rows[last] == 1) {
             pr->row(ptrs, inner, pr->inner[last], ctx);
             return;
         }
         {
-            const fk_loop *loop = &pr->loop[last];
+            const fk_loop *loop = &pr->loop[last];    /* read only for loops of several rows */
             _Alignas(64) char stage[FK_PLAN_STREAM_BYTES];
-            for (d = 0; d < loop->ndim; d++) index[d] = 0;
-            for (int64_t row = 0; row < loop->rows; row++) {
+            int64_t rows = pr->rows[last], length = pr->inner[last];
+            if (rows > 1)
+                for (d = 0; d < loop->ndim; d++) index[d] = 0;
+            for (int64_t row = 0; row < rows; row++) {
                 if (pr->stream_out) {
                     for (i = 0; i < n - 1; i++) call[i] = ptrs[i];
                     call[n - 1] = stage;
-                    pr->row(call, inner, loop->inner, ctx);
-                    fk_plan_stream_copy(ptrs[n - 1], stage, loop->inner * inner[n - 1]);
+                    pr->row(call, inner, length, ctx);
+                    fk_plan_stream_copy(ptrs[n - 1], stage, length * inner[n - 1]);
                 } else {
-                    pr->row(ptrs, inner, loop->inner, ctx);
+                    pr->row(ptrs, inner, length, ctx);
                 }
-                if (loop->rows > 1) fk_loop_next(loop, index, ptrs);
+                if (rows > 1) fk_loop_next(loop, index, ptrs);
             }
         }
     }
@@ -279,17 +309,25 @@ cdef extern from *:
         fk_storage storage[FK_MAX_OPERANDS];
         fk_layout tiled[FK_MAX_OPERANDS];
         const fk_layout *layouts;
-        int64_t outer[FK_MAX_DIMS], lo = 0, len = 0, next_outer[FK_MAX_DIMS], next_lo = -1, next_len;
-        int k = g->tile_axis, m, i, status, n_members = r->members[0].n_members, last = 0, next_last = 0;
+        int64_t outer[FK_MAX_DIMS], lo = 0, len = 0;
+        int k = g->tile_axis, m, i, status, n_members = r->members[0].n_members, last = 0;
+        fk_plan_prefetch pf;
+        pf.lines = 0;
+        int prefetch = tile > 0 && r->n_streams > 0 && tile + 1 < g->n_tiles;
         fk_plan_tile_where(g, tile, outer, &lo, &len, &last);
-        if (tile > 0 && r->prefetch && tile + 1 < g->n_tiles)   /* the next tile's rows, to prefetch */
+        if (prefetch) {                  /* the next tile's rows */
+            int64_t next_outer[FK_MAX_DIMS], next_lo, next_len;
+            int next_last;
             fk_plan_tile_where(g, tile + 1, next_outer, &next_lo, &next_len, &next_last);
+            fk_plan_prefetch_find(r, next_outer, next_lo, next_last, &pf);
+        }
         for (m = 0; m < n_members; m++) {
             const fk_plan_step *step = &r->members[1 + m];
             const fk_plan_operand *ops = &r->operands[step->first];
             int n = step->n_in + step->n_out;
+            if (prefetch) fk_plan_prefetch_part(r, &pf, m, n_members);
             if (tile > 0 && step->rows_index >= 0) {
-                fk_plan_tile_rows(r, step, outer, lo, last, scratch, next_outer, next_lo, next_last);
+                fk_plan_tile_rows(r, step, outer, lo, last, scratch);
                 if (r->rows[step->rows_index].stream_out) fk_plan_stream_fence();
                 continue;
             }
@@ -392,12 +430,6 @@ cdef extern from *:
                 }
             }
         }
-        for (int m = 0; m < n_members; m++)
-            if (members[m].rows_index >= 0) {
-                fk_plan_rows *pr = &rows[members[m].rows_index];
-                pr->any_prefetch = 0;
-                for (int i = 0; i < pr->nops; i++) pr->any_prefetch |= pr->prefetch[i] != 0;
-            }
     }
 
     static int fk_plan_rows_plan(const fk_plan_group *g, const fk_plan_step *step, const fk_plan_operand *ops,
@@ -512,7 +544,11 @@ cdef extern from *:
         for (t = 0; t < steps[0].n_members; t++) {
             const fk_plan_step *member = &steps[1 + t];
             if (member->rows_index >= 0)
-                for (int i = 0; i < FK_MAX_OPERANDS; i++) r.prefetch |= rows[member->rows_index].prefetch[i];
+                for (int i = 0; i < rows[member->rows_index].nops && r.n_streams < FK_PLAN_STREAMS; i++)
+                    if (rows[member->rows_index].prefetch[i]) {
+                        r.stream_rows[r.n_streams] = &rows[member->rows_index];
+                        r.stream_op[r.n_streams++] = i;
+                    }
         }
         r.bases = bases;
         r.n_slots = threads;
