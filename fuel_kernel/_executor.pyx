@@ -149,6 +149,7 @@ cdef extern from *:
         const fk_params *no_params;
         const fk_plan_rows *rows;
         const char *ctx;             /* the members' row ctx, at fk_plan_rows.ctx_offset */
+        int n_streamed;              /* members that stream their output */
         int n_streams;               /* the rows the members mark to prefetch: member, operand */
         const fk_plan_rows *stream_rows[FK_PLAN_STREAMS];
         int stream_op[FK_PLAN_STREAMS];
@@ -245,10 +246,36 @@ cdef extern from *:
         }
     }
 
+    /* A streamed output whose stores are spread over the next tile (tiles in order on one thread):
+     * the member computes its rows into one of two stack buffers, and the next tile stores them
+     * with non-temporal stores a share before each member, so the stores drain while it computes
+     * instead of stalling the core in a burst. */
+    typedef struct {
+        _Alignas(64) char buf[2][FK_PLAN_STREAM_BYTES];
+        int next;                    /* the buffer the next streamed row set goes to */
+        int rows;                    /* rows pending: from src to dst[row], row_bytes each */
+        const char *src;
+        char *dst[FK_PLAN_STREAM_ROWS];
+        int64_t row_bytes, done, total;   /* bytes stored of the total */
+    } fk_plan_drain;
+
+    /* Store the pending bytes up to `upto` of the total. */
+    static void fk_plan_drain_to(fk_plan_drain *dr, int64_t upto) {
+        while (dr->rows > 0 && dr->done < upto) {
+            int64_t row = dr->done / dr->row_bytes, at = dr->done - row * dr->row_bytes;
+            int64_t end = upto - row * dr->row_bytes < dr->row_bytes ? upto - row * dr->row_bytes : dr->row_bytes;
+            end = end > at ? (end - at + 63) / 64 * 64 + at : at;      /* whole lines */
+            if (end > dr->row_bytes) end = dr->row_bytes;
+            fk_plan_stream_copy(dr->dst[row] + at, dr->src + row * dr->row_bytes + at, end - at);
+            dr->done = row * dr->row_bytes + end;
+        }
+        if (dr->rows > 0 && dr->done >= dr->total) dr->rows = 0;
+    }
+
     /* One member's row function over one tile: its planned loop, moved to the tile; a streamed
      * output row is computed into a stack buffer and stored from there. */
     static void fk_plan_tile_rows(const fk_plan_group_run *r, const fk_plan_step *step, const int64_t *outer,
-                                  int64_t lo, int last, char *scratch) {
+                                  int64_t lo, int last, char *scratch, fk_plan_drain *dr) {
         const fk_plan_rows *pr = &r->rows[step->rows_index];
         const void *ctx = pr->ctx_offset >= 0 ? (const void *)(r->ctx + pr->ctx_offset) : NULL;
         const int64_t *inner = pr->stride[last];
@@ -258,6 +285,29 @@ cdef extern from *:
         fk_plan_tile_pointers(r, pr, last, outer, lo, scratch, ptrs);
         if (!pr->stream_out && pr->rows[last] == 1) {
             pr->row(ptrs, inner, pr->inner[last], ctx);
+            return;
+        }
+        if (pr->stream_out && dr != NULL && pr->rows[last] <= FK_PLAN_STREAM_ROWS &&
+                pr->rows[last] * pr->inner[last] * inner[n - 1] <= FK_PLAN_STREAM_BYTES) {
+            const fk_loop *loop = &pr->loop[last];
+            int64_t rows = pr->rows[last], length = pr->inner[last], row_bytes = length * inner[n - 1];
+            char *buf = dr->buf[dr->next];
+            fk_plan_drain_to(dr, dr->total);          /* what is left of the last tile's rows */
+            if (rows > 1)
+                for (d = 0; d < loop->ndim; d++) index[d] = 0;
+            for (int64_t row = 0; row < rows; row++) {
+                for (i = 0; i < n - 1; i++) call[i] = ptrs[i];
+                call[n - 1] = buf + row * row_bytes;
+                pr->row(call, inner, length, ctx);
+                dr->dst[row] = ptrs[n - 1];
+                if (rows > 1) fk_loop_next(loop, index, ptrs);
+            }
+            dr->src = buf;
+            dr->rows = (int)rows;
+            dr->row_bytes = row_bytes;
+            dr->done = 0;
+            dr->total = rows * row_bytes;
+            dr->next ^= 1;
             return;
         }
         {
@@ -304,7 +354,7 @@ cdef extern from *:
      * index goes to *failed.  Tile 0 calls every member's kernel, which checks everything it
      * checks on any call; the later tiles call the row functions of the members that have one
      * (same layouts, same bits, no checks). */
-    static int fk_plan_tile(const fk_plan_group_run *r, int64_t tile, char *scratch, int *failed) {
+    static int fk_plan_tile(const fk_plan_group_run *r, int64_t tile, char *scratch, int *failed, fk_plan_drain *dr) {
         const fk_plan_group *g = r->group;
         fk_storage storage[FK_MAX_OPERANDS];
         fk_layout tiled[FK_MAX_OPERANDS];
@@ -326,9 +376,10 @@ cdef extern from *:
             const fk_plan_operand *ops = &r->operands[step->first];
             int n = step->n_in + step->n_out;
             if (prefetch) fk_plan_prefetch_part(r, &pf, m, n_members);
+            if (dr != NULL && dr->rows > 0) fk_plan_drain_to(dr, dr->total * (m + 1) / n_members);
             if (tile > 0 && step->rows_index >= 0) {
-                fk_plan_tile_rows(r, step, outer, lo, last, scratch);
-                if (r->rows[step->rows_index].stream_out) fk_plan_stream_fence();
+                fk_plan_tile_rows(r, step, outer, lo, last, scratch, dr);
+                if (r->rows[step->rows_index].stream_out && dr == NULL) fk_plan_stream_fence();
                 continue;
             }
             for (i = 0; i < n; i++) {
@@ -385,8 +436,8 @@ cdef extern from *:
      * the group step) already prefetches: the same base, start and moves. */
     static void fk_plan_group_dedupe(const fk_plan_step *members, int n_members, const fk_plan_operand *operands,
                                      fk_plan_rows *rows) {
-        /* stream a member's output when it is one contiguous row per tile that fits the stack
-         * buffer and no operand of that member or a later one overlaps its bytes */
+        /* stream a member's output when its rows are contiguous, fit the stack buffer, and no
+         * other operand of the group overlaps its bytes (its stores may land a tile late) */
         for (int m = 0; m < n_members; m++) {
             const fk_plan_step *step = &members[m];
             fk_plan_rows *pr = step->rows_index >= 0 ? &rows[step->rows_index] : NULL;
@@ -396,7 +447,7 @@ cdef extern from *:
                 stream = pr->loop[j].strides[o][pr->loop[j].ndim - 1] == fk_dtype_itemsize[out->storage.dtype] &&
                          pr->loop[j].inner * fk_dtype_itemsize[out->storage.dtype] <= FK_PLAN_STREAM_BYTES;
             stream = stream && out->base_index != FK_PLAN_TILE_BASE;
-            for (int e = m; stream && e < n_members; e++)
+            for (int e = 0; stream && e < n_members; e++)
                 for (int j = 0; stream && j < members[e].n_in + members[e].n_out; j++) {
                     const fk_plan_operand *op = &operands[members[e].first + j];
                     if (op == out) continue;
@@ -503,7 +554,7 @@ cdef extern from *:
             slot = (slot + 1) % r->n_slots;
         }
         status = fk_plan_tile(r, task + 1, slot == 0 ? r->scratch : r->extra + (int64_t)(slot - 1) * r->group->tile_bytes,
-                              &failed);
+                              &failed, NULL);
         __atomic_store_n(&r->slot_busy[slot], 0, __ATOMIC_RELEASE);
         if (status != FK_OK) {
             int expected = FK_OK;
@@ -543,6 +594,7 @@ cdef extern from *:
         r.ctx = ctx;
         for (t = 0; t < steps[0].n_members; t++) {
             const fk_plan_step *member = &steps[1 + t];
+            if (member->rows_index >= 0) r.n_streamed += rows[member->rows_index].stream_out;
             if (member->rows_index >= 0)
                 for (int i = 0; i < rows[member->rows_index].nops && r.n_streams < FK_PLAN_STREAMS; i++)
                     if (rows[member->rows_index].prefetch[i]) {
@@ -553,7 +605,7 @@ cdef extern from *:
         r.bases = bases;
         r.n_slots = threads;
         r.scratch = bases[g->scratch_base] + g->scratch_offset;
-        status = fk_plan_tile(&r, 0, r.scratch, failed_member);
+        status = fk_plan_tile(&r, 0, r.scratch, failed_member, NULL);
         if (status == FK_OK && g->n_tiles > 1) {
             if (threads > 1) {
                 r.extra = (char *)aligned_alloc(64, (size_t)(threads - 1) * (size_t)g->tile_bytes);
@@ -567,8 +619,18 @@ cdef extern from *:
                 }
             }
             if (threads <= 1) {
+                fk_plan_drain *dr = r.n_streamed ? (fk_plan_drain *)aligned_alloc(64, sizeof(fk_plan_drain)) : NULL;
+                if (dr != NULL) {
+                    dr->next = dr->rows = 0;
+                    dr->total = dr->done = 0;
+                }
                 for (t = 1; t < g->n_tiles && status == FK_OK; t++)
-                    status = fk_plan_tile(&r, t, r.scratch, failed_member);
+                    status = fk_plan_tile(&r, t, r.scratch, failed_member, dr);
+                if (dr != NULL) {
+                    fk_plan_drain_to(dr, dr->total);
+                    fk_plan_stream_fence();
+                    free(dr);
+                }
             } else {
                 fk_parallel_for(g->n_tiles - 1, fk_plan_tile_task, &r);
                 status = r.status;
