@@ -52,8 +52,9 @@ cdef extern from *:
 
     /* A group member that calls its kernel's row function (fk_tile_row) on tiles directly: the loop
      * over one tile, planned by fk_loop_plan when the plan is compiled, for a full tile (loop[0]) and
-     * for the shorter last tile along the tile axis (loop[1]).  A loop's base pointers are the byte
-     * distances from each operand's data to its first element; a tile moves operand i by
+     * for the shorter last tile along the tile axis (loop[1]), from data at FK_PLAN_PLANNED_BASE:
+     * start[j][i] is operand i's byte offset in its base plus the distance from its data to the
+     * loop's first element (its base pointer less that address); a tile moves operand i by
      * shift[i][d] bytes per index along group axis d (the axes before tile_outer and the tile axis;
      * 0 in the tile buffer and where the operand is broadcast), as fk_plan_tile_layout moves the
      * layout's offset. */
@@ -218,7 +219,7 @@ cdef extern from *:
             char *ptrs[FK_MAX_OPERANDS];
             int64_t index[FK_MAX_DIMS];
             int rows = pr->rows[last] < FK_PLAN_STREAM_ROWS ? (int)pr->rows[last] : FK_PLAN_STREAM_ROWS;
-            fk_plan_tile_pointers(r, pr, last, outer, lo, NULL, ptrs);
+            fk_plan_tile_pointers(r, pr, last, outer, lo, r->scratch, ptrs);   /* no tile rows among them */
             for (int d = 0; d < loop->ndim; d++) index[d] = 0;
             for (int row = 0; row < rows; row++) {
                 pf->row[s][row] = ptrs[op];
@@ -471,8 +472,7 @@ cdef extern from *:
                     for (int j = 0; pe != NULL && j < before->n_in + before->n_out; j++) {
                         const fk_plan_operand *oe = &operands[before->first + j];
                         if (pe->prefetch[j] && oe->base_index == op->base_index &&
-                            oe->byte_offset + (pe->loop[0].base[j] - (char *)0) ==
-                                op->byte_offset + (pr->loop[0].base[i] - (char *)0) &&
+                            pe->start[0][j] == pr->start[0][i] &&
                             memcmp(pe->shift[j], pr->shift[i], sizeof(pr->shift[i])) == 0) {
                             pr->prefetch[i] = 0;
                             break;
@@ -483,6 +483,10 @@ cdef extern from *:
         }
     }
 
+    /* The address fk_plan_rows_plan gives every operand's data while it plans (never dereferenced:
+     * the loop's base pointers, less this, are the distances a run adds to the real data). */
+    #define FK_PLAN_PLANNED_BASE ((uintptr_t)1 << 40)
+
     static int fk_plan_rows_plan(const fk_plan_group *g, const fk_plan_step *step, const fk_plan_operand *ops,
                                  const fk_layout *layouts, fk_plan_rows *pr) {
         fk_storage storage[FK_MAX_OPERANDS];
@@ -492,7 +496,7 @@ cdef extern from *:
         if (step->n_out != 1 || n > FK_MAX_OPERANDS) return FK_ERR_OPERANDS;
         for (i = 0; i < n; i++) {
             storage[i] = ops[i].storage;
-            storage[i].data = NULL;
+            storage[i].data = (void *)FK_PLAN_PLANNED_BASE;
             if (ops[i].base_index != FK_PLAN_TILE_BASE) {
                 status = fk_layout_check(&layouts[i], &storage[i], "operand", i);
                 if (status) { fk_clear_error(); return status; }
@@ -528,7 +532,7 @@ cdef extern from *:
             pr->base_index[i] = ops[i].base_index;
             pr->tile_shift[i] = k >= 0 ? pr->shift[i][k] : 0;
             for (j = 0; j < 2; j++) {
-                pr->start[j][i] = ops[i].byte_offset + (pr->loop[j].base[i] - (char *)0);
+                pr->start[j][i] = ops[i].byte_offset + (int64_t)((uintptr_t)pr->loop[j].base[i] - FK_PLAN_PLANNED_BASE);
                 pr->stride[j][i] = pr->loop[j].strides[i][pr->loop[j].ndim - 1];
             }
         }

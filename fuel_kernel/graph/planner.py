@@ -103,7 +103,7 @@ def tile_rows() -> Dict[int, Any]:
     global _tile_rows
     if _tile_rows is None:
         from ..cpu import KERNEL_MODULES
-        found = {}
+        found: Dict[int, Any] = {}
         for name in KERNEL_MODULES:
             module = importlib.import_module(name)
             if hasattr(module, "tile_rows"):
