@@ -439,7 +439,8 @@ def test_members_call_row_functions_with_the_unfused_bytes(dtype, shape, rng, me
 
 def test_a_ten_op_expression_runs_on_l1_tiles_by_row_functions(rng):
     """The benchmark's 10-op expression (bench/bench_graph.py): one group of 10 members, all
-    calling their row functions, on tiles whose operands fit the L1 budget."""
+    calling their row functions, on tiles whose operands fit the L1 budget; its output (streamed)
+    has the unfused bytes on 1, 2 and 3 threads."""
     shape = (64, 1024)
     g = fg.Graph()
     x, a, b = g.input(shape, F32), g.input((1024,), F32), g.input((1024,), F32)
@@ -455,6 +456,9 @@ def test_a_ten_op_expression_runs_on_l1_tiles_by_row_functions(rng):
     assert planner.ROW_TILE_MIN_ELEMENTS <= group.tile_elements <= planner.ROW_TILE_MAX_ELEMENTS
     assert group.tile_bytes <= planner.ROW_TILE_BUDGET_BYTES
     assert "10 of 10 members call their row function directly" in plan.explain()
+    for n in (2, 3):                    # the streamed output stored by pool tasks, not drained
+        with fk.threads(n):
+            assert same_bytes(plan.run(arrays), expected), n
 
 
 def test_add_group_checks_tile_rows():
