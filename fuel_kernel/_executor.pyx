@@ -5,13 +5,15 @@ Graph.compile (fuel_kernel/graph/planner.py) resolves every node to an fk_entry,
 layout and its place in a buffer (a caller input, a constant, the per-run arena or a caller
 output), and appends one fk_plan_step per kernel call here, or one group step for a fused group
 of elementwise nodes (a MATMUL or CONV2D may head it, its epilogue).  run() only patches base pointers into the prepared storages and calls each
-entry's kernel; a group runs its members tile by tile (fk_plan_run_group below).  The first failing
+entry's kernel; a group runs its members tile by tile (fk_plan_run_group below), each member that
+has a row function (a kernel module's tile_rows()) calling it directly on every tile after the
+first, through a loop planned here once.  The first failing
 status stops the loop and is reported with the step's node.  The program holds the snapshot its
 entries live in.
 """
 cimport cython
 cimport numpy as cnp
-from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_New
 from libc.stdint cimport int32_t, int64_t, uint32_t, uintptr_t
 from libc.stdlib cimport calloc, free, realloc
 from libc.string cimport memset
@@ -32,6 +34,8 @@ cdef extern from *:
     #include <stdlib.h>
     #include <string.h>
 
+    #include "fuel_kernel/strided.h"
+
     #define FK_PLAN_TILE_BASE (-1)   /* an operand in the group's tile buffer, not in a base */
 
     typedef struct {
@@ -43,7 +47,69 @@ cdef extern from *:
         int64_t first;               /* its operands and layouts start here */
         int32_t group;               /* -1: a kernel call; else the group's index; its members follow */
         int32_t n_members;
+        int32_t rows_index;          /* a group member: into the rows array, or -1: the kernel runs it */
     } fk_plan_step;
+
+    /* A group member that calls its kernel's row function (fk_tile_row) on tiles directly: the loop
+     * over one tile, planned by fk_loop_plan when the plan is compiled, for a full tile (loop[0]) and
+     * for the shorter last tile along the tile axis (loop[1]), from data at FK_PLAN_PLANNED_BASE:
+     * start[j][i] is operand i's byte offset in its base plus the distance from its data to the
+     * loop's first element (its base pointer less that address); a tile moves operand i by
+     * shift[i][d] bytes per index along group axis d (the axes before tile_outer and the tile axis;
+     * 0 in the tile buffer and where the operand is broadcast), as fk_plan_tile_layout moves the
+     * layout's offset. */
+    typedef struct {
+        /* what every tile reads, first and packed (ten members' share a few KB of L1) */
+        fk_row_fn row;
+        int64_t ctx_offset;          /* into the program's ctx bytes, or -1: the row takes no ctx */
+        int32_t nops;
+        /* 1: the output row goes to a stack buffer, then to its place with non-temporal stores
+         * (a contiguous row no later operand of the group touches: it need not be read into the
+         * cache before being written, which a plain store does) */
+        uint8_t stream_out;
+        /* per operand: 1 (read) or 2 (written) when it is the group's first use of a row that
+         * moves from tile to tile, whose next tile's lines this member prefetches; else 0 */
+        uint8_t prefetch[FK_MAX_OPERANDS];
+        int32_t base_index[FK_MAX_OPERANDS];    /* the operand's base, or FK_PLAN_TILE_BASE */
+        int64_t rows[2], inner[2];              /* loop[j].rows and .inner */
+        int64_t start[2][FK_MAX_OPERANDS];      /* byte_offset + loop[j]'s first element, in bytes */
+        int64_t stride[2][FK_MAX_OPERANDS];     /* loop[j]'s innermost byte strides */
+        int64_t tile_shift[FK_MAX_OPERANDS];    /* shift[i][tile_axis] */
+        /* the rest: loops of several rows, tiles with outer axes, compile time */
+        int64_t shift[FK_MAX_OPERANDS][FK_MAX_DIMS];
+        fk_loop loop[2];
+    } fk_plan_rows;
+
+    #define FK_PLAN_STREAM_BYTES 16384   /* the stack buffer of a streamed output row */
+    #define FK_PLAN_STREAMS 8            /* rows prefetched per tile: at most this many operands */
+    #define FK_PLAN_STREAM_ROWS 16       /* of at most this many rows each */
+
+    /* Copy n bytes to dst with non-temporal stores where dst is 16-byte aligned (the same bytes). */
+    static void fk_plan_stream_copy(char *dst, const char *src, int64_t n) {
+    #if defined(__x86_64__) && defined(__SSE2__)
+        int64_t head = (int64_t)((16u - ((uintptr_t)dst & 15u)) & 15u), i;
+        if (head > n) head = n;
+        memcpy(dst, src, (size_t)head);
+        for (i = head; i + 64 <= n; i += 64) {
+            _mm_stream_si128((__m128i *)(dst + i), _mm_loadu_si128((const __m128i *)(src + i)));
+            _mm_stream_si128((__m128i *)(dst + i + 16), _mm_loadu_si128((const __m128i *)(src + i + 16)));
+            _mm_stream_si128((__m128i *)(dst + i + 32), _mm_loadu_si128((const __m128i *)(src + i + 32)));
+            _mm_stream_si128((__m128i *)(dst + i + 48), _mm_loadu_si128((const __m128i *)(src + i + 48)));
+        }
+        for (; i + 16 <= n; i += 16)
+            _mm_stream_si128((__m128i *)(dst + i), _mm_loadu_si128((const __m128i *)(src + i)));
+        memcpy(dst + i, src + i, (size_t)(n - i));
+    #else
+        memcpy(dst, src, (size_t)n);
+    #endif
+    }
+
+    /* Orders the non-temporal stores of a tile before anything after it (another thread's read). */
+    static inline void fk_plan_stream_fence(void) {
+    #if defined(__x86_64__) && defined(__SSE2__)
+        _mm_sfence();
+    #endif
+    }
 
     typedef struct {
         int64_t byte_offset;         /* into its base, or into the tile buffer (FK_PLAN_TILE_BASE) */
@@ -82,6 +148,12 @@ cdef extern from *:
         const fk_layout *layouts;
         const fk_params *params;
         const fk_params *no_params;
+        const fk_plan_rows *rows;
+        const char *ctx;             /* the members' row ctx, at fk_plan_rows.ctx_offset */
+        int n_streamed;              /* members that stream their output */
+        int n_streams;               /* the rows the members mark to prefetch: member, operand */
+        const fk_plan_rows *stream_rows[FK_PLAN_STREAMS];
+        int stream_op[FK_PLAN_STREAMS];
         char **bases;
         char *scratch;               /* slot 0: the calling thread's tile buffer */
         char *extra;                 /* slots 1 .. n_slots - 1, n_slots - 1 tile buffers */
@@ -92,53 +164,235 @@ cdef extern from *:
         char message[FK_ERROR_LEN];
     } fk_plan_group_run;
 
+    /* Cut operand i's whole layout `whole` to one tile: the axes before tile_outer to index outer[d],
+     * the tile axis k to [lo, lo + len); an operand in the tile buffer keeps its offset (the buffer
+     * holds just the tile). */
+    static void fk_plan_tile_layout(const fk_plan_group *g, const fk_plan_operand *op, const fk_layout *whole,
+                                    const int64_t *outer, int64_t lo, int64_t len, fk_layout *layout) {
+        int k = g->tile_axis, d, in_tile = op->base_index == FK_PLAN_TILE_BASE;
+        int shift = g->ndim - whole->ndim;           /* operands broadcast right-aligned */
+        *layout = *whole;
+        for (d = 0; d <= k; d++) {
+            int a = d - shift;
+            if (a < 0 || layout->shape[a] == 1) continue;     /* missing or broadcast */
+            if (!(op->tile_axes >> d & 1u)) continue;         /* not tiled along d */
+            if (d < g->tile_outer) {
+                if (!in_tile) layout->offset += outer[d] * layout->strides[a];
+                layout->shape[a] = 1;
+            } else if (d == k) {
+                if (!in_tile) layout->offset += lo * layout->strides[a];
+                layout->shape[a] = len;
+            }
+        }
+    }
+
+    /* Member `pr`'s loop `loop` moved to the tile at outer, lo: each operand's first element. */
+    static void fk_plan_tile_pointers(const fk_plan_group_run *r, const fk_plan_rows *pr, int last,
+                                      const int64_t *outer, int64_t lo, char *scratch, char **ptrs) {
+        const fk_plan_group *g = r->group;
+        for (int i = 0; i < pr->nops; i++) {
+            char *p = (pr->base_index[i] == FK_PLAN_TILE_BASE ? scratch : r->bases[pr->base_index[i]])
+                      + pr->start[last][i] + lo * pr->tile_shift[i];
+            for (int d = 0; d < g->tile_outer; d++) p += outer[d] * pr->shift[i][d];
+            ptrs[i] = p;
+        }
+    }
+
+    /* The next tile's rows of the streams to prefetch, found once per tile and prefetched into L2
+     * a share before each member (so the misses spread over the tile's compute instead of
+     * queueing at once): memory traffic overlaps the compute, which touches only L1 and L2. */
+    typedef struct {
+        const char *row[FK_PLAN_STREAMS][FK_PLAN_STREAM_ROWS];
+        int64_t row_bytes[FK_PLAN_STREAMS];
+        int rows[FK_PLAN_STREAMS];
+        uint8_t write[FK_PLAN_STREAMS];
+        int64_t lines;               /* over all streams and rows */
+    } fk_plan_prefetch;
+
+    static void fk_plan_prefetch_find(const fk_plan_group_run *r, const int64_t *outer, int64_t lo, int last,
+                                      fk_plan_prefetch *pf) {
+        pf->lines = 0;
+        for (int s = 0; s < r->n_streams; s++) {
+            const fk_plan_rows *pr = r->stream_rows[s];
+            const fk_loop *loop = &pr->loop[last];
+            int op = r->stream_op[s];
+            char *ptrs[FK_MAX_OPERANDS];
+            int64_t index[FK_MAX_DIMS];
+            int rows = pr->rows[last] < FK_PLAN_STREAM_ROWS ? (int)pr->rows[last] : FK_PLAN_STREAM_ROWS;
+            fk_plan_tile_pointers(r, pr, last, outer, lo, r->scratch, ptrs);   /* no tile rows among them */
+            for (int d = 0; d < loop->ndim; d++) index[d] = 0;
+            for (int row = 0; row < rows; row++) {
+                pf->row[s][row] = ptrs[op];
+                if (row + 1 < rows) fk_loop_next(loop, index, ptrs);
+            }
+            pf->rows[s] = rows;
+            pf->row_bytes[s] = pr->inner[last] * pr->stride[last][op];
+            pf->write[s] = pr->prefetch[op] == 2;
+            pf->lines += (int64_t)rows * ((pf->row_bytes[s] + 63) / 64);
+        }
+    }
+
+    /* Share `part` of `parts` of the lines pf found. */
+    static void fk_plan_prefetch_part(const fk_plan_group_run *r, const fk_plan_prefetch *pf, int part, int parts) {
+        int64_t first = pf->lines * part / parts, end = pf->lines * (part + 1) / parts, at = 0;
+        for (int s = 0; s < r->n_streams && at < end; s++) {
+            int64_t per_row = (pf->row_bytes[s] + 63) / 64;
+            for (int row = 0; row < pf->rows[s] && at < end; row++, at += per_row) {
+                int64_t a = first > at ? first - at : 0, b = end - at < per_row ? end - at : per_row;
+                for (int64_t line = a; line < b; line++) {
+                    if (pf->write[s]) __builtin_prefetch(pf->row[s][row] + line * 64, 1, 2);
+                    else __builtin_prefetch(pf->row[s][row] + line * 64, 0, 2);
+                }
+            }
+        }
+    }
+
+    /* A streamed output whose stores are spread over the next tile (tiles in order on one thread):
+     * the member computes its rows into one of two stack buffers, and the next tile stores them
+     * with non-temporal stores a share before each member, so the stores drain while it computes
+     * instead of stalling the core in a burst. */
+    typedef struct {
+        _Alignas(64) char buf[2][FK_PLAN_STREAM_BYTES];
+        int next;                    /* the buffer the next streamed row set goes to */
+        int rows;                    /* rows pending: from src to dst[row], row_bytes each */
+        const char *src;
+        char *dst[FK_PLAN_STREAM_ROWS];
+        int64_t row_bytes, done, total;   /* bytes stored of the total */
+    } fk_plan_drain;
+
+    /* Store the pending bytes up to `upto` of the total. */
+    static void fk_plan_drain_to(fk_plan_drain *dr, int64_t upto) {
+        while (dr->rows > 0 && dr->done < upto) {
+            int64_t row = dr->done / dr->row_bytes, at = dr->done - row * dr->row_bytes;
+            int64_t end = upto - row * dr->row_bytes < dr->row_bytes ? upto - row * dr->row_bytes : dr->row_bytes;
+            end = end > at ? (end - at + 63) / 64 * 64 + at : at;      /* whole lines */
+            if (end > dr->row_bytes) end = dr->row_bytes;
+            fk_plan_stream_copy(dr->dst[row] + at, dr->src + row * dr->row_bytes + at, end - at);
+            dr->done = row * dr->row_bytes + end;
+        }
+        if (dr->rows > 0 && dr->done >= dr->total) dr->rows = 0;
+    }
+
+    /* One member's row function over one tile: its planned loop, moved to the tile; a streamed
+     * output row is computed into a stack buffer and stored from there. */
+    static void fk_plan_tile_rows(const fk_plan_group_run *r, const fk_plan_step *step, const int64_t *outer,
+                                  int64_t lo, int last, char *scratch, fk_plan_drain *dr) {
+        const fk_plan_rows *pr = &r->rows[step->rows_index];
+        const void *ctx = pr->ctx_offset >= 0 ? (const void *)(r->ctx + pr->ctx_offset) : NULL;
+        const int64_t *inner = pr->stride[last];
+        char *ptrs[FK_MAX_OPERANDS], *call[FK_MAX_OPERANDS];
+        int64_t index[FK_MAX_DIMS];
+        int i, d, n = pr->nops;
+        fk_plan_tile_pointers(r, pr, last, outer, lo, scratch, ptrs);
+        if (!pr->stream_out && pr->rows[last] == 1) {
+            pr->row(ptrs, inner, pr->inner[last], ctx);
+            return;
+        }
+        if (pr->stream_out && dr != NULL && pr->rows[last] <= FK_PLAN_STREAM_ROWS &&
+                pr->rows[last] * pr->inner[last] * inner[n - 1] <= FK_PLAN_STREAM_BYTES) {
+            const fk_loop *loop = &pr->loop[last];
+            int64_t rows = pr->rows[last], length = pr->inner[last], row_bytes = length * inner[n - 1];
+            char *buf = dr->buf[dr->next];
+            fk_plan_drain_to(dr, dr->total);          /* what is left of the last tile's rows */
+            if (rows > 1)
+                for (d = 0; d < loop->ndim; d++) index[d] = 0;
+            for (int64_t row = 0; row < rows; row++) {
+                for (i = 0; i < n - 1; i++) call[i] = ptrs[i];
+                call[n - 1] = buf + row * row_bytes;
+                pr->row(call, inner, length, ctx);
+                dr->dst[row] = ptrs[n - 1];
+                if (rows > 1) fk_loop_next(loop, index, ptrs);
+            }
+            dr->src = buf;
+            dr->rows = (int)rows;
+            dr->row_bytes = row_bytes;
+            dr->done = 0;
+            dr->total = rows * row_bytes;
+            dr->next ^= 1;
+            return;
+        }
+        {
+            const fk_loop *loop = &pr->loop[last];    /* read only for loops of several rows */
+            _Alignas(64) char stage[FK_PLAN_STREAM_BYTES];
+            int64_t rows = pr->rows[last], length = pr->inner[last];
+            if (rows > 1)
+                for (d = 0; d < loop->ndim; d++) index[d] = 0;
+            for (int64_t row = 0; row < rows; row++) {
+                if (pr->stream_out) {
+                    for (i = 0; i < n - 1; i++) call[i] = ptrs[i];
+                    call[n - 1] = stage;
+                    pr->row(call, inner, length, ctx);
+                    fk_plan_stream_copy(ptrs[n - 1], stage, length * inner[n - 1]);
+                } else {
+                    pr->row(ptrs, inner, length, ctx);
+                }
+                if (rows > 1) fk_loop_next(loop, index, ptrs);
+            }
+        }
+    }
+
+    /* Where tile `tile` starts: outer indices, the start and length along the tile axis, and
+     * whether it is the short last tile along that axis. */
+    static void fk_plan_tile_where(const fk_plan_group *g, int64_t tile, int64_t *outer, int64_t *lo,
+                                   int64_t *len, int *last) {
+        int k = g->tile_axis, d;
+        int64_t t = tile, block;
+        *lo = *len = 0;
+        *last = 0;
+        if (k < 0) return;
+        block = t % g->tiles_along;
+        t /= g->tiles_along;
+        *lo = block * g->tile_len;
+        *len = g->shape[k] - *lo < g->tile_len ? g->shape[k] - *lo : g->tile_len;
+        *last = *len != g->tile_len;
+        for (d = g->tile_outer - 1; d >= 0; d--) {
+            outer[d] = t % g->shape[d];
+            t /= g->shape[d];
+        }
+    }
+
     /* Run every member on tile `tile`, with intermediates in `scratch`; the failing member's
-     * index goes to *failed. */
-    static int fk_plan_tile(const fk_plan_group_run *r, int64_t tile, char *scratch, int *failed) {
+     * index goes to *failed.  Tile 0 calls every member's kernel, which checks everything it
+     * checks on any call; the later tiles call the row functions of the members that have one
+     * (same layouts, same bits, no checks). */
+    static int fk_plan_tile(const fk_plan_group_run *r, int64_t tile, char *scratch, int *failed, fk_plan_drain *dr) {
         const fk_plan_group *g = r->group;
         fk_storage storage[FK_MAX_OPERANDS];
         fk_layout tiled[FK_MAX_OPERANDS];
         const fk_layout *layouts;
         int64_t outer[FK_MAX_DIMS], lo = 0, len = 0;
-        int k = g->tile_axis, m, i, d, status, n_members = r->members[0].n_members;
-        if (k >= 0) {
-            int64_t t = tile, block = t % g->tiles_along;
-            t /= g->tiles_along;
-            lo = block * g->tile_len;
-            len = g->shape[k] - lo < g->tile_len ? g->shape[k] - lo : g->tile_len;
-            for (d = g->tile_outer - 1; d >= 0; d--) {
-                outer[d] = t % g->shape[d];
-                t /= g->shape[d];
-            }
+        int k = g->tile_axis, m, i, status, n_members = r->members[0].n_members, last = 0;
+        fk_plan_prefetch pf;
+        pf.lines = 0;
+        int prefetch = tile > 0 && r->n_streams > 0 && tile + 1 < g->n_tiles;
+        fk_plan_tile_where(g, tile, outer, &lo, &len, &last);
+        if (prefetch) {                  /* the next tile's rows */
+            int64_t next_outer[FK_MAX_DIMS], next_lo, next_len;
+            int next_last;
+            fk_plan_tile_where(g, tile + 1, next_outer, &next_lo, &next_len, &next_last);
+            fk_plan_prefetch_find(r, next_outer, next_lo, next_last, &pf);
         }
         for (m = 0; m < n_members; m++) {
             const fk_plan_step *step = &r->members[1 + m];
             const fk_plan_operand *ops = &r->operands[step->first];
             int n = step->n_in + step->n_out;
+            if (prefetch) fk_plan_prefetch_part(r, &pf, m, n_members);
+            if (dr != NULL && dr->rows > 0) fk_plan_drain_to(dr, dr->total * (m + 1) / n_members);
+            if (tile > 0 && step->rows_index >= 0) {
+                fk_plan_tile_rows(r, step, outer, lo, last, scratch, dr);
+                if (r->rows[step->rows_index].stream_out && dr == NULL) fk_plan_stream_fence();
+                continue;
+            }
             for (i = 0; i < n; i++) {
                 storage[i] = ops[i].storage;
                 storage[i].data = (ops[i].base_index == FK_PLAN_TILE_BASE ? scratch : r->bases[ops[i].base_index])
                                   + ops[i].byte_offset;
             }
             layouts = &r->layouts[step->first];       /* one tile: the whole layouts */
-            if (k >= 0) layouts = tiled;
-            for (i = 0; k >= 0 && i < n; i++) {
-                fk_layout *layout = &tiled[i];
-                int in_tile = ops[i].base_index == FK_PLAN_TILE_BASE, shift;
-                *layout = r->layouts[step->first + i];
-                shift = g->ndim - layout->ndim;          /* operands broadcast right-aligned */
-                for (d = 0; d <= k; d++) {
-                    int a = d - shift;
-                    if (a < 0 || layout->shape[a] == 1) continue;     /* missing or broadcast */
-                    if (!(ops[i].tile_axes >> d & 1u)) continue;      /* not tiled along d */
-                    if (d < g->tile_outer) {
-                        if (!in_tile) layout->offset += outer[d] * layout->strides[a];
-                        layout->shape[a] = 1;
-                    } else if (d == k) {
-                        if (!in_tile) layout->offset += lo * layout->strides[a];
-                        layout->shape[a] = len;
-                    }
-                }
+            if (k >= 0) {
+                for (i = 0; i < n; i++)
+                    fk_plan_tile_layout(g, &ops[i], &r->layouts[step->first + i], outer, lo, len, &tiled[i]);
+                layouts = tiled;
             }
             status = step->kernel(storage, step->n_in, &storage[step->n_in], step->n_out, layouts,
                                   step->params_index >= 0 ? &r->params[step->params_index] : r->no_params);
@@ -150,6 +404,144 @@ cdef extern from *:
             }
         }
         return FK_OK;
+    }
+
+    /* Plan member `step`'s direct rows into *pr (its ctx already filled): the loops of a full
+     * and of the last tile, checked inside their storages as the kernel checks (the tile buffer's
+     * operands), and every other operand's whole layout inside its storage, so no tile reads or
+     * writes outside.  FK_OK, or the status of the first check that fails (the member then
+     * calls its kernel on every tile; the error is cleared). */
+    static int fk_plan_rows_plan(const fk_plan_group *g, const fk_plan_step *step, const fk_plan_operand *ops,
+                                 const fk_layout *layouts, fk_plan_rows *pr);
+
+    /* fk_plan_rows_plan, then mark the operands whose rows move from tile to tile (outside the
+     * tile buffer) for prefetching (fk_plan_group_dedupe drops repeats). */
+    static int fk_plan_rows_prepare(const fk_plan_group *g, const fk_plan_step *step, const fk_plan_operand *ops,
+                                    const fk_layout *layouts, fk_plan_rows *pr) {
+        int status = fk_plan_rows_plan(g, step, ops, layouts, pr);
+        if (status == FK_OK) {
+            int n = step->n_in + step->n_out;
+            for (int i = 0; i < n; i++) {
+                int moves = 0;
+                for (int d = 0; d < FK_MAX_DIMS; d++) moves |= pr->shift[i][d] != 0;
+                int contiguous = pr->loop[0].strides[i][pr->loop[0].ndim - 1] == fk_dtype_itemsize[ops[i].storage.dtype]
+                                 && pr->loop[1].strides[i][pr->loop[1].ndim - 1] == fk_dtype_itemsize[ops[i].storage.dtype];
+                pr->prefetch[i] = ops[i].base_index == FK_PLAN_TILE_BASE || !moves || !contiguous ? 0
+                                  : i < step->n_in ? 1 : 2;
+            }
+        }
+        return status;
+    }
+
+    /* Drop the prefetch marks of streams an earlier member of the group (steps `members`, after
+     * the group step) already prefetches: the same base, start and moves. */
+    static void fk_plan_group_dedupe(const fk_plan_step *members, int n_members, const fk_plan_operand *operands,
+                                     fk_plan_rows *rows) {
+        /* stream a member's output when its rows are contiguous, fit the stack buffer, and no
+         * other operand of the group overlaps its bytes (its stores may land a tile late) */
+        for (int m = 0; m < n_members; m++) {
+            const fk_plan_step *step = &members[m];
+            fk_plan_rows *pr = step->rows_index >= 0 ? &rows[step->rows_index] : NULL;
+            int o = step->n_in, stream = pr != NULL;
+            const fk_plan_operand *out = &operands[step->first + o];
+            for (int j = 0; stream && j < 2; j++)
+                stream = pr->loop[j].strides[o][pr->loop[j].ndim - 1] == fk_dtype_itemsize[out->storage.dtype] &&
+                         pr->loop[j].inner * fk_dtype_itemsize[out->storage.dtype] <= FK_PLAN_STREAM_BYTES;
+            stream = stream && out->base_index != FK_PLAN_TILE_BASE;
+            for (int e = 0; stream && e < n_members; e++)
+                for (int j = 0; stream && j < members[e].n_in + members[e].n_out; j++) {
+                    const fk_plan_operand *op = &operands[members[e].first + j];
+                    if (op == out) continue;
+                    stream = !(op->base_index == out->base_index &&
+                               op->byte_offset < out->byte_offset + (int64_t)out->storage.nbytes &&
+                               out->byte_offset < op->byte_offset + (int64_t)op->storage.nbytes);
+                }
+            if (pr != NULL) {
+                pr->stream_out = (uint8_t)stream;
+                if (stream) pr->prefetch[o] = 0;
+            }
+        }
+        for (int m = 0; m < n_members; m++) {
+            const fk_plan_step *step = &members[m];
+            fk_plan_rows *pr = step->rows_index >= 0 ? &rows[step->rows_index] : NULL;
+            for (int i = 0; pr != NULL && i < step->n_in + step->n_out; i++) {
+                const fk_plan_operand *op = &operands[step->first + i];
+                for (int e = 0; e < m && pr->prefetch[i]; e++) {
+                    const fk_plan_step *before = &members[e];
+                    const fk_plan_rows *pe = before->rows_index >= 0 ? &rows[before->rows_index] : NULL;
+                    for (int j = 0; pe != NULL && j < before->n_in + before->n_out; j++) {
+                        const fk_plan_operand *oe = &operands[before->first + j];
+                        if (pe->prefetch[j] && oe->base_index == op->base_index &&
+                            pe->start[0][j] == pr->start[0][i] &&
+                            memcmp(pe->shift[j], pr->shift[i], sizeof(pr->shift[i])) == 0) {
+                            pr->prefetch[i] = 0;
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /* The address fk_plan_rows_plan gives every operand's data while it plans (never dereferenced:
+     * the loop's base pointers, less this, are the distances a run adds to the real data). */
+    #define FK_PLAN_PLANNED_BASE ((uintptr_t)1 << 40)
+
+    static int fk_plan_rows_plan(const fk_plan_group *g, const fk_plan_step *step, const fk_plan_operand *ops,
+                                 const fk_layout *layouts, fk_plan_rows *pr) {
+        fk_storage storage[FK_MAX_OPERANDS];
+        fk_layout tiled[FK_MAX_OPERANDS];
+        int64_t outer[FK_MAX_DIMS] = {0}, len;
+        int n = step->n_in + step->n_out, i, d, j, k = g->tile_axis, status;
+        if (step->n_out != 1 || n > FK_MAX_OPERANDS) return FK_ERR_OPERANDS;
+        for (i = 0; i < n; i++) {
+            storage[i] = ops[i].storage;
+            storage[i].data = (void *)FK_PLAN_PLANNED_BASE;
+            if (ops[i].base_index != FK_PLAN_TILE_BASE) {
+                status = fk_layout_check(&layouts[i], &storage[i], "operand", i);
+                if (status) { fk_clear_error(); return status; }
+            }
+            for (d = 0; d < FK_MAX_DIMS; d++) pr->shift[i][d] = 0;
+        }
+        for (j = 0; j < 2; j++) {
+            len = k < 0 ? 0 : j == 0 ? g->tile_len : g->shape[k] - (g->tiles_along - 1) * g->tile_len;
+            for (i = 0; i < n; i++) {
+                if (k >= 0) fk_plan_tile_layout(g, &ops[i], &layouts[i], outer, 0, len, &tiled[i]);
+                else tiled[i] = layouts[i];
+            }
+            status = fk_loop_plan(&pr->loop[j], storage, step->n_in, &storage[step->n_in], tiled, NULL);
+            if (status) { fk_clear_error(); return status; }
+            if (pr->loop[j].rows == 0) return FK_ERR_SHAPE;         /* an empty tile: the kernel's case */
+        }
+        for (i = 0; k >= 0 && i < n; i++) {
+            int shift = g->ndim - layouts[i].ndim;
+            if (ops[i].base_index == FK_PLAN_TILE_BASE) continue;
+            for (d = 0; d <= k; d++) {
+                int a = d - shift;
+                if (a < 0 || layouts[i].shape[a] == 1 || !(ops[i].tile_axes >> d & 1u)) continue;
+                if (d < g->tile_outer || d == k)
+                    pr->shift[i][d] = layouts[i].strides[a] * fk_dtype_itemsize[ops[i].storage.dtype];
+            }
+        }
+        pr->nops = n;
+        for (j = 0; j < 2; j++) {
+            pr->rows[j] = pr->loop[j].rows;
+            pr->inner[j] = pr->loop[j].inner;
+        }
+        for (i = 0; i < n; i++) {
+            pr->base_index[i] = ops[i].base_index;
+            pr->tile_shift[i] = k >= 0 ? pr->shift[i][k] : 0;
+            for (j = 0; j < 2; j++) {
+                pr->start[j][i] = ops[i].byte_offset + (int64_t)((uintptr_t)pr->loop[j].base[i] - FK_PLAN_PLANNED_BASE);
+                pr->stride[j][i] = pr->loop[j].strides[i][pr->loop[j].ndim - 1];
+            }
+        }
+        return FK_OK;
+    }
+
+    static void fk_plan_rows_set(fk_plan_rows *pr, const fk_tile_row *row, int64_t ctx_offset) {
+        pr->row = row->row;
+        pr->ctx_offset = ctx_offset;
     }
 
     /* A pool task: tile task + 1 in a free tile buffer (at most n_slots tasks run at once, so one
@@ -166,7 +558,7 @@ cdef extern from *:
             slot = (slot + 1) % r->n_slots;
         }
         status = fk_plan_tile(r, task + 1, slot == 0 ? r->scratch : r->extra + (int64_t)(slot - 1) * r->group->tile_bytes,
-                              &failed);
+                              &failed, NULL);
         __atomic_store_n(&r->slot_busy[slot], 0, __ATOMIC_RELEASE);
         if (status != FK_OK) {
             int expected = FK_OK;
@@ -187,7 +579,8 @@ cdef extern from *:
      * depend on the thread count. */
     static int fk_plan_run_group(const fk_plan_step *steps, const fk_plan_group *g,
                                  const fk_plan_operand *operands, const fk_layout *layouts,
-                                 const fk_params *params, const fk_params *no_params, char **bases,
+                                 const fk_params *params, const fk_params *no_params,
+                                 const fk_plan_rows *rows, const char *ctx, char **bases,
                                  int *failed_member) {
         fk_plan_group_run r;
         int threads = fk_num_threads(), status;
@@ -201,10 +594,22 @@ cdef extern from *:
         r.layouts = layouts;
         r.params = params;
         r.no_params = no_params;
+        r.rows = rows;
+        r.ctx = ctx;
+        for (t = 0; t < steps[0].n_members; t++) {
+            const fk_plan_step *member = &steps[1 + t];
+            if (member->rows_index >= 0) r.n_streamed += rows[member->rows_index].stream_out;
+            if (member->rows_index >= 0)
+                for (int i = 0; i < rows[member->rows_index].nops && r.n_streams < FK_PLAN_STREAMS; i++)
+                    if (rows[member->rows_index].prefetch[i]) {
+                        r.stream_rows[r.n_streams] = &rows[member->rows_index];
+                        r.stream_op[r.n_streams++] = i;
+                    }
+        }
         r.bases = bases;
         r.n_slots = threads;
         r.scratch = bases[g->scratch_base] + g->scratch_offset;
-        status = fk_plan_tile(&r, 0, r.scratch, failed_member);
+        status = fk_plan_tile(&r, 0, r.scratch, failed_member, NULL);
         if (status == FK_OK && g->n_tiles > 1) {
             if (threads > 1) {
                 r.extra = (char *)aligned_alloc(64, (size_t)(threads - 1) * (size_t)g->tile_bytes);
@@ -218,8 +623,18 @@ cdef extern from *:
                 }
             }
             if (threads <= 1) {
+                fk_plan_drain *dr = r.n_streamed ? (fk_plan_drain *)aligned_alloc(64, sizeof(fk_plan_drain)) : NULL;
+                if (dr != NULL) {
+                    dr->next = dr->rows = 0;
+                    dr->total = dr->done = 0;
+                }
                 for (t = 1; t < g->n_tiles && status == FK_OK; t++)
-                    status = fk_plan_tile(&r, t, r.scratch, failed_member);
+                    status = fk_plan_tile(&r, t, r.scratch, failed_member, dr);
+                if (dr != NULL) {
+                    fk_plan_drain_to(dr, dr->total);
+                    fk_plan_stream_fence();
+                    free(dr);
+                }
             } else {
                 fk_parallel_for(g->n_tiles - 1, fk_plan_tile_task, &r);
                 status = r.status;
@@ -246,6 +661,15 @@ cdef extern from *:
         int64_t first
         int32_t group
         int32_t n_members
+        int32_t rows_index
+
+    ctypedef struct fk_plan_rows:
+        pass
+
+    ctypedef struct fk_tile_row:
+        fk_kernel_fn kernel
+        int (*setup)(const fk_params *params, void *ctx) noexcept nogil
+        int32_t ctx_bytes
 
     ctypedef struct fk_plan_operand:
         int64_t byte_offset
@@ -268,7 +692,12 @@ cdef extern from *:
 
     int fk_plan_run_group(const fk_plan_step *steps, const fk_plan_group *g, const fk_plan_operand *operands,
                           const fk_layout *layouts, const fk_params *params, const fk_params *no_params,
-                          char **bases, int *failed_member) noexcept nogil
+                          const fk_plan_rows *rows, const char *ctx, char **bases, int *failed_member) noexcept nogil
+    int fk_plan_rows_prepare(const fk_plan_group *g, const fk_plan_step *step, const fk_plan_operand *ops,
+                             const fk_layout *layouts, fk_plan_rows *pr) noexcept nogil
+    void fk_plan_rows_set(fk_plan_rows *pr, const fk_tile_row *row, int64_t ctx_offset) noexcept nogil
+    void fk_plan_group_dedupe(const fk_plan_step *members, int n_members, const fk_plan_operand *operands,
+                              fk_plan_rows *rows) noexcept nogil
 
 
 cdef fk_params NO_PARAMS                         # zero-filled: what a step without params passes
@@ -280,7 +709,7 @@ cdef fk_params NO_PARAMS                         # zero-filled: what a step with
 # members, which the loop skips: fk_plan_run_group runs them.
 cdef int run_steps(const fk_plan_step *steps, int n_steps, const fk_plan_operand *operands,
                    const fk_layout *layouts, const fk_params *params, const fk_plan_group *groups,
-                   char **bases, int *failed_step) noexcept nogil:
+                   const fk_plan_rows *rows, const char *ctx, char **bases, int *failed_step) noexcept nogil:
     # Storages are copied to the stack and patched there, so threads can share one program.
     cdef fk_storage storage[FK_MAX_OPERANDS]
     cdef int s = 0, i, status, member
@@ -292,7 +721,7 @@ cdef int run_steps(const fk_plan_step *steps, int n_steps, const fk_plan_operand
         if step.group >= 0:
             member = -1
             status = fk_plan_run_group(step, &groups[step.group], operands, layouts, params, &NO_PARAMS,
-                                       bases, &member)
+                                       rows, ctx, bases, &member)
             if status != FK_OK:
                 failed_step[0] = s + 1 + member if member >= 0 else s
                 return status
@@ -328,6 +757,19 @@ cdef void *grow(void *array, int64_t *capacity, int64_t needed, size_t item) exc
     return grown
 
 
+def tile_row_entries(capsule, int n_rows):
+    """(kernel address, capsule of its fk_tile_row) for every row of a 'fuel_kernel.tile_rows'
+    capsule (a CPU kernel module's tile_rows()): what add_group takes to call a member's row
+    function directly."""
+    cdef const fk_tile_row *rows
+    cdef int i
+    if not PyCapsule_IsValid(capsule, b"fuel_kernel.tile_rows"):
+        raise TypeError("expected a 'fuel_kernel.tile_rows' capsule")
+    rows = <const fk_tile_row *>PyCapsule_GetPointer(capsule, b"fuel_kernel.tile_rows")
+    return [(<uintptr_t>rows[i].kernel, PyCapsule_New(<void *>&rows[i], b"fuel_kernel.tile_row", NULL))
+            for i in range(n_rows)]
+
+
 def manifest_kernels(capsule, int n_rows):
     """(kernel address, op) of every row of a 'fuel_kernel.manifest' capsule (a CPU kernel
     module's manifest()): how the planner knows a chosen entry is a built-in kernel.  One kernel
@@ -349,6 +791,9 @@ cdef class PlanProgram:
     cdef fk_layout *layouts
     cdef fk_params *params
     cdef fk_plan_group *groups
+    cdef fk_plan_rows *rows                      # group members that call their row functions
+    cdef char *ctx                               # and the ctx those take (16-byte aligned slots)
+    cdef int64_t n_rows, rows_capacity, ctx_used, ctx_capacity
     cdef int64_t *base_bytes                     # per base: the bytes its steps address
     cdef int n_steps, n_top_steps, n_groups
     cdef int64_t n_operands, n_params
@@ -369,6 +814,9 @@ cdef class PlanProgram:
         self.layouts = NULL
         self.params = NULL
         self.groups = NULL
+        self.rows = NULL
+        self.ctx = NULL
+        self.n_rows = self.rows_capacity = self.ctx_used = self.ctx_capacity = 0
         self.n_steps = self.n_top_steps = self.n_groups = 0
         self.n_operands = self.n_params = 0
         self.step_capacity = self.operand_capacity = self.layout_capacity = self.params_capacity = 0
@@ -383,6 +831,8 @@ cdef class PlanProgram:
         free(self.layouts)
         free(self.params)
         free(self.groups)
+        free(self.rows)
+        free(self.ctx)
         free(self.base_bytes)
 
     def __len__(self):
@@ -407,7 +857,9 @@ cdef class PlanProgram:
         -1; tile_bytes is one thread's tile buffer; the calling thread's is at byte scratch_offset
         of base scratch_base (64-byte aligned; the plan's arena), other threads' are allocated when
         a run splits the tiles across threads (never when `serial`: the tiles then run in order on
-        the calling thread)."""
+        the calling thread).  A member's optional sixth item, a 'fuel_kernel.tile_row' capsule of
+        its kernel (tile_row_entries), lets it call that row function directly on every tile after
+        the first.  Returns, per member, whether it does."""
         cdef fk_plan_step *step
         cdef fk_plan_group *group
         cdef int d, i, n_members = len(members)
@@ -437,8 +889,10 @@ cdef class PlanProgram:
         else:
             tile_outer = 0
         for member in members:           # all checked before anything is appended
-            if len(member) != 5:
-                raise ValueError("a group member is (kernel, node_id, name, operands, params)")
+            if len(member) not in (5, 6):
+                raise ValueError("a group member is (kernel, node_id, name, operands, params[, tile_row])")
+            if len(member) == 6 and member[5] is not None and not PyCapsule_IsValid(member[5], b"fuel_kernel.tile_row"):
+                raise TypeError("a group member's tile_row is a 'fuel_kernel.tile_row' capsule (tile_row_entries) or None")
             if not isinstance(member[0], Kernel):
                 raise TypeError(f"a group member's kernel is a Kernel, not {type(member[0]).__name__}")
             self._check(member[3], member[4], True)
@@ -469,14 +923,51 @@ cdef class PlanProgram:
         step.node_id = node_id
         step.params_index = -1
         step.group = self.n_groups
+        step.rows_index = -1
         step.n_members = n_members
         step.first = self.n_operands
         self.n_groups += 1
         self.n_steps += 1
         self.node_names.append(name)
-        for kernel, member_id, member_name, operands, params in members:
-            self._append(kernel, member_id, member_name, operands, params, True)
+        cdef int first_member = self.n_steps
+        direct = []
+        for member in members:
+            self._append(member[0], member[1], member[2], member[3], member[4], True)
         self.n_top_steps += 1
+        for i in range(n_members):
+            tile_row = members[i][5] if len(members[i]) == 6 else None
+            direct.append(tile_row is not None and
+                          self._direct_rows(&self.groups[self.n_groups - 1], &self.steps[first_member + i], tile_row))
+        fk_plan_group_dedupe(&self.steps[first_member], n_members, self.operands, self.rows)
+        return tuple(direct)
+
+    cdef bint _direct_rows(self, fk_plan_group *group, fk_plan_step *step, object capsule) except -1:
+        """Let `step` (a member just appended) call its row function on tiles: fill its ctx, plan
+        its loops; False (the member calls its kernel on every tile) when a check fails."""
+        cdef const fk_tile_row *row = <const fk_tile_row *>PyCapsule_GetPointer(capsule, b"fuel_kernel.tile_row")
+        cdef int64_t ctx_offset = -1
+        cdef int status
+        if row.kernel != step.kernel or row.ctx_bytes < 0 or row.ctx_bytes > 4096:
+            return False
+        if row.setup != NULL:
+            ctx_offset = (self.ctx_used + 15) // 16 * 16
+            self.ctx = <char *>grow(self.ctx, &self.ctx_capacity, ctx_offset + row.ctx_bytes + 16, 1)
+            memset(self.ctx + ctx_offset, 0, row.ctx_bytes)
+            status = row.setup(&self.params[step.params_index] if step.params_index >= 0 else &NO_PARAMS,
+                               self.ctx + ctx_offset)
+            if status != FK_OK:
+                fk_clear_error()         # the kernel reports it on the first tile
+                return False
+            self.ctx_used = ctx_offset + row.ctx_bytes
+        self.rows = <fk_plan_rows *>grow(self.rows, &self.rows_capacity, self.n_rows + 1, sizeof(fk_plan_rows))
+        memset(&self.rows[self.n_rows], 0, sizeof(fk_plan_rows))
+        if fk_plan_rows_prepare(group, step, &self.operands[step.first], &self.layouts[step.first],
+                                &self.rows[self.n_rows]) != FK_OK:
+            return False
+        fk_plan_rows_set(&self.rows[self.n_rows], row, ctx_offset)
+        step.rows_index = self.n_rows
+        self.n_rows += 1
+        return True
 
     cdef _check(self, list operands, object params, bint member):
         cdef int n = len(operands)
@@ -521,6 +1012,7 @@ cdef class PlanProgram:
         step.first = self.n_operands
         step.params_index = -1
         step.group = -1
+        step.rows_index = -1
         for i, operand in enumerate(operands):
             base, byte_offset, nbytes, dtype, shape, strides, offset = operand[:7]
             op = &self.operands[self.n_operands + i]
@@ -569,7 +1061,7 @@ cdef class PlanProgram:
             ptrs[i] = cnp.PyArray_BYTES(<cnp.ndarray>bases[i])
         with nogil:
             status = run_steps(self.steps, self.n_steps, self.operands, self.layouts, self.params, self.groups,
-                               ptrs, &failed)
+                               self.rows, self.ctx, ptrs, &failed)
         if status != FK_OK:
             message = fk_error_message().decode("utf-8", "replace")
             fk_clear_error()             # consumed: the thread's error state is clear between calls

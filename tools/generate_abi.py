@@ -424,7 +424,7 @@ def kernel_module_text(spec, module):
     from Cython import Tempita
     template = Tempita.Template(KERNEL_MODULE_TEMPLATE.read_text(), name=str(KERNEL_MODULE_TEMPLATE))
     return template.substitute(notice=NOTICE, doc=module.doc, header=module.header,
-                               manifest=module.manifest)
+                               manifest=module.manifest, tile_rows=f"fk_{module.name}_tile_rows")
 
 
 def kernel_module_path(module):
@@ -435,7 +435,9 @@ def kernel_module_stub_text(module):
     """The type stub of a generated kernel module (PEP 561: shipped beside the extension)."""
     return (f'"""Type stub for fuel_kernel.cpu._{module.name}: {NOTICE}."""\n\n'
             "def manifest() -> tuple[object, int]:\n"
-            '    """The module\'s kernels: a \'fuel_kernel.manifest\' capsule and its row count."""\n')
+            '    """The module\'s kernels: a \'fuel_kernel.manifest\' capsule and its row count."""\n\n'
+            "def tile_rows() -> tuple[object, int]:\n"
+            '    """Row functions fused groups call directly: a \'fuel_kernel.tile_rows\' capsule and its count."""\n')
 
 
 def generated_sources(spec):

@@ -11,7 +11,7 @@ path; outputs are build products (never committed) and open with a "do not edit"
 
 What a template sees (namespace()): every public name of fuel_kernel/spec.py (DTYPES, OPS, FLOAT,
 SIGNED, INTEGER, NUMERIC, ALL_DTYPES, CLAIMS, CPU_KERNELS, dtype_names, same, ...), `dtype(name)`
-for a DTypeSpec by name, and `manifest(family)`.
+for a DTypeSpec by name, and `manifest(family)` (with row=, setup=, ctx=, skip=: its tile-row table).
 
 An output is rewritten only when its text changes, so an unchanged spec and template leave the
 build up to date.
@@ -62,9 +62,10 @@ def manifest_rows(spec, family):
     return rows
 
 
-def manifest_text(spec, family):
+def manifest_text(spec, family, row=None, setup=None, ctx=None, skip=()):
     """The C array fk_<family>_manifest and its length fk_<family>_manifest_len, preceded by the
-    threaded wrapper (cpu/parallel.h) of every kernel whose op spec.split_rule cuts into blocks."""
+    threaded wrapper (cpu/parallel.h) of every kernel whose op spec.split_rule cuts into blocks,
+    followed by its tile-row table (tile_rows_text)."""
     dtype_codes = {d.name for d in spec.DTYPES}
     wrappers, rows = {}, []
     for op, signature, kernel, claim, cost, caps, source in manifest_rows(spec, family):
@@ -94,14 +95,36 @@ def manifest_text(spec, family):
     out.append("};")
     out.append(f"static const int fk_{family}_manifest_len = "
                f"(int)(sizeof(fk_{family}_manifest) / sizeof(fk_{family}_manifest[0]));")
+    out.extend(tile_rows_text(spec, family, row, setup, ctx, skip))
     return "\n".join(out)
+
+
+def tile_rows_text(spec, family, row, setup, ctx, skip):
+    """The C array fk_<family>_tile_rows (strided.h's fk_tile_row) and its length: for every
+    manifest row that splits into blocks (the kernels a fused group may run on tiles) and whose op
+    is not in `skip`, its registered kernel, the row function named by `row` and the ctx setup
+    named by `setup` (formats of op, OP and d0, d1, ...: the signature's dtype names; setup None:
+    no ctx), ctx the C type the setup fills.  No `row`: an empty table."""
+    entries = []
+    for op, signature, kernel, *_, source in manifest_rows(spec, family) if row else ():
+        if op in skip or spec.split_rule(op, signature, source) is None:
+            continue
+        names = {f"d{i}": name for i, name in enumerate(signature)}
+        fill = setup.format(op=op.lower(), OP=op, **names) if setup else "NULL"
+        size = f"(int32_t)sizeof({ctx})" if setup else "0"
+        entries.append(f"    {{{kernel}_threaded, {row.format(op=op.lower(), OP=op, **names)}, {fill}, {size}}},")
+    count = len(entries)
+    if not entries:                  # C has no empty arrays: one unused row
+        entries.append("    {NULL, NULL, NULL, 0},")
+    return [f"static const fk_tile_row fk_{family}_tile_rows[] __attribute__((unused)) = {{", *entries, "};",
+            f"static const int fk_{family}_tile_rows_len __attribute__((unused)) = {count};"]
 
 
 def namespace(spec):
     names = {name: getattr(spec, name) for name in dir(spec) if not name.startswith("_")}
     by_name = {d.name: d for d in spec.DTYPES}
     names["dtype"] = by_name.__getitem__
-    names["manifest"] = lambda family: manifest_text(spec, family)
+    names["manifest"] = lambda family, **rows: manifest_text(spec, family, **rows)
     return names
 
 

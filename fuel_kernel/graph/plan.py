@@ -105,7 +105,9 @@ class Plan:
 
     # -- steps
     def _emit(self) -> None:
+        from .planner import tile_rows       # the planner imports this module
         n_inputs = len(self.input_buffers)
+        self._direct_rows: dict[int, tuple[bool, ...]] = {}    # group step index -> per member
         self._constants = [b for b in self.graph.buffers if b.kind == "const"]
         base_of = {b.id: i for i, b in enumerate(self.input_buffers)}
         base_of.update({b.id: n_inputs + i for i, b in enumerate(self._constants)})
@@ -145,11 +147,13 @@ class Plan:
                 continue
             # a MATMUL head's extents come from each tile's layouts (its params, checked equal to
             # its operands' extents by planner.epilogue_head, would name the whole product)
-            self._program.add_group(
+            rows = tile_rows()
+            self._direct_rows[index] = self._program.add_group(
                 step.node_id, step.name, step.shape, step.tile_axis, step.tile_len, step.tile_bytes,
                 self._arena_base, self.arena_offsets[("tile", index)],
                 [(m.kernel, m.node_id, m.name, member_operands(step, m),
-                  None if m is step.head and m.kernel.op == OpKind.MATMUL else m.params)
+                  None if m is step.head and m.kernel.op == OpKind.MATMUL else m.params,
+                  rows.get(m.kernel.kernel_address))
                  for m in members],
                 step.tile_outer, step.serial)
 
@@ -262,6 +266,7 @@ class Plan:
         for index, step in enumerate(self._steps):
             members = getattr(step, "members", None)
             if members is not None:
+                direct = self._direct_rows[index]
                 tile = "x".join(str(e) for e in step.tile_shape()) or "scalar"
                 what = (f"{step.head.name} node {step.head.node_id} with an epilogue of {len(members) - 1} nodes"
                         if step.head is not None else f"{len(members)} elementwise nodes")
@@ -270,10 +275,12 @@ class Plan:
                              f"tile {tile} ({step.tile_elements} elements, {step.n_tiles} tiles, "
                              f"{step.tile_bytes} bytes of tile buffer per thread); "
                              f"{step.saved_bytes} arena bytes saved ({len(step.tile_values)} values in tiles, "
-                             f"{len(step.writes)} written out)")
-                for m in members:
+                             f"{len(step.writes)} written out); {sum(direct)} of {len(members)} members "
+                             f"call their row function directly on the tiles after the first")
+                for m, by_row in zip(members, direct):
                     where = "tile" if m.output.buffer.id in step.tile_values else "written"
-                    lines.extend(self._describe(f"    node {m.node_id}", m, f" [{where}]", "        "))
+                    how = "row function" if by_row else "kernel call"
+                    lines.extend(self._describe(f"    node {m.node_id}", m, f" [{where}] by {how}", "        "))
                 continue
             lines.extend(self._describe(f"step {index}: node {step.node_id}", step, "", "    "))
             if self._grouped and step.alone:

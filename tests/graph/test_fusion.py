@@ -23,9 +23,19 @@ SHAPE = (3, 7, 5)
 
 @pytest.fixture
 def small_tiles(monkeypatch):
-    """Tiles of 24 elements: SHAPE runs as 6 tiles [1, 4 or 3, 5], the last of each row short."""
-    monkeypatch.setattr(planner, "TILE_MIN_ELEMENTS", 24)
-    monkeypatch.setattr(planner, "TILE_MAX_ELEMENTS", 24)
+    """Tiles of 24 elements: SHAPE runs as 6 tiles [1, 4 or 3, 5], the last of each row short
+    (whether or not every member calls its row function directly)."""
+    for name in ("TILE_MIN_ELEMENTS", "TILE_MAX_ELEMENTS", "ROW_TILE_MIN_ELEMENTS", "ROW_TILE_MAX_ELEMENTS"):
+        monkeypatch.setattr(planner, name, 24)
+
+
+@pytest.fixture(params=["rows", "kernels"])
+def member_calls(request, monkeypatch):
+    """Both ways a member runs on the tiles after the first: its row function (where its kernel
+    module publishes one), or its kernel on every tile (no row functions known)."""
+    if request.param == "kernels":
+        monkeypatch.setattr(planner, "_tile_rows", {})
+    return request.param
 
 
 def same_bytes(a, b):
@@ -152,7 +162,7 @@ def fused_and_unfused(g, outputs, arrays):
 
 
 @pytest.mark.parametrize("dtype", list(fk.DType), ids=lambda d: d.short_name)
-def test_every_groupable_pair_gives_the_unfused_bytes(dtype, small_tiles):
+def test_every_groupable_pair_gives_the_unfused_bytes(dtype, small_tiles, member_calls):
     """For each producer binding of `dtype`, one plan in which every groupable consumer reads it:
     the producer's value stays in the tile buffer and every consumer's result matches fuse=False."""
     rng = np.random.default_rng(int(dtype) + 11)
@@ -205,10 +215,11 @@ def test_shapes_below_above_and_off_the_tile_size(shape, rng):
     assert len(plan.groups) == 1 and plan.n_steps == 1
     group = plan.groups[0]
     size = int(np.prod(shape))
-    if size <= planner.TILE_MIN_ELEMENTS:
+    assert plan._direct_rows[0] == ((True,) * 3 if size else (False,) * 3)   # an empty tile: the kernels
+    if size <= planner.ROW_TILE_MIN_ELEMENTS:
         assert group.n_tiles == 1 and group.tile_axis == -1
     else:
-        assert group.n_tiles > 1 and group.tile_elements <= planner.TILE_MAX_ELEMENTS
+        assert group.n_tiles > 1 and group.tile_elements <= planner.ROW_TILE_MAX_ELEMENTS
     assert group.saved_bytes == 2 * size * 4      # x*a and +b never reach the arena
     assert plan.peak_bytes == plan.tile_buffer_bytes == group.tile_bytes   # the arena holds one tile buffer
     assert plan.unfused_peak_bytes >= size * 4
@@ -376,7 +387,7 @@ def test_runtime_fused_ops_keep_priority(rng):
     assert same_bytes(plan.run([a]), g.compile(out, fuse=False).run([a]))
 
 
-def test_thread_counts_give_the_same_bytes(rng):
+def test_thread_counts_give_the_same_bytes(rng, member_calls):
     shape = (257, 1001)                 # 17 tiles of 15 rows and a short one
     g = fg.Graph()
     x = g.input(shape, F32)
@@ -389,6 +400,88 @@ def test_thread_counts_give_the_same_bytes(rng):
     for n in (1, 2, 3):
         with fk.threads(n):
             assert same_bytes(plan.run(arrays), expected), n
+
+
+ROW_DTYPES = (fk.DType.F16, fk.DType.BF16, F32, F64, I32)
+
+
+@pytest.mark.parametrize("dtype", ROW_DTYPES, ids=lambda d: d.short_name)
+@pytest.mark.parametrize("shape", [(5, 37), (3, 1, 300), (1000,), (4, 2049)], ids=str)
+def test_members_call_row_functions_with_the_unfused_bytes(dtype, shape, rng, member_calls):
+    """Every view, ops with params among them, a member without a row function (a compare) and
+    tiles that cut rows, whole rows and blocks of rows (with a short last one): the row
+    functions give the kernels' bytes on 1, 2 and 3 threads, and explain() says who calls what."""
+    g = fg.Graph()
+    inputs = Inputs(g, rng)
+    values = [inputs.value(dtype, shape, view) for view in VIEWS]
+    t = g.mul(g.add(values[0], values[1]), values[2])
+    low, high = (-1.5, 2.0) if dtype.is_float else (-40, 50)
+    t = g.clamp(g.sub(t, values[3]), min=low, max=high)
+    t = g.maximum(g.neg(t), values[4])
+    t = g.abs(g.minimum(t, values[5]))
+    if dtype.is_float:
+        t = g.affine(g.tanh(t), mul=1.5, add=-0.25)
+    u = g.where(g.lt(t, values[0]), t, values[1])
+    plan, got, expected = fused_and_unfused(g, [t, u], inputs.arrays)
+    assert all(same_bytes(a, b) for a, b in zip(got, expected))
+    (group,) = plan.groups
+    direct = plan._direct_rows[plan._steps.index(group)]
+    calls = {m.kernel.op: d for m, d in zip(group.members, direct)}
+    assert calls[fk.OpKind.LT] is False and calls[fk.OpKind.WHERE] is False
+    assert calls[fk.OpKind.CLAMP] is calls[fk.OpKind.MUL] is (member_calls == "rows")
+    text = plan.explain()
+    assert f"{sum(direct)} of {len(direct)} members call their row function directly" in text
+    assert ("] by row function" in text) == (member_calls == "rows") and "] by kernel call" in text
+    for n in (2, 3):
+        with fk.threads(n):
+            assert all(same_bytes(a, b) for a, b in zip(plan.run(inputs.arrays), expected)), n
+
+
+def test_a_ten_op_expression_runs_on_l1_tiles_by_row_functions(rng):
+    """The benchmark's 10-op expression (bench/bench_graph.py): one group of 10 members, all
+    calling their row functions, on tiles whose operands fit the L1 budget; its output (streamed)
+    has the unfused bytes on 1, 2 and 3 threads."""
+    shape = (64, 1024)
+    g = fg.Graph()
+    x, a, b = g.input(shape, F32), g.input((1024,), F32), g.input((1024,), F32)
+    t = g.add(g.mul(x, a), b)
+    t = g.maximum(g.sub(g.mul(t, t), a), x)
+    t = g.abs(g.add(g.mul(t, b), x))
+    y = g.minimum(g.neg(t), a)
+    arrays = [random_values(shape, F32, rng), random_values((1024,), F32, rng), random_values((1024,), F32, rng)]
+    plan, got, expected = fused_and_unfused(g, y, arrays)
+    assert same_bytes(got, expected)
+    (group,) = plan.groups
+    assert len(group.members) == 10 and plan._direct_rows[0] == (True,) * 10
+    assert planner.ROW_TILE_MIN_ELEMENTS <= group.tile_elements <= planner.ROW_TILE_MAX_ELEMENTS
+    assert group.tile_bytes <= planner.ROW_TILE_BUDGET_BYTES
+    assert "10 of 10 members call their row function directly" in plan.explain()
+    for n in (2, 3):                    # the streamed output stored by pool tasks, not drained
+        with fk.threads(n):
+            assert same_bytes(plan.run(arrays), expected), n
+
+
+def test_add_group_checks_tile_rows():
+    """A tile row must be a 'fuel_kernel.tile_row' capsule; one of another kernel is not used."""
+    from fuel_kernel._executor import PlanProgram
+    table = fk.bindings()
+    neg = table.lookup(fk.OpKind.NEG, [F32, F32], CPU)
+    absolute = table.lookup(fk.OpKind.ABS, [F32, F32], CPU)
+    rows = planner.tile_rows()
+    shape = (8, 64)
+    whole = (shape, (64, 1), 0)
+    operands = [(0, 0, 2048, int(F32), *whole), (1, 0, 2048, int(F32), *whole)]
+    program = PlanProgram(table, 3)
+    with pytest.raises(TypeError, match="tile_row"):
+        program.add_group(7, "g", shape, 0, 2, 2 * 64 * 4, 2, 0, [(neg, 5, "neg", operands, None, object())])
+    assert program.add_group(7, "g", shape, 0, 2, 2 * 64 * 4, 2, 0, [
+        (neg, 5, "neg", operands, None, rows[absolute.kernel_address])]) == (False,)
+    assert program.add_group(8, "g", shape, 0, 2, 2 * 64 * 4, 2, 0, [
+        (neg, 6, "neg", operands, None, rows[neg.kernel_address])]) == (True,)
+    x = random_values(shape, F32, np.random.default_rng(3))
+    out = np.empty(shape, np.float32)
+    program.run([x, out, np.empty(512, np.uint8)])
+    assert same_bytes(out, -x)
 
 
 def test_threads_share_one_fused_plan(rng):

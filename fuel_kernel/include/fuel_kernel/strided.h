@@ -449,6 +449,19 @@ static inline int fk_run_unary_rows(const fk_storage *inputs, int n_in, fk_stora
  * elements; ctx is whatever constant data the kernel passes (op params, converted once). */
 typedef void (*fk_row_fn)(char *const *ptrs, const int64_t *strides, int64_t n, const void *ctx);
 
+/* A kernel's row function, published beside its manifest (a kernel module's tile_rows()) for the
+ * plan executor: a fused group calls `row` on its tiles directly, with the operand layouts planned
+ * and `ctx` filled once when the plan is compiled, instead of calling `kernel` (which checks and
+ * plans on every call) on every tile.  `row` is exactly what `kernel` runs on each row, so the bits
+ * are the same.  setup fills ctx_bytes of ctx from the params (NULL: the row takes no ctx), and
+ * fails as the kernel would on bad params. */
+typedef struct {
+    fk_kernel_fn kernel;             /* the registered kernel (its threaded wrapper, if any) */
+    fk_row_fn row;
+    int (*setup)(const fk_params *params, void *ctx);
+    int32_t ctx_bytes;
+} fk_tile_row;
+
 #define FK_TILE_COLS 64
 #define FK_TILE_BYTES 16384            /* one staged tile: 64 rows of F32, 32 of F64, 256 of U8 */
 #define FK_TILE_BUFFERS 2              /* transposed inputs staged per tile (more are walked as is) */
