@@ -193,6 +193,17 @@ class _Builder:
         pages = self.g.slice_view(self.cache, (layer, kv))
         return self.g.reshape(pages, (self.pages * cfg.block_size, cfg.kv_heads, cfg.head_dim))
 
+    def attention_heads(self, x, i, cos, sin):
+        """Layer i's RMSNorm and QKV projection of x [S, dim], split into heads and q, k rotated:
+        q [1, Hq, S, hd], k and v [1, Hkv, S, hd]."""
+        g, cfg = self.g, self.cfg
+        S, Hq, Hkv, hd = x.shape[0], cfg.heads, cfg.kv_heads, cfg.head_dim
+        h = g.rms_norm(x, self.weight(f"{i}.attn_norm"), eps=cfg.eps)
+        qkv = g.reshape(self.linear(h, f"{i}.qkv", cfg.qkv_rows), (1, S, Hq + 2 * Hkv, hd))
+        heads = [g.transpose(g.slice_view(qkv, (slice(None), slice(None), span)), (0, 2, 1, 3))
+                 for span in (slice(0, Hq), slice(Hq, Hq + Hkv), slice(Hq + Hkv, Hq + 2 * Hkv))]
+        return g.rope(heads[0], cos, sin), g.rope(heads[1], cos, sin), heads[2]
+
     def mlp_tail(self, x, attention, i):
         """Output projection, residual, RMSNorm, SwiGLU MLP, residual."""
         g, cfg = self.g, self.cfg
@@ -231,11 +242,7 @@ def build_prefill(cfg: Config, blocks: Dict[str, np.ndarray], quant: str, prompt
     sin = g.slice_view(b.sin, (slice(0, S),))
     x = b.embed(tokens)                                                                # [S, dim]
     for i in range(cfg.layers):
-        h = g.rms_norm(x, b.weight(f"{i}.attn_norm"), eps=cfg.eps)
-        qkv = g.reshape(b.linear(h, f"{i}.qkv", cfg.qkv_rows), (1, S, Hq + 2 * Hkv, hd))
-        heads = [g.transpose(g.slice_view(qkv, (slice(None), slice(None), span)), (0, 2, 1, 3))
-                 for span in (slice(0, Hq), slice(Hq, Hq + Hkv), slice(Hq + Hkv, Hq + 2 * Hkv))]
-        q, k, v = g.rope(heads[0], cos, sin), g.rope(heads[1], cos, sin), heads[2]    # [1, H, S, hd]
+        q, k, v = b.attention_heads(x, i, cos, sin)                                  # [1, H, S, hd]
         k_rows, v_rows = b.cache_rows(i, 0), b.cache_rows(i, 1)
         for p in range(n_pages):
             span = slice(p * bs, min(S, (p + 1) * bs))
@@ -315,11 +322,7 @@ def build_prefill_chunk(cfg: Config, blocks: Dict[str, np.ndarray], quant: str, 
     no_alibi = g.constant(np.zeros(0, np.float32))
     x = b.embed(tokens)                                                                # [S, dim]
     for i in range(cfg.layers):
-        h = g.rms_norm(x, b.weight(f"{i}.attn_norm"), eps=cfg.eps)
-        qkv = g.reshape(b.linear(h, f"{i}.qkv", cfg.qkv_rows), (1, S, Hq + 2 * Hkv, hd))
-        heads = [g.transpose(g.slice_view(qkv, (slice(None), slice(None), span)), (0, 2, 1, 3))
-                 for span in (slice(0, Hq), slice(Hq, Hq + Hkv), slice(Hq + Hkv, Hq + 2 * Hkv))]
-        q, k, v = g.rope(heads[0], cos, sin), g.rope(heads[1], cos, sin), heads[2]    # [1, H, S, hd]
+        q, k, v = b.attention_heads(x, i, cos, sin)                                  # [1, H, S, hd]
         pages_kv = []
         for src, kv in ((k, 0), (v, 1)):
             rows = b.cache_rows(i, kv)

@@ -598,6 +598,15 @@ def destination_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None
 QUANT_TYPES = {q.code: q for q in spec.QUANT_TYPES}
 
 
+def _check_gguf_table(op: str, quant: Any, w: Shape, n: int, k: int) -> None:
+    """W of n rows of k GGML-quantized values: k a whole number of blocks, W exactly its bytes."""
+    if k % quant.block_size:
+        raise ShapeError(f"{op}: k={k} is not a multiple of {quant.name}'s block size {quant.block_size}")
+    if w[0] != n * (k // quant.block_size) * quant.block_bytes:
+        raise ShapeError(f"{op}: w has {w[0]} bytes, {quant.name} rows of n={n}, k={k} take "
+                         f"{n * (k // quant.block_size) * quant.block_bytes}")
+
+
 def qmatmul_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> Shape:
     """[A (m, k), W (bytes,)] or [A, W, count ()] -> (m, n): params.qmatmul names the quant type and
     m, n, k (m = 0: A's row count); k must be a whole number of blocks and W hold exactly
@@ -617,11 +626,7 @@ def qmatmul_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) ->
         m = a[0]
     if tuple(a) != (m, k):
         raise ShapeError(f"qmatmul: a has shape {a}, params say ({m}, {k})")
-    if k % quant.block_size:
-        raise ShapeError(f"qmatmul: k={k} is not a multiple of {quant.name}'s block size {quant.block_size}")
-    if w[0] != n * (k // quant.block_size) * quant.block_bytes:
-        raise ShapeError(f"qmatmul: w has {w[0]} bytes, {quant.name} rows of n={n}, k={k} take "
-                         f"{n * (k // quant.block_size) * quant.block_bytes}")
+    _check_gguf_table("qmatmul", quant, w, n, k)
     if len(shapes) == 3 and int(np.prod(shapes[2], dtype=np.int64)) != 1:
         raise ShapeError(f"qmatmul: the row count operand must hold one element, got shape {shapes[2]}")
     return (m, n)
@@ -684,11 +689,7 @@ def qembedding_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None)
     n, k = f["n"], f["k"]
     if len(w) != 1 or len(ids) + 1 > 8:                     # out has one dim more than ids, at most FK_MAX_DIMS
         raise ShapeError(f"qembedding takes w (bytes,) and ids of at most 7 dims, got {w} and {ids}")
-    if k % quant.block_size:
-        raise ShapeError(f"qembedding: k={k} is not a multiple of {quant.name}'s block size {quant.block_size}")
-    if w[0] != n * (k // quant.block_size) * quant.block_bytes:
-        raise ShapeError(f"qembedding: w has {w[0]} bytes, {quant.name} rows of n={n}, k={k} take "
-                         f"{n * (k // quant.block_size) * quant.block_bytes}")
+    _check_gguf_table("qembedding", quant, w, n, k)
     return tuple(ids) + (k,)
 
 
