@@ -373,3 +373,37 @@ def test_softmax_backward_errors_leave_the_output_untouched(op, problem, rng):
     with pytest.raises(error):
         kernel(*inputs, out=out, params=params)
     np.testing.assert_array_equal(out, before)
+
+
+# ---- 16-bit rows: the F32 kernel's bits -----------------------------------------------------------------
+HALF_DTYPES = (fk.DType.BF16, fk.DType.F16)
+HALF_CASES = [(op, dt) for op in OPS for dt in HALF_DTYPES]
+
+
+@pytest.mark.parametrize("op,dtype", HALF_CASES, ids=[f"{o.short_name}-{d.short_name}" for o, d in HALF_CASES])
+def test_half_rows_are_the_f32_kernel_rounded_once(op, dtype, rng):
+    """A BF16/F16 "native" row computes exactly what widening it to F32, running the F32 kernel and
+    rounding each result to nearest even gives: the same bits (NaN where it gives NaN), for contiguous
+    rows (converted inside the row passes) and the strided, reversed and offset ones (converted whole),
+    over row lengths around the 32-lane and 128-element blocks, with and without an eps."""
+    t = fk.bindings()
+    n_in = N_INPUTS[op]
+    half = {k.source: k for k in t.alternatives(op, [dtype] * (n_in + 1), fk.Backend.CPU)}["native"]
+    full = {k.source: k for k in t.alternatives(op, [fk.DType.F32] * (n_in + 1), fk.Backend.CPU)}["native"]
+    for d in (1, 2, 7, 31, 33, 127, 128, 129, 300, 1025):
+        for layout in ("contiguous", "strided", "negative", "offset"):
+            for eps in (EPS, 0.0):
+                values = rng.standard_normal((4, d)) * 3 + 0.5
+                values[1] = 1e3 + rng.standard_normal(d)             # a large mean
+                values[2, ::5] = -np.inf if n_in == 1 else 0.0      # masked softmax entries
+                values[3] = 2.5                                      # a constant row
+                x = make_operand((4, d), dtype, layout, rng, values=values.astype(dtype.numpy))
+                inputs = [x, (1 + 0.25 * rng.standard_normal(d)).astype(dtype.numpy),
+                          rng.standard_normal(d).astype(dtype.numpy)][:n_in]
+                out = call(half, op, inputs, np.full((4, d), 7, dtype.numpy), eps=eps)
+                wide = call(full, op, [np.asarray(v, np.float32) for v in inputs], np.empty((4, d), np.float32), eps=eps)
+                with np.errstate(over="ignore", invalid="ignore"):
+                    expected = wide.astype(dtype.numpy)
+                np.testing.assert_array_equal(np.isnan(out.astype(np.float32)), np.isnan(wide), err_msg=str((d, layout, eps)))
+                same = ~np.isnan(wide)
+                assert (out.view(np.uint16)[same] == expected.view(np.uint16)[same]).all(), (d, layout, eps)
