@@ -462,42 +462,8 @@ FK_VM_INLINE float fk_fast_powif(float x, int32_t n) {
     return fk_pow_core(x, nh, nl, (uint32_t)n << 31);
 }
 
-/* x ** n for a small positive n (a constant once inlined: the kernel picks one loop per n) where the
- * pow core would take a log and an exp.  x = m 2^e with 1 <= |m| < 2; m^n by binary powering with
- * the running power in two floats (each product error-free by fma: no low part can underflow, as
- * |m^n| < 256), rounded once, then scaled by 2^(e n) as two exact power-of-two factors (a subnormal
- * result rounds once more: <= 0.75 ulp).  Zero and inf come out right from the same steps (m = +-1,
- * 2^(e n) clamped to 0 or inf, signed by m^n); NaN passes through. */
-#define FK_POWI_SMALL_MAX 8
-FK_VM_INLINE float fk_powi_small(float x, int n) {
-    int sub = fabsf(x) < 1.17549435e-38f;
-    uint32_t bits = fk_f32_bits(sub ? x * 8388608.0f : x);
-    int32_t e = (int32_t)((bits >> 23) & 0xffu) - (sub ? 150 : 127);
-    float bh = fk_bits_f32((bits & 0x807fffffu) | 0x3f800000u), bl = 0.0f;   /* m^(2^k) */
-    float rh = 1.0f, rl = 0.0f;                                              /* the product so far */
-#pragma GCC unroll 4
-    for (int bit = 0; bit < 4; bit++) {                         /* counted, so it unrolls away */
-        if ((n >> bit) & 1) {
-            float ph = rh * bh;
-            rl = fmaf(rh, bh, -ph) + (rh * bl + rl * bh);
-            rh = ph;
-        }
-        if (n >> (bit + 1)) {
-            float sh = bh * bh;
-            bl = fmaf(bh, bh, -sh) + 2.0f * bh * bl;
-            bh = sh;
-        }
-    }
-    int32_t en = e * n;
-    en = en > -252 ? en : -252;                                  /* past either end: 0 or inf */
-    en = en < 254 ? en : 254;
-    int32_t n1 = en >> 1, n2 = en - n1;
-    float y = (rh + rl) * fk_pow2i_f32(n1) * fk_pow2i_f32(n2);
-    return fk_keep_nan(x, y);
-}
-
-/* x ** n for 3 <= n <= FK_POWI_SMALL_MAX straight on x: the same binary powering in two floats as
- * fk_powi_small, without taking x apart.  For x = 0 or 2^-9 <= |x| <= 2^9 every product and error
+/* x ** n for 3 <= n <= FK_POWI_SMALL_MAX by binary powering with the running power in two floats,
+ * straight on x (fk_powi_small runs it on x's mantissa).  For x = 0 or 2^-9 <= |x| <= 2^9 every product and error
  * term stays normal (|x^n| <= 2^72, error terms >= 2^-122), so the error-free steps are exact and the
  * one rounding gives fk_powi_small's bound (<= 0.5 ulp plus the low part's own rounding); a zero
  * keeps the sign of its product. */
@@ -520,6 +486,26 @@ FK_VM_INLINE float fk_powi_direct(float x, int n) {
     }
     return rh == 0.0f ? rh : rh + rl;
 }
+/* x ** n for a small positive n (a constant once inlined: the kernel picks one loop per n) where the
+ * pow core would take a log and an exp.  x = m 2^e with 1 <= |m| < 2; m^n by binary powering with
+ * the running power in two floats (each product error-free by fma: no low part can underflow, as
+ * |m^n| < 256), rounded once, then scaled by 2^(e n) as two exact power-of-two factors (a subnormal
+ * result rounds once more: <= 0.75 ulp).  Zero and inf come out right from the same steps (m = +-1,
+ * 2^(e n) clamped to 0 or inf, signed by m^n); NaN passes through. */
+#define FK_POWI_SMALL_MAX 8
+FK_VM_INLINE float fk_powi_small(float x, int n) {
+    int sub = fabsf(x) < 1.17549435e-38f;
+    uint32_t bits = fk_f32_bits(sub ? x * 8388608.0f : x);
+    int32_t e = (int32_t)((bits >> 23) & 0xffu) - (sub ? 150 : 127);
+    float m = fk_bits_f32((bits & 0x807fffffu) | 0x3f800000u);
+    int32_t en = e * n;
+    en = en > -252 ? en : -252;                                  /* past either end: 0 or inf */
+    en = en < 254 ? en : 254;
+    int32_t n1 = en >> 1, n2 = en - n1;
+    float y = fk_powi_direct(m, n) * fk_pow2i_f32(n1) * fk_pow2i_f32(n2);   /* m^n, rounded once */
+    return fk_keep_nan(x, y);
+}
+
 /* 1 when fk_powi_direct serves x (0, or 2^-9 <= |x| <= 2^9; NaN and inf do not) */
 FK_VM_INLINE int fk_powi_direct_ok(float x) {
     uint32_t a = fk_f32_bits(x) & 0x7fffffffu;
