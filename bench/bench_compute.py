@@ -69,20 +69,32 @@ def cases():
                baseline="numpy matmul(out=)", skipped=skipped,
                target="route-picked <= 1.05x numpy; native <= 2.5x numpy")
 
-    # ---- SUM f32 4M ----------------------------------------------------------------------------
+    # ---- SUM and MEAN f32 4M: a whole-array reduction is memory-bound ---------------------------
+    # PyTorch twice: writing a preallocated 0-d output (out=), as fuel_kernel does, and allocating
+    # its result; the rate is GB/s of x read, against np.copyto's read of the same bytes (which also
+    # writes them, so its GB/s is a lower bound of a read's).
     x = rng.standard_normal(4 * 1024 * 1024).astype(np.float32)
-    s = np.empty((), np.float32)
-    ksum = table.lookup(fk.OpKind.SUM, [F32, F32], fk.Backend.CPU)
-    contenders = {"fk sum": lambda: ksum(x, out=s), "numpy sum": lambda: x.sum()}
-    skipped = {}
-    if torch is not None:
-        xt = torch.from_numpy(x)
-        contenders["torch sum"] = lambda: xt.sum()
-    else:
-        skipped["torch"] = torch_missing
-    yield Case(name=f"fk: SUM f32 4M elements [{note}]", contenders=contenders,
-               baseline="torch sum" if torch is not None else "numpy sum", skipped=skipped,
-               target="fk <= 1.1x torch" if torch is not None else "torch absent: numpy only")
+    copy_dst = np.empty_like(x)
+    for name, numpy_fn, torch_name in (("SUM", np.sum, "sum"), ("MEAN", np.mean, "mean")):
+        s = np.empty((), np.float32)
+        kernel = table.lookup(getattr(fk.OpKind, name), [F32, F32], fk.Backend.CPU)
+        contenders = {"fk": lambda kernel=kernel, s=s: kernel(x, out=s),
+                      "numpy": lambda numpy_fn=numpy_fn: numpy_fn(x),
+                      "np.copyto of x (memory reference)": lambda: np.copyto(copy_dst, x)}
+        skipped = {}
+        if torch is not None:
+            xt, st = torch.from_numpy(x), torch.from_numpy(s.copy())
+            fn = getattr(torch, torch_name)
+            contenders[f"torch {torch_name}(out=0-d)"] = lambda fn=fn, xt=xt, st=st: fn(xt, dim=(0,), out=st)
+            contenders[f"torch {torch_name} (allocates)"] = lambda fn=fn, xt=xt: fn(xt)
+            baseline = f"torch {torch_name}(out=0-d)"
+        else:
+            skipped["torch"] = torch_missing
+            baseline = "numpy"
+        yield Case(name=f"fk: {name} f32 4M elements [{note}]", contenders=contenders, baseline=baseline,
+                   skipped=skipped, rate=(x.nbytes / 1e9, "GB"),
+                   target="fk <= 1.0x torch, both with out= and allocating" if torch is not None
+                   else "torch absent: numpy only")
 
     # ---- SOFTMAX_LAST_DIM f32 1024x1024 --------------------------------------------------------
     y = (rng.standard_normal((1024, 1024)) * 3).astype(np.float32)
