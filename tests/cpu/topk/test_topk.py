@@ -1,6 +1,6 @@
 """TOPK (two outputs: values and I64 indices along the last dim): every binding over every layout,
-both selection paths (the sorted buffer for k <= 256, the merge sort for larger k), largest and
-smallest, against NumPy's stable argsort (tests/oracles.py, topk_reference); ties to the lower
+both selection paths (the sorted buffer for k <= 16; for larger k a quickselect of the k-th key, then
+a stable merge sort of the k chosen), largest and smallest, against NumPy's stable argsort (tests/oracles.py, topk_reference); ties to the lower
 index, NaN above every number, -0.0 tied with 0.0; the same bits for every thread count; every
 refusal leaving both outputs untouched."""
 import numpy as np
@@ -19,7 +19,7 @@ SHAPES = [(5, 7), (3, 40), (2, 3, 100), (1,), (4, 1), (0, 5), (3, 0), (300,), (2
 
 
 def ks(n):
-    return sorted({0, min(1, n), min(3, n), min(256, n), min(257, n), n // 2, n})
+    return sorted({0, min(1, n), min(3, n), min(16, n), min(17, n), min(256, n), n // 2, n - 1, n} - {-1})
 
 
 def call(kernel, x, k, largest, sorted_=True, outs=None):
@@ -82,13 +82,32 @@ def test_nan_ranks_above_every_number(dtype):
         np.testing.assert_array_equal(indices, [1, 4, 2, 7, 0, 3, 5, 6][:k])
         values, indices = call(kernel, x, k, False)
         np.testing.assert_array_equal(indices, [6, 3, 5, 0, 7, 2, 1, 4][:k])
-    # the merge-sort path (k > 256) on a row with NaNs and signed zeros
+    # the selection path (k > 16) on a row with NaNs and signed zeros: k-th keys that are NaN, a
+    # zero of either sign, an infinity, and a number
     row = np.tile(x, 40)
-    for largest in (True, False):
-        values, indices = call(kernel, row, 300, largest)
-        want_values, want_indices = oracles.topk_reference(row, 300, largest)
-        np.testing.assert_array_equal(indices, want_indices)
-        assert same(values, want_values)
+    for k in (17, 50, 79, 81, 121, 160, 200, 300, 319, 320):
+        for largest in (True, False):
+            values, indices = call(kernel, row, k, largest)
+            want_values, want_indices = oracles.topk_reference(row, k, largest)
+            np.testing.assert_array_equal(indices, want_indices, err_msg=f"k={k} largest={largest}")
+            assert same(values, want_values)
+
+
+@pytest.mark.parametrize("dtype", [D.I32, D.F32], ids=lambda d: d.short_name)
+def test_selection_on_ordered_and_constant_rows(dtype):
+    """Rows sorted either way, constant rows and organ-pipe rows: the quickselect's pivots see their
+    worst layouts, and the result is still the oracle's."""
+    kernel = fk.bindings().lookup(OP.TOPK, [dtype, dtype, D.I64], fk.Backend.CPU)
+    n = 1000
+    ramp = np.arange(n)
+    rows = np.stack([ramp, ramp[::-1], np.zeros(n, np.int64), np.minimum(ramp, n - 1 - ramp),
+                     np.abs(ramp - n // 2), ramp % 7]).astype(dtype.numpy)
+    for k in (17, 100, 499, 500, 999, 1000):
+        for largest in (True, False):
+            values, indices = call(kernel, rows, k, largest)
+            want_values, want_indices = oracles.topk_reference(rows, k, largest)
+            np.testing.assert_array_equal(indices, want_indices, err_msg=f"k={k} largest={largest}")
+            assert same(values, want_values)
 
 
 def test_sorted_false_gives_the_sorted_result(rng):
