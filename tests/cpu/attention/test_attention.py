@@ -188,6 +188,44 @@ def test_paged_attn_bad_block_index_raises_and_writes_nothing(rng):
           out=out, params=P.paged_attn(1.0, 5))
 
 
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("hq,hkv", [(4, 4), (6, 2)])
+@pytest.mark.parametrize("alibi,softcap,window_left", [(False, 0.0, -1), (True, 3.0, 700)])
+def test_paged_decode_over_several_key_splits(dtype, hq, hkv, alibi, softcap, window_left, rng):
+    """Decode splits each sequence's keys into 512-key parts merged by the log-sum-exp rule: contexts on
+    both sides of the part boundaries (and of a window that starts inside a part) match the oracle, a
+    NaN key makes its sequence's row NaN, and every thread count gives the same bits."""
+    lens = (0, 1, 511, 512, 513, 1300)
+    q, k_cache, v_cache, block_table, context = paged_operands(
+        dtype, rng, n_seqs=len(lens), hq=hq, hkv=hkv, d=16, dv=8, block_size=16, n_blocks=90, max_blocks=82,
+        context_lens=lens)
+    slopes = (2.0 ** -np.arange(1, hq + 1) / 8).astype(np.float32) if alibi else np.zeros(0, np.float32)
+    p = P.paged_attn(0.05, block_size=16, softcap=softcap, window_left=window_left)
+    k = kernel(OP.PAGED_ATTN, PAGED_KEY(dtype))
+    outs = []
+    for threads in (1, 2, 3):
+        with fk.threads(threads):
+            outs.append(k(q, k_cache, v_cache, block_table, context, slopes, params=p))
+    for other in outs[1:]:
+        np.testing.assert_array_equal(other.view(np.uint8), outs[0].view(np.uint8))
+    expected, _ = paged_reference(q, k_cache, v_cache, block_table, context, slopes, 0.05, 16, softcap, window_left)
+    assert np.abs(f64(outs[0]) - expected).max() <= ATTN_TOL[dtype] * np.abs(f64(v_cache)).max()
+    assert (f64(outs[0][0]) == 0).all()               # context length 0
+    # a NaN in kv head 0's key at one cache row (token 1100 of the last sequence, in its third part)
+    # makes the rows of exactly the sequences that see that cache row, for kv head 0's query heads, NaN
+    bad = np.array(k_cache, copy=True)
+    table = np.asarray(block_table)
+    where = (table[5, 1100 // 16], 1100 % 16)
+    bad[where[0], where[1], 0, 0] = np.nan
+    nan_out = f64(k(q, bad, v_cache, block_table, context, slopes, params=p))
+    for n, length in enumerate(lens):
+        first = max(length - 1 - window_left, 0) if window_left >= 0 else 0
+        sees = any((table[n, t // 16], t % 16) == where for t in range(first, length))
+        assert np.isnan(nan_out[n, :hq // hkv]).all() == sees and not np.isnan(nan_out[n, hq // hkv:]).any()
+        assert sees or not np.isnan(nan_out[n]).any()
+    assert np.isnan(nan_out[5, 0]).all()
+
+
 def test_paged_attn_shape_and_params_errors(rng):
     q, k_cache, v_cache, block_table, lens = paged_operands(D.F32, rng)
     k = kernel(OP.PAGED_ATTN, [D.F32, D.F32, D.F32, D.I32, D.I32, D.F32, D.F32])
