@@ -15,6 +15,8 @@ Models (f32, single thread):
   returns the token's output and its new K and V rows, which the caller appends), with the cache
   contiguous (FLASH_ATTN) or paged in 16-token blocks in shuffled order (PAGED_ATTN); torch and
   ONNX Runtime read the contiguous cache.
+* Decode attention alone (32 heads, D = 128, 4096 keys): FLASH_ATTN, PAGED_ATTN on the same tokens
+  in shuffled blocks, torch SDPA and a copy of the K and V bytes (the bandwidth floor).
 * Its training step: the block's forward pass, a loss (the sum of the output times fixed random
   weights) and the gradients of every weight and bias (Graph.grad, one Plan), against torch eager
   running forward and loss.backward() with the same weights.
@@ -355,8 +357,53 @@ def _training_case(rng, W):
                  f"plan arena: peak {plan.peak_bytes} B; {plan.n_steps} steps", tolerance=TRAINING_TOLERANCE)
 
 
+def _decode_attention_case(rng, heads=32, head_dim=128):
+    """Decode attention alone, 1 query over a 4096-token cache (32 heads, D = 128, f32): FLASH_ATTN on
+    the contiguous cache and PAGED_ATTN on the same tokens in shuffled 16-token blocks, against a copy
+    of the same K and V bytes (the bandwidth floor) and torch SDPA on the contiguous cache."""
+    k = rng.standard_normal((1, heads, CACHE, head_dim)).astype(np.float32)
+    v = rng.standard_normal((1, heads, CACHE, head_dim)).astype(np.float32)
+    q = rng.standard_normal((1, heads, 1, head_dim)).astype(np.float32)
+    n_blocks = CACHE // BLOCK
+    order = rng.permutation(n_blocks)
+    kp = np.empty((n_blocks, BLOCK, heads, head_dim), np.float32)
+    vp = np.empty_like(kp)
+    for logical, physical in enumerate(order):
+        span = slice(logical * BLOCK, (logical + 1) * BLOCK)
+        kp[physical], vp[physical] = k[0, :, span].transpose(1, 0, 2), v[0, :, span].transpose(1, 0, 2)
+    table, lens, slopes = order.astype(np.int32)[None, :], np.array([CACHE], np.int32), np.zeros(0, np.float32)
+    scale = 1.0 / np.sqrt(head_dim)
+    flash = fk.bindings().lookup(fk.OpKind.FLASH_ATTN, [F32] * 4)
+    paged = fk.bindings().lookup(fk.OpKind.PAGED_ATTN, [F32, F32, F32, fk.DType.I32, fk.DType.I32, F32, F32])
+    o_flash, o_paged = np.empty_like(q), np.empty((1, heads, head_dim), np.float32)
+    fp, pp = fk.params.flash_attn(scale=scale), fk.params.paged_attn(scale, block_size=BLOCK)
+    q3 = q.reshape(1, heads, head_dim)
+    flash(q, k, v, out=o_flash, params=fp)
+    paged(q3, kp, vp, table, lens, slopes, out=o_paged, params=pp)
+    difference = float(np.abs(o_flash.reshape(o_paged.shape) - o_paged).max())
+    copy_src, copy_dst = np.concatenate([k.ravel(), v.ravel()]), np.empty(k.size + v.size, np.float32)
+    contenders = {"FLASH_ATTN (contiguous cache)": lambda: flash(q, k, v, out=o_flash, params=fp),
+                  "PAGED_ATTN (shuffled 16-token blocks)": lambda: paged(q3, kp, vp, table, lens, slopes, out=o_paged,
+                                                                         params=pp),
+                  "np.copyto of the K and V bytes": lambda: np.copyto(copy_dst, copy_src)}
+    skipped = {}
+    torch, why = _torch()
+    if torch is not None:
+        tq, tk, tv = map(torch.from_numpy, (q, k, v))
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+        contenders["torch SDPA (1 thread)"] = lambda: sdpa(tq, tk, tv, scale=scale)
+    else:
+        skipped["torch"] = why
+    return Case(name=f"decode attention, 1 query x {CACHE} keys, {heads} heads, D {head_dim}, f32",
+                contenders=contenders, baseline="FLASH_ATTN (contiguous cache)", skipped=skipped,
+                rate=((k.nbytes + v.nbytes) / 1e9, "GB"),
+                target="PAGED_ATTN <= 1.1x FLASH_ATTN; FLASH_ATTN <= 1.0x torch SDPA and >= 80% of the copy's GB/s",
+                notes=f"max |FLASH_ATTN - PAGED_ATTN| = {difference:.3g}")
+
+
 def cases():
     rng = np.random.default_rng(0)
+    yield _decode_attention_case(rng)
     yield _mlp_case(rng)
     W = _block_weights(rng)
     yield _block_case(rng, W)
