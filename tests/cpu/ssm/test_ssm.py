@@ -410,3 +410,35 @@ def test_ssm_ops_in_the_spec():
             assert k.precision.max_rel == spec.CLAIMS[f"SSM_{dtype.name}"].max_rel
             c = k.cost(*shapes[op])
             assert c.flops > 0 and c.bytes_moved > 0
+
+
+# ---- threads -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [fk.DType.F32, fk.DType.BF16, fk.DType.F64], ids=lambda d: d.short_name)
+def test_calls_large_enough_for_the_pool_give_the_same_bits_on_any_thread_count(dtype, rng):
+    """Calls past the 2^20 element-step threshold cut into tasks (conv: channels; scan: blocks of 16
+    channels of one batch; ssd: (batch, head)): every thread count gives the same bits, and they are
+    the oracle's at the claim, with a strided operand in each."""
+    layouts = ["contiguous", "strided", "contiguous", "negative", "offset", "contiguous"]
+    conv = [operand(s, dtype, layout, rng, rng.standard_normal(s))
+            for s, layout in (((2, 64, 2048), "strided"), ((64, 4), "contiguous"), ((64,), "contiguous"))]
+    scan = scan_inputs((2, 64, 512, 16), dtype, layouts, rng, True)
+    ssd = ssd_inputs((2, 256, 4, 16, 16), dtype, layouts[:4], rng)
+    runs = {name: [] for name in ("conv", "scan", "ssd")}
+    for threads in (1, 2, 3):
+        with fk.threads(threads):
+            runs["conv"].append((fk.dispatch(CONV, conv, params=fk.params.causal_conv1d("silu")),))
+            runs["scan"].append(fk.dispatch(SCAN, scan, params=fk.params.selective_scan(True)))
+            runs["ssd"].append(fk.dispatch(SSD, ssd, params=fk.params.ssd_chunk_scan(64)))
+    for name, outs in runs.items():
+        for other in outs[1:]:
+            for got, first in zip(other, outs[0]):
+                np.testing.assert_array_equal(np.asarray(got).view(np.uint8), np.asarray(first).view(np.uint8),
+                                              err_msg=name)
+    want, mag = oracles.causal_conv1d(*(f64(v) for v in conv), "silu")
+    check(runs["conv"][0][0], want, mag, dtype, 4 + 8, "conv")
+    want_y, want_h, mag_y, mag_h = oracles.selective_scan(*(f64(v) for v in scan), True)
+    check(runs["scan"][0][0], want_y, mag_y, dtype, 4 * 512 + 16 + 8, "scan y")
+    check(runs["scan"][0][1], want_h, mag_h, dtype, 4 * 512 + 16 + 8, "scan state")
+    want_y, want_h, mag_y, mag_h = oracles.ssd_scan(*(f64(v) for v in ssd))
+    check(runs["ssd"][0][0], want_y, mag_y, dtype, 4 * 256 + 2 * 16 + 2 * 64 + 8, "ssd y")
+    check(runs["ssd"][0][1], want_h, mag_h, dtype, 4 * 256 + 2 * 16 + 2 * 64 + 8, "ssd state")
