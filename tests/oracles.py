@@ -1989,6 +1989,51 @@ def qmatmul_reference(a, w, quant_type, n, k):
     return product_with_dequantized(a, dequantized_weights(w, quant_type, n, k))
 
 
+def fma_f32(x, y, z):
+    """F32 fma(x, y, z) elementwise, rounded once: x * y is exact in F64, x * y + z is rounded to
+    odd in F64 (TwoSum's error term picks the odd neighbour when the sum is inexact), and rounding
+    that to F32 is the correctly rounded result (F64 has more than 24 + 1 bits)."""
+    x, y, z = (np.asarray(v, np.float32).astype(np.float64) for v in (x, y, z))
+    p = x * y
+    s = p + z
+    bp = s - p
+    e = (p - (s - bp)) + (z - bp)
+    even = (s.view(np.uint64) & 1) == 0
+    toward = np.nextafter(s, np.where(e > 0, np.inf, -np.inf))
+    return np.where((e != 0) & even, toward, s).astype(np.float32)
+
+
+QGEMV_IN_REGISTERS = ("Q8_0", "Q4_0")
+
+
+def qgemv_register_bits(a, w, quant_type, n, k):
+    """QMATMUL's m = 1 result for Q8_0 and Q4_0, in the exact F32 order its every form computes
+    (quant_kernels.h.in): block value v = d * c_v (c_v = q, or q - 8), per block
+    s_l = fma(a_{l+16}, c_{l+16}, a_l * c_l) for l < 16, acc_l = fma(d, s_l, acc_l) over the blocks in
+    order, f_l = acc_l + acc_{l+8}, c = ((f0 + f1) + (f2 + f3)) + ((f4 + f5) + (f6 + f7)).  a: the
+    (k,) row as F32.  The codes are read from W's bytes here and checked against gguf's values."""
+    q = QUANT_TYPES[quant_type]
+    name = q.name
+    assert name in QGEMV_IN_REGISTERS and k % 32 == 0
+    blocks = k // 32
+    raw = np.ascontiguousarray(w, dtype=np.uint8).reshape(n, blocks, q.block_bytes)
+    d = raw[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
+    if name == "Q8_0":
+        codes = raw[..., 2:34].view(np.int8).astype(np.float32)
+    else:
+        nibbles = raw[..., 2:18].astype(np.int32)
+        codes = np.concatenate([(nibbles & 15) - 8, (nibbles >> 4) - 8], axis=-1).astype(np.float32)
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal((d[..., None] * codes).reshape(n, k), dequantized_weights(w, quant_type, n, k))
+        a = np.asarray(a, np.float32).reshape(1, blocks, 32)
+        s = fma_f32(a[..., 16:], codes[..., 16:], a[..., :16] * codes[..., :16])
+        acc = np.zeros((n, 16), np.float32)
+        for b in range(blocks):
+            acc = fma_f32(np.broadcast_to(d[:, b, None], (n, 16)), s[:, b], acc)
+        f = acc[:, :8] + acc[:, 8:]
+        return ((f[:, 0] + f[:, 1]) + (f[:, 2] + f[:, 3])) + ((f[:, 4] + f[:, 5]) + (f[:, 6] + f[:, 7]))
+
+
 @register([fk.OpKind.QMATMUL], kind="accumulate", strict=False)
 def _qmatmul(inputs, params, out_dtype, out_shape):
     """A @ dequant(W).T; m = 0 takes A's rows; [A, W, count]: rows from count on are zero."""
