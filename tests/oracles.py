@@ -2003,7 +2003,7 @@ def fma_f32(x, y, z):
     return np.where((e != 0) & even, toward, s).astype(np.float32)
 
 
-QGEMV_IN_REGISTERS = ("Q8_0", "Q4_0", "Q5_0", "Q4_1", "Q5_1")
+QGEMV_IN_REGISTERS = ("Q8_0", "Q4_0", "Q5_0", "Q4_1", "Q5_1", "Q4_K")
 
 
 def qgemv_register_bits(a, w, quant_type, n, k):
@@ -2012,11 +2012,15 @@ def qgemv_register_bits(a, w, quant_type, n, k):
     minimum (value d * c_v), per block s_l = fma(a_{l+16}, c_{l+16}, a_l * c_l) for l < 16 and
     acc_l = fma(d, s_l, acc_l); with one (value w_v = d * c_v + m), s_l = fma(a_{l+16}, w_{l+16},
     a_l * w_l) and acc_l = acc_l + s_l; the blocks in order, then f_l = acc_l + acc_{l+8} and
-    c = ((f0 + f1) + (f2 + f3)) + ((f4 + f5) + (f6 + f7)).  a: the (k,) row as F32.  The codes are
-    read from W's bytes here and the values checked against gguf's."""
+    c = ((f0 + f1) + (f2 + f3)) + ((f4 + f5) + (f6 + f7)).  Q4_K sums its 32-value sub-blocks as the
+    types with a minimum, on gguf's values.  a: the (k,) row as F32.  The codes of the 32-value
+    types are read from W's bytes here and their values checked against gguf's."""
     q = QUANT_TYPES[quant_type]
-    assert q.name in QGEMV_IN_REGISTERS and k % 32 == 0
+    assert q.name in QGEMV_IN_REGISTERS and k % q.block_size == 0
     blocks = k // 32
+    if q.name == "Q4_K":
+        values = dequantized_weights(w, quant_type, n, k).reshape(n, blocks, 32)
+        return _qgemv_lanes_bits(a, values, None, n, blocks)
     raw = np.ascontiguousarray(w, dtype=np.uint8).reshape(n, blocks, q.block_bytes)
 
     def f16(at):
@@ -2037,12 +2041,18 @@ def qgemv_register_bits(a, w, quant_type, n, k):
     with np.errstate(all="ignore"):
         values = d[..., None] * codes if minimum is None else d[..., None] * codes + minimum[..., None]
         np.testing.assert_array_equal(values.reshape(n, k), dequantized_weights(w, quant_type, n, k))
+    return _qgemv_lanes_bits(a, codes if minimum is None else values, d if minimum is None else None, n, blocks)
+
+
+def _qgemv_lanes_bits(a, terms, d, n, blocks):
+    """The fma order over 32-value blocks of terms (n, blocks, 32): codes scaled per block by d, or
+    values (d None)."""
+    with np.errstate(all="ignore"):
         a = np.asarray(a, np.float32).reshape(1, blocks, 32)
-        terms = codes if minimum is None else values
         s = fma_f32(a[..., 16:], terms[..., 16:], a[..., :16] * terms[..., :16])
         acc = np.zeros((n, 16), np.float32)
         for b in range(blocks):
-            acc = acc + s[:, b] if minimum is not None else fma_f32(np.broadcast_to(d[:, b, None], (n, 16)), s[:, b], acc)
+            acc = acc + s[:, b] if d is None else fma_f32(np.broadcast_to(d[:, b, None], (n, 16)), s[:, b], acc)
         f = acc[:, :8] + acc[:, 8:]
         return ((f[:, 0] + f[:, 1]) + (f[:, 2] + f[:, 3])) + ((f[:, 4] + f[:, 5]) + (f[:, 6] + f[:, 7]))
 

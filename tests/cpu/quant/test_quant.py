@@ -745,7 +745,7 @@ def test_register_forms_give_the_documented_bits(name, n):
     """Every row count left over by the groups of 4 rows, one block and 11 blocks, gguf's blocks
     and random ones (zero and subnormal scales included)."""
     rng = np.random.default_rng(QUANTS[name].code * 10 + n)
-    for k in (32, 352):
+    for k in (QUANTS[name].block_size, 11 * QUANTS[name].block_size):
         for w in (quantized(name, n, k, rng), random_blocks(name, n, k, rng)):
             a = rng.standard_normal((1, k)).astype(np.float32)
             got, _ = run(a, w, name, n)
@@ -759,7 +759,7 @@ def test_register_forms_take_a_in_any_layout(name, layout, dtype):
     """A widened to k contiguous F32 values first, so any layout and BF16 give the bits of that row;
     W strided (gathered) and C strided."""
     rng = np.random.default_rng(len(layout) + QUANTS[name].code)
-    n, k = 11, 96
+    n, k = 11, 3 * QUANTS[name].block_size
     w = quantized(name, n, k, rng)
     a = make_operand((1, k), dtype, layout, rng, special=False)
     got, kernel = run(a, w, name, n)
@@ -826,7 +826,8 @@ def test_every_form_runs_on_this_machine(form, tmp_path):
     rng = np.random.default_rng(404)
     cases = {}
     for name in REGISTER_FORMS:
-        for n, k, threads in ((1, 32, 1), (7, 352, 1), (37, 4096, 2), (600, 1024, 3)):
+        bs = QUANTS[name].block_size
+        for n, k, threads in ((1, bs, 1), (7, 11 * bs, 1), (37, 4096, 2), (600, 1024, 3)):
             tag = f"{name}_{n}_{k}"
             cases.update({"a_" + tag: rng.standard_normal((1, k)).astype(np.float32),
                           "w_" + tag: random_blocks(name, n, k, rng), "code_" + tag: QUANTS[name].code,
