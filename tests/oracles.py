@@ -2003,7 +2003,7 @@ def fma_f32(x, y, z):
     return np.where((e != 0) & even, toward, s).astype(np.float32)
 
 
-QGEMV_IN_REGISTERS = ("Q8_0", "Q4_0", "Q5_0", "Q4_1", "Q5_1", "Q4_K")
+QGEMV_IN_REGISTERS = ("Q8_0", "Q4_0", "Q5_0", "Q4_1", "Q5_1", "Q4_K", "Q5_K", "Q6_K")
 
 
 def qgemv_register_bits(a, w, quant_type, n, k):
@@ -2012,13 +2012,13 @@ def qgemv_register_bits(a, w, quant_type, n, k):
     minimum (value d * c_v), per block s_l = fma(a_{l+16}, c_{l+16}, a_l * c_l) for l < 16 and
     acc_l = fma(d, s_l, acc_l); with one (value w_v = d * c_v + m), s_l = fma(a_{l+16}, w_{l+16},
     a_l * w_l) and acc_l = acc_l + s_l; the blocks in order, then f_l = acc_l + acc_{l+8} and
-    c = ((f0 + f1) + (f2 + f3)) + ((f4 + f5) + (f6 + f7)).  Q4_K sums its 32-value sub-blocks as the
-    types with a minimum, on gguf's values.  a: the (k,) row as F32.  The codes of the 32-value
+    c = ((f0 + f1) + (f2 + f3)) + ((f4 + f5) + (f6 + f7)).  The K-quants sum their 32-value sub-blocks as
+    the types with a minimum, on gguf's values.  a: the (k,) row as F32.  The codes of the 32-value
     types are read from W's bytes here and their values checked against gguf's."""
     q = QUANT_TYPES[quant_type]
     assert q.name in QGEMV_IN_REGISTERS and k % q.block_size == 0
     blocks = k // 32
-    if q.name == "Q4_K":
+    if q.block_size == 256:
         values = dequantized_weights(w, quant_type, n, k).reshape(n, blocks, 32)
         return _qgemv_lanes_bits(a, values, None, n, blocks)
     raw = np.ascontiguousarray(w, dtype=np.uint8).reshape(n, blocks, q.block_bytes)
