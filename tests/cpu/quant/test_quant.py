@@ -722,7 +722,7 @@ def test_nf4_graph_plan_runs_any_row_count():
         nf4_check(got[:rows], a_values[:rows], codes, absmax, n, kernel.precision)
 
 
-# ---- m = 1 for Q8_0 and Q4_0: one F32 order in every ISA form ------------------------------------
+# ---- m = 1 in registers (every GGML type): one F32 order in every ISA form ------------------------
 # The AVX-512, AVX2 and portable forms (quant_kernels.h.in) compute the same fused operations in the
 # same order, so each result must equal oracles.qgemv_register_bits bit for bit.  This process runs
 # the form its CPU picks; FUEL_KERNEL_QGEMV_FORM ("portable", "avx2"), read when the module loads,
