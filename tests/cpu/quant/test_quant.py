@@ -3,10 +3,14 @@ NumPy dequantization followed by an F64 matmul, within the bindings' precision c
 by gguf's quantize where it has one and random well-formed blocks (random bytes, finite f16
 scales) for every type; m = 1 (the streaming path) and m > 1 (the GEMM path); A in every layout and
 BF16; strided W and C; bits independent of the thread count; every refusal before any write.
+m = 1 bit for bit against the documented fma order (oracles.qgemv_register_bits), in this
+process's ISA form and, in child processes (FUEL_KERNEL_QGEMV_FORM), the AVX2 and portable ones.
 The row count from A (params m = 0) and at run time ([A, W, count, C]), in kernels and in a Graph
 plan (QMATMUL and NF4_MATMUL); NF4_MATMUL; QEMBEDDING (rows of a quantized table at token ids) against
 gguf's rows."""
 import ctypes
+import subprocess
+import sys
 
 import gguf
 import ml_dtypes
@@ -16,6 +20,7 @@ import pytest
 import fuel_kernel as fk
 import oracles
 from capi import Layout, Storage, kernel_function, layout, storage_of
+from extension_build import child_env
 from fuel_kernel import ops as fk_ops, spec
 from fuel_kernel.graph import Graph
 from fuel_kernel.errors import STATUS_ERRORS
@@ -818,11 +823,6 @@ def test_every_form_runs_on_this_machine(form, tmp_path):
     """A child process with FUEL_KERNEL_QGEMV_FORM=form (the portable form; AVX2, which an AVX-512
     CPU would not pick, and which a CPU without it replaces by the portable one) gives the
     documented bits, and the same as this process's form."""
-    import subprocess
-    import sys
-
-    from extension_build import child_env
-
     rng = np.random.default_rng(404)
     cases = {}
     for name in REGISTER_FORMS:
