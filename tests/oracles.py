@@ -1989,6 +1989,74 @@ def qmatmul_reference(a, w, quant_type, n, k):
     return product_with_dequantized(a, dequantized_weights(w, quant_type, n, k))
 
 
+def fma_f32(x, y, z):
+    """F32 fma(x, y, z) elementwise, rounded once: x * y is exact in F64, x * y + z is rounded to
+    odd in F64 (TwoSum's error term picks the odd neighbour when the sum is inexact), and rounding
+    that to F32 is the correctly rounded result (F64 has more than 24 + 1 bits)."""
+    x, y, z = (np.asarray(v, np.float32).astype(np.float64) for v in (x, y, z))
+    p = x * y
+    s = p + z
+    bp = s - p
+    e = (p - (s - bp)) + (z - bp)
+    even = (s.view(np.uint64) & 1) == 0
+    toward = np.nextafter(s, np.where(e > 0, np.inf, -np.inf))
+    return np.where((e != 0) & even, toward, s).astype(np.float32)
+
+
+QGEMV_IN_REGISTERS = ("Q8_0", "Q4_0", "Q5_0", "Q4_1", "Q5_1", "Q4_K", "Q5_K", "Q6_K")
+
+
+def qgemv_register_bits(a, w, quant_type, n, k):
+    """QMATMUL's m = 1 result for the 32-value types, in the exact F32 order its every form computes
+    (quant_kernels.h.in).  Code c_v: Q8_0 q, Q4_0 q - 8, Q5_0 q - 16, Q4_1 / Q5_1 q.  Without a
+    minimum (value d * c_v), per block s_l = fma(a_{l+16}, c_{l+16}, a_l * c_l) for l < 16 and
+    acc_l = fma(d, s_l, acc_l); with one (value w_v = d * c_v + m), s_l = fma(a_{l+16}, w_{l+16},
+    a_l * w_l) and acc_l = acc_l + s_l; the blocks in order, then f_l = acc_l + acc_{l+8} and
+    c = ((f0 + f1) + (f2 + f3)) + ((f4 + f5) + (f6 + f7)).  The K-quants sum their 32-value sub-blocks as
+    the types with a minimum, on gguf's values.  a: the (k,) row as F32.  The codes of the 32-value
+    types are read from W's bytes here and their values checked against gguf's."""
+    q = QUANT_TYPES[quant_type]
+    assert q.name in QGEMV_IN_REGISTERS and k % q.block_size == 0
+    blocks = k // 32
+    if q.block_size == 256:
+        values = dequantized_weights(w, quant_type, n, k).reshape(n, blocks, 32)
+        return _qgemv_lanes_bits(a, values, None, n, blocks)
+    raw = np.ascontiguousarray(w, dtype=np.uint8).reshape(n, blocks, q.block_bytes)
+
+    def f16(at):
+        return raw[..., at:at + 2].copy().view(np.float16)[..., 0].astype(np.float32)
+
+    d, minimum = f16(0), (f16(2) if q.name in ("Q4_1", "Q5_1") else None)
+    if q.name == "Q8_0":
+        codes = raw[..., 2:34].view(np.int8).astype(np.int32)
+    else:
+        at = {"Q4_0": 2, "Q4_1": 4, "Q5_0": 6, "Q5_1": 8}[q.name]
+        nibbles = raw[..., at:at + 16].astype(np.int32)
+        codes = np.concatenate([nibbles & 15, nibbles >> 4], axis=-1)
+        if q.name in ("Q5_0", "Q5_1"):
+            word = raw[..., at - 4:at].copy().view(np.uint32).astype(np.int64)        # (n, blocks, 1)
+            codes = codes | (((word >> np.arange(32)) & 1) << 4).astype(np.int32)
+        codes = codes - {"Q4_0": 8, "Q5_0": 16}.get(q.name, 0)
+    codes = codes.astype(np.float32)
+    with np.errstate(all="ignore"):
+        values = d[..., None] * codes if minimum is None else d[..., None] * codes + minimum[..., None]
+        np.testing.assert_array_equal(values.reshape(n, k), dequantized_weights(w, quant_type, n, k))
+    return _qgemv_lanes_bits(a, codes if minimum is None else values, d if minimum is None else None, n, blocks)
+
+
+def _qgemv_lanes_bits(a, terms, d, n, blocks):
+    """The fma order over 32-value blocks of terms (n, blocks, 32): codes scaled per block by d, or
+    values (d None)."""
+    with np.errstate(all="ignore"):
+        a = np.asarray(a, np.float32).reshape(1, blocks, 32)
+        s = fma_f32(a[..., 16:], terms[..., 16:], a[..., :16] * terms[..., :16])
+        acc = np.zeros((n, 16), np.float32)
+        for b in range(blocks):
+            acc = acc + s[:, b] if d is None else fma_f32(np.broadcast_to(d[:, b, None], (n, 16)), s[:, b], acc)
+        f = acc[:, :8] + acc[:, 8:]
+        return ((f[:, 0] + f[:, 1]) + (f[:, 2] + f[:, 3])) + ((f[:, 4] + f[:, 5]) + (f[:, 6] + f[:, 7]))
+
+
 @register([fk.OpKind.QMATMUL], kind="accumulate", strict=False)
 def _qmatmul(inputs, params, out_dtype, out_shape):
     """A @ dequant(W).T; m = 0 takes A's rows; [A, W, count]: rows from count on are zero."""

@@ -3,10 +3,14 @@ NumPy dequantization followed by an F64 matmul, within the bindings' precision c
 by gguf's quantize where it has one and random well-formed blocks (random bytes, finite f16
 scales) for every type; m = 1 (the streaming path) and m > 1 (the GEMM path); A in every layout and
 BF16; strided W and C; bits independent of the thread count; every refusal before any write.
+m = 1 bit for bit against the documented fma order (oracles.qgemv_register_bits), in this
+process's ISA form and, in child processes (FUEL_KERNEL_QGEMV_FORM), the AVX2 and portable ones.
 The row count from A (params m = 0) and at run time ([A, W, count, C]), in kernels and in a Graph
 plan (QMATMUL and NF4_MATMUL); NF4_MATMUL; QEMBEDDING (rows of a quantized table at token ids) against
 gguf's rows."""
 import ctypes
+import subprocess
+import sys
 
 import gguf
 import ml_dtypes
@@ -16,6 +20,7 @@ import pytest
 import fuel_kernel as fk
 import oracles
 from capi import Layout, Storage, kernel_function, layout, storage_of
+from extension_build import child_env
 from fuel_kernel import ops as fk_ops, spec
 from fuel_kernel.graph import Graph
 from fuel_kernel.errors import STATUS_ERRORS
@@ -720,3 +725,124 @@ def test_nf4_graph_plan_runs_any_row_count():
         (got,) = plan.run([a_values, np.array([rows], np.int32)])
         assert (got[rows:] == 0).all()
         nf4_check(got[:rows], a_values[:rows], codes, absmax, n, kernel.precision)
+
+
+# ---- m = 1 in registers (every GGML type): one F32 order in every ISA form ------------------------
+# The AVX-512, AVX2 and portable forms (quant_kernels.h.in) compute the same fused operations in the
+# same order, so each result must equal oracles.qgemv_register_bits bit for bit.  This process runs
+# the form its CPU picks; FUEL_KERNEL_QGEMV_FORM ("portable", "avx2"), read when the module loads,
+# makes a child process run a lower one on the same inputs.
+REGISTER_FORMS = oracles.QGEMV_IN_REGISTERS
+
+
+def register_bits(a, w, name, n):
+    return oracles.qgemv_register_bits(np.asarray(a, np.float32)[0], w, QUANTS[name].code, n, a.shape[1])
+
+
+def assert_register_bits(got, a, w, name, n):
+    want = register_bits(a, w, name, n)
+    np.testing.assert_array_equal(np.asarray(got, np.float32).reshape(-1).view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("name", REGISTER_FORMS)
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 7, 37, 64])
+def test_register_forms_give_the_documented_bits(name, n):
+    """Every row count left over by the groups of 4 rows, one block and 11 blocks, gguf's blocks
+    and random ones (zero and subnormal scales included)."""
+    rng = np.random.default_rng(QUANTS[name].code * 10 + n)
+    for k in (QUANTS[name].block_size, 11 * QUANTS[name].block_size):
+        for w in (quantized(name, n, k, rng), random_blocks(name, n, k, rng)):
+            a = rng.standard_normal((1, k)).astype(np.float32)
+            got, _ = run(a, w, name, n)
+            assert_register_bits(got, a, w, name, n)
+
+
+@pytest.mark.parametrize("name", REGISTER_FORMS)
+@pytest.mark.parametrize("layout", A_LAYOUTS)
+@pytest.mark.parametrize("dtype", [D.F32, D.BF16])
+def test_register_forms_take_a_in_any_layout(name, layout, dtype):
+    """A widened to k contiguous F32 values first, so any layout and BF16 give the bits of that row;
+    W strided (gathered) and C strided."""
+    rng = np.random.default_rng(len(layout) + QUANTS[name].code)
+    n, k = 11, 3 * QUANTS[name].block_size
+    w = quantized(name, n, k, rng)
+    a = make_operand((1, k), dtype, layout, rng, special=False)
+    got, kernel = run(a, w, name, n)
+    assert_register_bits(got, a, w, name, n)
+    check(got, a, w, name, n, kernel.precision)
+    w_strided = np.zeros(2 * w.size, np.uint8)[::2]
+    w_strided[...] = w
+    out = np.full((1, 2 * n), 7.0, np.float32)
+    run(a, w_strided, name, n, out=out[:, ::-2])
+    assert_register_bits(out[:, ::-2], a, w, name, n)
+    assert (out[:, ::2] == 7.0).all()
+
+
+@pytest.mark.parametrize("name", REGISTER_FORMS)
+def test_register_forms_at_every_thread_count_and_run_time_count(name):
+    """600 rows: 18 full chunks of 32 and one of 24, over 1, 2 and 3 threads; then a run-time row
+    count of 1 (the streaming path) out of 3 rows of A."""
+    rng = np.random.default_rng(QUANTS[name].code + 77)
+    n, k = 600, 1024
+    w = random_blocks(name, n, k, rng)
+    a = rng.standard_normal((1, k)).astype(np.float32)
+    before = fk.get_num_threads()
+    try:
+        for threads in (1, 2, 3):
+            fk.set_num_threads(threads)
+            got, _ = run(a, w, name, n)
+            assert_register_bits(got, a, w, name, n)
+    finally:
+        fk.set_num_threads(before)
+    a3 = rng.standard_normal((3, k)).astype(np.float32)
+    got, _ = count_run(a3, w, name, n, 1, m=0)
+    assert_register_bits(got[:1], a3[:1], w, name, n)
+    assert (got[1:] == 0).all()
+
+
+CHILD = """
+import sys
+import numpy as np
+import fuel_kernel as fk
+cases = np.load(sys.argv[1])
+out = {}
+for key in cases.files:
+    if key.startswith("a_"):
+        tag = key[2:]
+        a, w, code, n = cases[key], cases["w_" + tag], int(cases["code_" + tag]), int(cases["n_" + tag])
+        fk.set_num_threads(int(cases["threads_" + tag]))
+        kernel = fk.bindings().lookup(fk.OpKind.QMATMUL, [fk.DType.F32, fk.DType.U8, fk.DType.F32], fk.Backend.CPU)
+        c = np.full((1, n), np.nan, np.float32)
+        out[tag] = kernel(a, w, out=c, params=fk.params.qmatmul(code, 1, n, a.shape[1]))
+np.savez(sys.argv[2], **out)
+"""
+
+
+@pytest.mark.parametrize("form", ["portable", "avx2"])
+def test_every_form_runs_on_this_machine(form, tmp_path):
+    """A child process with FUEL_KERNEL_QGEMV_FORM=form (the portable form; AVX2, which an AVX-512
+    CPU would not pick, and which a CPU without it replaces by the portable one) gives the
+    documented bits, and the same as this process's form."""
+    rng = np.random.default_rng(404)
+    cases = {}
+    for name in REGISTER_FORMS:
+        bs = QUANTS[name].block_size
+        for n, k, threads in ((1, bs, 1), (7, 11 * bs, 1), (37, 4096, 2), (600, 1024, 3)):
+            tag = f"{name}_{n}_{k}"
+            cases.update({"a_" + tag: rng.standard_normal((1, k)).astype(np.float32),
+                          "w_" + tag: random_blocks(name, n, k, rng), "code_" + tag: QUANTS[name].code,
+                          "n_" + tag: n, "threads_" + tag: threads})
+    np.savez(tmp_path / "cases.npz", **cases)
+    env = child_env()
+    env["FUEL_KERNEL_QGEMV_FORM"] = form
+    result = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path / "cases.npz"), str(tmp_path / "out.npz")],
+                            env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-4000:]
+    child = np.load(tmp_path / "out.npz")
+    assert len(child.files) == len(REGISTER_FORMS) * 4
+    for tag in child.files:
+        name = tag[:4]
+        a, w, n = cases["a_" + tag], cases["w_" + tag], cases["n_" + tag]
+        assert_register_bits(child[tag], a, w, name, n)
+        here, _ = run(a, w, name, n)
+        np.testing.assert_array_equal(child[tag].view(np.uint32), here.view(np.uint32))
