@@ -143,8 +143,9 @@ static inline void fk_vm_drain_lines(const fk_vm_drain *dr, int64_t lo, int64_t 
                                         fk_vm_drain *dr, int64_t blocks, const char *ctx) {          \
         const int n_src = vm->n_slots + vm->n_regs;                                                  \
         const int64_t bytes = FK_VM_BLOCK_BYTES, es = (int64_t)sizeof(T);                            \
-        const fk_vm_i_##SUF sign = (fk_vm_i_##SUF){0} + ((IT)1 << (8 * sizeof(IT) - 1));              \
+        const fk_vm_i_##SUF sign = (fk_vm_i_##SUF){0} + (IT)((uint64_t)1 << (8 * sizeof(IT) - 1));    \
         const fk_vm_v_##SUF zero = {0};                                                              \
+        const fk_vm_i_##SUF quiet = (fk_vm_i_##SUF){0} + ((IT)1 << (sizeof(IT) == 4 ? 22 : 51));    \
         fk_vm_sources at = *src;                                                                     \
         for (int64_t b = 0; b < blocks; b++) {                                                       \
             for (int c = 0; c < vm->n_code; c++) {                                                   \
@@ -159,9 +160,14 @@ static inline void fk_vm_drain_lines(const fk_vm_drain *dr, int64_t lo, int64_t 
                 char *d = at.p[in->arg[in->nargs - 1]];                                              \
                 int64_t j;                                                                           \
                 switch (in->op) {                                                                    \
-                FK_VM_CASE(SUF, FK_VM_ADD, a + b)                                                    \
+                /* the kernels' x + y and x * y return x's NaN (quieted) when x is one, as x86   \
+                 * arithmetic does for its first operand; GCC may swap a commutative vector op's   \
+                 * operands, so that case is selected here */                                       \
+                FK_VM_CASE(SUF, FK_VM_ADD, (fk_vm_v_##SUF)fk_vm_sel_##SUF(a != a, fk_vm_bits_##SUF(a) | quiet, \
+                                                                       fk_vm_bits_##SUF(a + b)))   \
                 FK_VM_CASE(SUF, FK_VM_SUB, a - b)                                                    \
-                FK_VM_CASE(SUF, FK_VM_MUL, a * b)                                                    \
+                FK_VM_CASE(SUF, FK_VM_MUL, (fk_vm_v_##SUF)fk_vm_sel_##SUF(a != a, fk_vm_bits_##SUF(a) | quiet, \
+                                                                       fk_vm_bits_##SUF(a * b)))   \
                 FK_VM_CASE(SUF, FK_VM_DIV, a / b)                                                    \
                 /* FK_E_MAXIMUM_FLT: a NaN a, else a NaN b, else a > b ? a : b (b on ties) */       \
                 FK_VM_CASE(SUF, FK_VM_MAXIMUM, (fk_vm_v_##SUF)fk_vm_sel_##SUF(a != a, fk_vm_bits_##SUF(a), \
