@@ -112,6 +112,13 @@ static inline void fk_vm_drain_lines(const fk_vm_drain *dr, int64_t lo, int64_t 
 #endif
 }
 
+/* r = a OP b by the instruction TEMPLATE (output %0, first source %1, second %2) on x86-64 */
+#if defined(__x86_64__)
+#define FK_VM_FIRST_SOURCE(TEMPLATE, r, a, b, OP) __asm__(TEMPLATE : "=&x"(r) : "x"(a), "x"(b))
+#else
+#define FK_VM_FIRST_SOURCE(TEMPLATE, r, a, b, OP) ((r) = (a)OP(b))
+#endif
+
 /* One form: FK_VM_FORM(name suffix, ISA attribute, element type, its same-width integer, vector
  * bytes).  fk_vm_blocks_<SUF> runs the program on `blocks` consecutive blocks from the sources in
  * *src: step[s] is how far source s moves per block (FK_VM_BLOCK_BYTES for a block in memory, 0
@@ -119,7 +126,7 @@ static inline void fk_vm_drain_lines(const fk_vm_drain *dr, int64_t lo, int64_t 
  * block; NULL: left in the staging block), through *dr where out[s] is 16-byte aligned (the
  * staging block then alternates with the one at src->p[s] ^ flip[s]; src->p[s] is left at the
  * one the next block computes into), else copied at once. */
-#define FK_VM_FORM(SUF, ATTR, T, IT, VB)                                                              \
+#define FK_VM_FORM(SUF, ATTR, T, IT, VB, ADD_ASM, MUL_ASM)                                            \
     typedef T fk_vm_v_##SUF __attribute__((vector_size(VB)));                                       \
     typedef IT fk_vm_i_##SUF __attribute__((vector_size(VB)));                                      \
     ATTR static inline __attribute__((always_inline)) fk_vm_v_##SUF fk_vm_ld_##SUF(const char *p) {  \
@@ -133,6 +140,19 @@ static inline void fk_vm_drain_lines(const fk_vm_drain *dr, int64_t lo, int64_t 
     ATTR static inline __attribute__((always_inline)) fk_vm_i_##SUF fk_vm_bits_##SUF(fk_vm_v_##SUF v) { \
         return (fk_vm_i_##SUF)v;                                                                     \
     }                                                                                                \
+    /* a + b and a * b with a as the instruction's first source: the kernels' x + y and x * y return   \
+     * x's NaN (quieted) when both are NaN, as x86 arithmetic does for its first source, and GCC     \
+     * may swap the operands of a commutative vector op */                                           \
+    ATTR static inline __attribute__((always_inline)) fk_vm_v_##SUF fk_vm_add_##SUF(fk_vm_v_##SUF a, fk_vm_v_##SUF b) { \
+        fk_vm_v_##SUF r;                                                                             \
+        FK_VM_FIRST_SOURCE(ADD_ASM, r, a, b, +);                                                     \
+        return r;                                                                                    \
+    }                                                                                                \
+    ATTR static inline __attribute__((always_inline)) fk_vm_v_##SUF fk_vm_mul_##SUF(fk_vm_v_##SUF a, fk_vm_v_##SUF b) { \
+        fk_vm_v_##SUF r;                                                                             \
+        FK_VM_FIRST_SOURCE(MUL_ASM, r, a, b, *);                                                     \
+        return r;                                                                                    \
+    }                                                                                                \
     /* m ? a : b on bits (m lanes all ones or all zeros) */                                          \
     ATTR static inline __attribute__((always_inline)) fk_vm_i_##SUF fk_vm_sel_##SUF(                 \
             fk_vm_i_##SUF m, fk_vm_i_##SUF a, fk_vm_i_##SUF b) {                                     \
@@ -145,7 +165,6 @@ static inline void fk_vm_drain_lines(const fk_vm_drain *dr, int64_t lo, int64_t 
         const int64_t bytes = FK_VM_BLOCK_BYTES, es = (int64_t)sizeof(T);                            \
         const fk_vm_i_##SUF sign = (fk_vm_i_##SUF){0} + (IT)((uint64_t)1 << (8 * sizeof(IT) - 1));    \
         const fk_vm_v_##SUF zero = {0};                                                              \
-        const fk_vm_i_##SUF quiet = (fk_vm_i_##SUF){0} + ((IT)1 << (sizeof(IT) == 4 ? 22 : 51));    \
         fk_vm_sources at = *src;                                                                     \
         for (int64_t b = 0; b < blocks; b++) {                                                       \
             for (int c = 0; c < vm->n_code; c++) {                                                   \
@@ -160,14 +179,9 @@ static inline void fk_vm_drain_lines(const fk_vm_drain *dr, int64_t lo, int64_t 
                 char *d = at.p[in->arg[in->nargs - 1]];                                              \
                 int64_t j;                                                                           \
                 switch (in->op) {                                                                    \
-                /* the kernels' x + y and x * y return x's NaN (quieted) when x is one, as x86   \
-                 * arithmetic does for its first operand; GCC may swap a commutative vector op's   \
-                 * operands, so that case is selected here */                                       \
-                FK_VM_CASE(SUF, FK_VM_ADD, (fk_vm_v_##SUF)fk_vm_sel_##SUF(a != a, fk_vm_bits_##SUF(a) | quiet, \
-                                                                       fk_vm_bits_##SUF(a + b)))   \
+                FK_VM_CASE(SUF, FK_VM_ADD, fk_vm_add_##SUF(a, b))                                    \
                 FK_VM_CASE(SUF, FK_VM_SUB, a - b)                                                    \
-                FK_VM_CASE(SUF, FK_VM_MUL, (fk_vm_v_##SUF)fk_vm_sel_##SUF(a != a, fk_vm_bits_##SUF(a) | quiet, \
-                                                                       fk_vm_bits_##SUF(a * b)))   \
+                FK_VM_CASE(SUF, FK_VM_MUL, fk_vm_mul_##SUF(a, b))                                    \
                 FK_VM_CASE(SUF, FK_VM_DIV, a / b)                                                    \
                 /* FK_E_MAXIMUM_FLT: a NaN a, else a NaN b, else a > b ? a : b (b on ties) */       \
                 FK_VM_CASE(SUF, FK_VM_MAXIMUM, (fk_vm_v_##SUF)fk_vm_sel_##SUF(a != a, fk_vm_bits_##SUF(a), \
@@ -228,13 +242,14 @@ typedef void fk_vm_blocks_fn(const fk_plan_vm *vm, fk_vm_sources *src, const int
                              char *const *out, const uintptr_t *flip, fk_vm_drain *dr, int64_t blocks,
                              const char *ctx);
 
-FK_VM_FORM(f32_base, , float, int32_t, 16)
-FK_VM_FORM(f64_base, , double, int64_t, 16)
+/* the baseline's two-operand SSE forms write their first source (tied to the output) */
+FK_VM_FORM(f32_base, , float, int32_t, 16, "movaps %1, %0\n\taddps %2, %0", "movaps %1, %0\n\tmulps %2, %0")
+FK_VM_FORM(f64_base, , double, int64_t, 16, "movapd %1, %0\n\taddpd %2, %0", "movapd %1, %0\n\tmulpd %2, %0")
 #if FK_HAVE_ISA_V4
-FK_VM_FORM(f32_v3, FK_ISA_V3, float, int32_t, 32)
-FK_VM_FORM(f64_v3, FK_ISA_V3, double, int64_t, 32)
-FK_VM_FORM(f32_v4, FK_ISA_V4, float, int32_t, 64)
-FK_VM_FORM(f64_v4, FK_ISA_V4, double, int64_t, 64)
+FK_VM_FORM(f32_v3, FK_ISA_V3, float, int32_t, 32, "vaddps %2, %1, %0", "vmulps %2, %1, %0")
+FK_VM_FORM(f64_v3, FK_ISA_V3, double, int64_t, 32, "vaddpd %2, %1, %0", "vmulpd %2, %1, %0")
+FK_VM_FORM(f32_v4, FK_ISA_V4, float, int32_t, 64, "vaddps %2, %1, %0", "vmulps %2, %1, %0")
+FK_VM_FORM(f64_v4, FK_ISA_V4, double, int64_t, 64, "vaddpd %2, %1, %0", "vmulpd %2, %1, %0")
 FK_ISA_PICK(fk_vm_blocks_f32, (const fk_plan_vm *vm, fk_vm_sources *src, const int64_t *step,
                                char *const *out, const uintptr_t *flip, fk_vm_drain *dr, int64_t blocks,
                                const char *ctx),
