@@ -268,7 +268,7 @@ FK_ISA_PICK(fk_vm_blocks_f64, (const fk_plan_vm *vm, fk_vm_sources *src, const i
 #endif
 
 /* Run the program on the flat elements [start, end) of the group (C order of its shape): cut at
- * row ends into segments whose sources are contiguous, each run a whole block at a time, and a
+ * row ends (when a slot reads a row) into segments whose sources are contiguous, each run a whole block at a time, and a
  * segment's last partial block staged (its inputs copied into their slots' blocks, its outputs
  * copied out of theirs).  bases: the run's base pointers; blk: FK_VM_SCRATCH_BYTES, 64-byte
  * aligned.  Leaves non-temporal stores to fence. */
@@ -287,7 +287,9 @@ static void fk_vm_run_range(const fk_plan_vm *vm, char *const *bases, const char
         staged.p[s] = blk + (int64_t)s * FK_VM_BLOCK_BYTES;
         step[s] = 0;
     }
+    int64_t cut = end;                           /* segments end at row ends when a row is read */
     for (int s = 0; s < vm->n_slots; s++) {
+        if (vm->slot_kind[s] == FK_VM_LASTROW) cut = vm->row_len;
         flip[s] = (uintptr_t)staged.p[s] ^ (uintptr_t)(blk + (int64_t)(FK_VM_MAX_SOURCES + s) * FK_VM_BLOCK_BYTES);
         if (vm->slot_kind[s] == FK_VM_SCALAR) {  /* its element in every lane */
             const char *v = bases[vm->slot_base[s]] + vm->slot_offset[s];
@@ -296,7 +298,7 @@ static void fk_vm_run_range(const fk_plan_vm *vm, char *const *bases, const char
     }
     src = staged;
     for (int64_t i = start; i < end;) {
-        int64_t at = i % vm->row_len, n = vm->row_len - at < end - i ? vm->row_len - at : end - i;
+        int64_t at = i % vm->row_len, n = cut - i % cut < end - i ? cut - i % cut : end - i;
         int64_t whole = n / per_block, rest = n - whole * per_block;
         for (int s = 0; s < vm->n_slots; s++) {
             char *base = bases[vm->slot_base[s]] + vm->slot_offset[s];

@@ -513,6 +513,9 @@ def _lay_out(group: "_Group", member_indices: Set[int], steps: List[Any], output
 # The ops a vector program computes inline (fuel_kernel/cpu/vector_program.h: the kernels' scalar
 # definitions on vectors); any other elementwise member calls its kernel's row function there.
 VECTOR_INLINE = {OpKind[name]: code for name, code in VECTOR_OPCODES.items() if name != "ROW"}
+# A program that reads a last-axis row runs each row as its own segment, its last block partial
+# (computed whole): rows shorter than this would spend most of each block on nothing.
+VECTOR_MIN_ROW = 64
 
 
 def _vector_slot_kind(value: Value, shape: tuple) -> Optional[str]:
@@ -589,6 +592,8 @@ def vector_program(group: "_Group") -> Tuple[Optional[tuple], str]:
             return None, "it writes a view"
         slot_of[v.buffer.id] = len(slots)
         slots.append(("out", v))
+    if any(kind == "row" for kind, _ in slots) and group.shape[-1] < VECTOR_MIN_ROW:
+        return None, f"it reads rows of {group.shape[-1]} elements (fewer than {VECTOR_MIN_ROW})"
     if len(slots) > VECTOR_LIMITS["slots"]:
         return None, f"it reads and writes {len(slots)} arrays (at most {VECTOR_LIMITS['slots']})"
     if len(group.members) > VECTOR_LIMITS["code"]:

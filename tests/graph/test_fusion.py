@@ -789,8 +789,8 @@ def test_vector_program_ops_give_the_unfused_bytes(dtype, shape, tiles, rng, mon
     """Every op with an inline form, on both operand orders against a whole operand, a last-axis
     row, a scalar and itself, over special values (NaNs of both signs with payloads, infinities,
     zeros, subnormals): a vector program (explain() says so) with the unfused bytes on 1, 2 and
-    3 threads.  Tiles of 24 elements cut rows of 5 (every block partial), default tiles rows of
-    700 and 1000 (whole blocks and a partial one)."""
+    3 threads.  Tiles of 24 elements (every block partial; rows of 5 are too short to read as
+    rows), default tiles rows of 700 and 1000 (whole blocks and a partial one)."""
     if tiles == "small":
         for name in ("TILE_MIN_ELEMENTS", "TILE_MAX_ELEMENTS", "ROW_TILE_MIN_ELEMENTS", "ROW_TILE_MAX_ELEMENTS"):
             monkeypatch.setattr(planner, name, 24)
@@ -798,12 +798,13 @@ def test_vector_program_ops_give_the_unfused_bytes(dtype, shape, tiles, rng, mon
     x, y = g.input(shape, dtype), g.input(shape, dtype)
     row, scalar = g.input(shape[-1:], dtype), g.input((), dtype)
     outs = []
+    others = (y, row, scalar, x) if shape[-1] >= planner.VECTOR_MIN_ROW else (y, scalar, x)
     for op in VECTOR_BINARY:
-        for other in (y, row, scalar, x):
+        for other in others:
             t = g.op(op, x, other)
             outs += [t, g.op(op, other, t)]     # t written out and read by a member
     for op in VECTOR_UNARY:
-        outs += [g.op(op, x), g.op(op, g.op(op, y)), g.op(op, g.mul(x, row))]
+        outs += [g.op(op, x), g.op(op, g.op(op, y)), g.op(op, g.mul(x, others[1]))]
     arrays = [special_values(v.shape, dtype, rng) for v in (x, y, row, scalar)]
     plan, got, expected = fused_and_unfused(g, outs, arrays)
     for k, (a, b) in enumerate(zip(got, expected)):
@@ -854,12 +855,16 @@ def test_strided_offset_and_partly_broadcast_operands_keep_the_tile_path(rng, sm
             "negative": "it reads a strided, offset or partly broadcast view of shape [3, 7, 5]",
             "offset": "it reads a strided, offset or partly broadcast view of shape [3, 7, 5]",
             "broadcast": "it reads a strided, offset or partly broadcast view of shape [3, 7, 5]",
-            "row": "it reads a strided, offset or partly broadcast view of shape [7, 5]"}
+            "row": "it reads a strided, offset or partly broadcast view of shape [7, 5]",
+            "last-axis row": f"it reads rows of 5 elements (fewer than {planner.VECTOR_MIN_ROW})"}
     for view, why in whys.items():
         g = fg.Graph()
         inputs = Inputs(g, rng)
         x = inputs.value(F32, view="contiguous")
-        y = g.maximum(g.mul(x, inputs.value(F32, view=view)), x)
+        other = g.input(SHAPE[-1:], F32) if view == "last-axis row" else inputs.value(F32, view=view)
+        if view == "last-axis row":
+            inputs.arrays.append(random_values(SHAPE[-1:], F32, rng))
+        y = g.maximum(g.mul(x, other), x)
         plan, got, expected = fused_and_unfused(g, y, inputs.arrays)
         assert same_bytes(got, expected), view
         assert vector_note(plan) == f"not a vector program: {why}", view
