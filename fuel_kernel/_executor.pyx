@@ -723,13 +723,14 @@ cdef extern from *:
 
     enum:
         FK_VM_ADD, FK_VM_SUB, FK_VM_MUL, FK_VM_DIV, FK_VM_MAXIMUM, FK_VM_MINIMUM, FK_VM_NEG, FK_VM_ABS
-        FK_VM_SQR, FK_VM_RELU, FK_VM_ROW
+        FK_VM_SQR, FK_VM_RELU, FK_VM_ROW, FK_VM_PAIR
         FK_VM_FULL, FK_VM_LASTROW, FK_VM_SCALAR, FK_VM_OUT
         FK_VM_MAX_SLOTS, FK_VM_MAX_REGS, FK_VM_MAX_CODE, FK_VM_POST_CLEAR, FK_VM_POST_FLIP
 
     ctypedef struct fk_vm_insn:
         uint8_t op
         uint8_t post
+        uint8_t pair
         uint8_t nargs
         uint8_t arg[8]
         int32_t member
@@ -817,7 +818,7 @@ cdef void *grow(void *array, int64_t *capacity, int64_t needed, size_t item) exc
 # member's row function on the block) and its slot kinds: what the planner's vector_program writes.
 VECTOR_OPCODES = {"ADD": FK_VM_ADD, "SUB": FK_VM_SUB, "MUL": FK_VM_MUL, "DIV": FK_VM_DIV,
                   "MAXIMUM": FK_VM_MAXIMUM, "MINIMUM": FK_VM_MINIMUM, "NEG": FK_VM_NEG, "ABS": FK_VM_ABS,
-                  "SQR": FK_VM_SQR, "RELU": FK_VM_RELU, "ROW": FK_VM_ROW}
+                  "SQR": FK_VM_SQR, "RELU": FK_VM_RELU, "ROW": FK_VM_ROW, "PAIR": FK_VM_PAIR}
 VECTOR_SLOTS = {"full": FK_VM_FULL, "row": FK_VM_LASTROW, "scalar": FK_VM_SCALAR, "out": FK_VM_OUT}
 VECTOR_LIMITS = {"slots": FK_VM_MAX_SLOTS, "registers": FK_VM_MAX_REGS, "code": FK_VM_MAX_CODE}
 VECTOR_POST = {"clear": FK_VM_POST_CLEAR, "flip": FK_VM_POST_FLIP}
@@ -1055,15 +1056,20 @@ cdef class PlanProgram:
             vm.slot_kind[s] = kind
             vm.slot_base[s] = base
             vm.slot_offset[s] = byte_offset
-        for c, (op, member, args, post) in enumerate(code):
-            if not FK_VM_ADD <= op <= FK_VM_ROW or not 0 <= member < n_members or \
-                    post & ~(FK_VM_POST_CLEAR | FK_VM_POST_FLIP) or (post and op == FK_VM_ROW):
+        for c, instruction in enumerate(code):
+            op, member, args, post = instruction[:4]
+            pair = instruction[4] if op == FK_VM_PAIR and len(instruction) == 5 else -1
+            if not FK_VM_ADD <= op <= FK_VM_PAIR or not 0 <= member < n_members or len(instruction) != 4 + (op == FK_VM_PAIR) or \
+                    post & ~(FK_VM_POST_CLEAR | FK_VM_POST_FLIP) or (post and op == FK_VM_ROW) or \
+                    (op == FK_VM_PAIR and not 0 <= pair < 18):
                 raise ValueError(f"vector program instruction {c} names op {op} of member {member}, epilogue {post}")
             step = &self.steps[first_member + member]
-            if len(args) != step.n_in + step.n_out or (op != FK_VM_ROW and len(args) != (3 if op <= FK_VM_MINIMUM else 2)):
+            if (op == FK_VM_ROW and len(args) != step.n_in + step.n_out) or \
+                    (op != FK_VM_ROW and len(args) != (4 if op == FK_VM_PAIR else 3 if op <= FK_VM_MINIMUM else 2)):
                 raise ValueError(f"vector program instruction {c} has {len(args)} arguments")
             vm.code[c].op = op
             vm.code[c].post = post
+            vm.code[c].pair = pair if pair >= 0 else 0
             vm.code[c].member = member
             vm.code[c].nargs = len(args)
             for k, a in enumerate(args):

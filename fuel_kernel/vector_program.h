@@ -41,7 +41,10 @@
 enum {
     FK_VM_ADD = 1, FK_VM_SUB, FK_VM_MUL, FK_VM_DIV, FK_VM_MAXIMUM, FK_VM_MINIMUM,
     FK_VM_NEG, FK_VM_ABS, FK_VM_SQR, FK_VM_RELU,
-    FK_VM_ROW                        /* the member's row function on the block */
+    FK_VM_ROW,                       /* the member's row function on the block */
+    /* two of ADD SUB MUL in one pass, the first's result kept in registers: args a, b, c, dst;
+     * pair: (op1 - 1) * 6 + (op2 - 1) * 2 + (1 when the result is op2's second operand) */
+    FK_VM_PAIR
 };
 /* what a slot addresses (FK_VM_OUT: a written output; the others are inputs) */
 enum { FK_VM_FULL = 0, FK_VM_LASTROW = 1, FK_VM_SCALAR = 2, FK_VM_OUT = 3 };
@@ -63,6 +66,7 @@ enum { FK_VM_POST_CLEAR = 1, FK_VM_POST_FLIP = 2 };
 typedef struct {
     uint8_t op;
     uint8_t post;                    /* FK_VM_POST_* bits; 0 for FK_VM_ROW */
+    uint8_t pair;                    /* FK_VM_PAIR: which pair */
     uint8_t nargs;                   /* sources then the destination, as the member's operands */
     uint8_t arg[FK_MAX_OPERANDS];    /* a slot (< n_slots) or register n_slots + r */
     int32_t member;                  /* the group member it computes */
@@ -153,6 +157,9 @@ static inline void fk_vm_drain_lines(const fk_vm_drain *dr, int64_t lo, int64_t 
         FK_VM_FIRST_SOURCE(MUL_ASM, r, a, b, *);                                                     \
         return r;                                                                                    \
     }                                                                                                \
+    ATTR static inline __attribute__((always_inline)) fk_vm_v_##SUF fk_vm_sub_##SUF(fk_vm_v_##SUF a, fk_vm_v_##SUF b) { \
+        return a - b;                                                                                \
+    }                                                                                                \
     /* m ? a : b on bits (m lanes all ones or all zeros) */                                          \
     ATTR static inline __attribute__((always_inline)) fk_vm_i_##SUF fk_vm_sel_##SUF(                 \
             fk_vm_i_##SUF m, fk_vm_i_##SUF a, fk_vm_i_##SUF b) {                                     \
@@ -196,6 +203,16 @@ static inline void fk_vm_drain_lines(const fk_vm_drain *dr, int64_t lo, int64_t 
                 FK_VM_CASE(SUF, FK_VM_SQR, a * a)                                                    \
                 /* FK_U_RELU_F: x > 0 ? x : (NaN x ? x : +0) */                                     \
                 FK_VM_CASE(SUF, FK_VM_RELU, (fk_vm_v_##SUF)(fk_vm_bits_##SUF(a) & ((a > zero) | (a != a)))) \
+                case FK_VM_PAIR: {                                                                   \
+                    const char *z = at.p[in->arg[2]];                                                \
+                    switch (in->pair) {                                                              \
+                    FK_VM_PAIRS(SUF, fk_vm_add_##SUF, 0)                                             \
+                    FK_VM_PAIRS(SUF, fk_vm_sub_##SUF, 6)                                             \
+                    FK_VM_PAIRS(SUF, fk_vm_mul_##SUF, 12)                                            \
+                    default: break;                                                                  \
+                    }                                                                                \
+                    break;                                                                           \
+                }                                                                                    \
                 case FK_VM_ROW: {                                                                    \
                     char *ptrs[FK_MAX_OPERANDS];                                                     \
                     int64_t strides[FK_MAX_OPERANDS];                                                \
@@ -228,6 +245,22 @@ static inline void fk_vm_drain_lines(const fk_vm_drain *dr, int64_t lo, int64_t 
         for (int s = 0; s < vm->n_slots; s++)                                                        \
             if (vm->slot_kind[s] == FK_VM_OUT) src->p[s] = at.p[s];                                  \
     }
+/* the six pairs whose first op is F1 (pair codes BASE ..): second op ADD, SUB, MUL, each with the
+ * first result as its first or second operand */
+#define FK_VM_PAIRS(SUF, F1, BASE)                                                                   \
+    FK_VM_PAIR_CASE(SUF, BASE + 0, F1, fk_vm_add_##SUF(r, c))                                        \
+    FK_VM_PAIR_CASE(SUF, BASE + 1, F1, fk_vm_add_##SUF(c, r))                                        \
+    FK_VM_PAIR_CASE(SUF, BASE + 2, F1, fk_vm_sub_##SUF(r, c))                                        \
+    FK_VM_PAIR_CASE(SUF, BASE + 3, F1, fk_vm_sub_##SUF(c, r))                                        \
+    FK_VM_PAIR_CASE(SUF, BASE + 4, F1, fk_vm_mul_##SUF(r, c))                                        \
+    FK_VM_PAIR_CASE(SUF, BASE + 5, F1, fk_vm_mul_##SUF(c, r))
+#define FK_VM_PAIR_CASE(SUF, CODE, F1, EXPR2)                                                        \
+    case CODE:                                                                                       \
+        for (j = 0; j < FK_VM_BLOCK_BYTES; j += (int64_t)sizeof(fk_vm_v_##SUF)) {                   \
+            fk_vm_v_##SUF r = F1(fk_vm_ld_##SUF(x + j), fk_vm_ld_##SUF(y + j)), c = fk_vm_ld_##SUF(z + j); \
+            fk_vm_st_##SUF(d + j, (fk_vm_v_##SUF)((fk_vm_bits_##SUF(EXPR2) & keep) ^ flip_bits));    \
+        }                                                                                            \
+        break;
 /* one inline op: r = EXPR of the vectors a and b, for every vector of the block */
 #define FK_VM_CASE(SUF, OP, EXPR)                                                                    \
     case OP:                                                                                         \

@@ -286,7 +286,7 @@ class Plan:
                              f"call their row function directly on the tiles after the first")
                 if self._vector[index]:
                     code = step.vector[3]
-                    by_row = sum(1 for op, _, _, _ in code if op == VECTOR_ROW)
+                    by_row = sum(1 for instruction in code if instruction[0] == VECTOR_ROW)
                     lines.append(f"    vector program on the tiles after the first: {len(members) - by_row} of "
                                  f"{len(members)} members inline, {by_row} by row function, {len(code)} "
                                  f"instructions over blocks that stay in L1 ({len(step.vector[2])} arrays)")

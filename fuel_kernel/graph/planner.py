@@ -512,7 +512,7 @@ def _lay_out(group: "_Group", member_indices: Set[int], steps: List[Any], output
 # ---- vector programs -----------------------------------------------------------------------------
 # The ops a vector program computes inline (fuel_kernel/cpu/vector_program.h: the kernels' scalar
 # definitions on vectors); any other elementwise member calls its kernel's row function there.
-VECTOR_INLINE = {OpKind[name]: code for name, code in VECTOR_OPCODES.items() if name != "ROW"}
+VECTOR_INLINE = {OpKind[name]: code for name, code in VECTOR_OPCODES.items() if name not in ("ROW", "PAIR")}
 # A program that reads a last-axis row runs each row as its own segment, its last block partial
 # (computed whole): rows shorter than this would spend most of each block on nothing.
 VECTOR_MIN_ROW = 64
@@ -546,6 +546,28 @@ def _vector_slot_kind(value: Value, shape: tuple) -> Optional[str]:
     if all(s == (1 if d == last else 0) for d, s in seen):
         return "row"
     return None
+
+
+def _vector_pairs(code: list, n_slots: int, readers: Dict[int, int], group: "_Group") -> list:
+    """Join an ADD, SUB or MUL (no epilogue) with the ADD, SUB or MUL right after it that is the
+    only reader of its register: one pass computes both, the first result kept in registers
+    (VECTOR_OPCODES["PAIR"]: args a, b, c, dst and the pair code of vector_program.h)."""
+    arith = {VECTOR_OPCODES[name]: k for k, name in enumerate(("ADD", "SUB", "MUL"))}
+    out: list = []
+    for instruction in code:
+        op, member, args, post = instruction
+        if out and len(out[-1]) == 4 and out[-1][0] in arith and out[-1][3] == 0 and op in arith:
+            first_op, first_member, first_args, _ = out[-1]
+            r = first_args[-1]
+            value = group.members[first_member].output.buffer.id
+            if r >= n_slots and readers.get(value) == 1 and args[:2].count(r) == 1:
+                position = args.index(r)
+                code_number = arith[first_op] * 6 + arith[op] * 2 + position
+                out[-1] = (VECTOR_OPCODES["PAIR"], member, first_args[:2] + (args[1 - position], args[2]), post,
+                           code_number)
+                continue
+        out.append(instruction)
+    return out
 
 
 def vector_program(group: "_Group") -> Tuple[Optional[tuple], str]:
@@ -643,6 +665,7 @@ def vector_program(group: "_Group") -> Tuple[Optional[tuple], str]:
             code.append((before_op, before_member, before_args[:-1] + (args[-1],), post))
             continue
         code.append((VECTOR_OPCODES[op.name] if inline else VECTOR_OPCODES["ROW"], k, tuple(args), 0))
+    code = _vector_pairs(code, len(slots), readers, group)
     if n_registers > VECTOR_LIMITS["registers"]:
         return None, f"it needs {n_registers} registers (at most {VECTOR_LIMITS['registers']})"
     return (int(next(iter(dtypes))), group.shape[-1], slots, code), ""

@@ -457,9 +457,10 @@ def test_a_ten_op_expression_runs_on_l1_tiles_by_row_functions(rng):
     assert planner.ROW_TILE_MIN_ELEMENTS <= group.tile_elements <= planner.ROW_TILE_MAX_ELEMENTS
     assert group.tile_bytes <= planner.ROW_TILE_BUDGET_BYTES
     assert "10 of 10 members call their row function directly" in plan.explain()
-    # the tiles after the first run as a vector program: ABS and NEG ride on the add before them
+    # the tiles after the first run as a vector program: ABS and NEG ride on the add before them,
+    # and x*a + b, t*t - a and t*b + x are pairs
     assert vector_note(plan).startswith("vector program on the tiles after the first: 10 of 10 members inline, "
-                                        "0 by row function, 8 instructions")
+                                        "0 by row function, 5 instructions")
     for n in (2, 3):                    # the streamed output stored by pool tasks, not drained
         with fk.threads(n):
             assert same_bytes(plan.run(arrays), expected), n
@@ -933,3 +934,32 @@ def test_add_group_checks_vector_programs():
     out = np.empty(shape, np.float32)
     p.run([x, out, np.empty(512, np.uint8)])
     assert same_bytes(out, -x)
+
+
+@pytest.mark.parametrize("dtype", (F32, F64), ids=lambda d: d.short_name)
+def test_vector_program_pairs_give_the_unfused_bytes(dtype, rng):
+    """Each of the 18 pairs (ADD, SUB or MUL, then ADD, SUB or MUL reading its result as the first
+    or the second operand) runs as one instruction over whole, row and scalar operands and special
+    values, with and without a sign-bit epilogue: the unfused bytes on 1, 2 and 3 threads."""
+    shape = (9, 1000)
+    arith = (fk.OpKind.ADD, fk.OpKind.SUB, fk.OpKind.MUL)
+    g = fg.Graph()
+    x, y = g.input(shape, dtype), g.input(shape, dtype)
+    row, scalar = g.input(shape[-1:], dtype), g.input((), dtype)
+    outs = []
+    for first in arith:
+        for second in arith:
+            for position, (b, c) in enumerate(((row, y), (scalar, x))):
+                t = g.op(first, x, b)
+                u = g.op(second, t, c) if position == 0 else g.op(second, c, t)
+                outs.append(g.neg(g.abs(u)) if second == fk.OpKind.SUB else u)
+    arrays = [special_values(v.shape, dtype, rng) for v in (x, y, row, scalar)]
+    plan, got, expected = fused_and_unfused(g, outs, arrays)
+    assert all(same_bytes(a, b) for a, b in zip(got, expected))
+    assert len(plan.groups) == 18
+    for group in plan.groups:
+        (instruction,) = group.vector[3]
+        assert instruction[0] == planner.VECTOR_OPCODES["PAIR"]
+    assert all(n.endswith("1 instructions over blocks that stay in L1 (4 arrays)") or
+               n.endswith("1 instructions over blocks that stay in L1 (3 arrays)") for n in vector_notes(plan))
+    check_every_thread_count(plan, arrays, expected)
