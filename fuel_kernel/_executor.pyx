@@ -7,7 +7,8 @@ output), and appends one fk_plan_step per kernel call here, or one group step fo
 of elementwise nodes (a MATMUL or CONV2D may head it, its epilogue).  run() only patches base pointers into the prepared storages and calls each
 entry's kernel; a group runs its members tile by tile (fk_plan_run_group below), each member that
 has a row function (a kernel module's tile_rows()) calling it directly on every tile after the
-first, through a loop planned here once.  The first failing
+first, through a loop planned here once; a group with a vector program (vector_program.h) runs
+its tiles after the first through that instead.  The first failing
 status stops the loop and is reported with the step's node.  The program holds the snapshot its
 entries live in.
 """

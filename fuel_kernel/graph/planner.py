@@ -582,7 +582,7 @@ def vector_program(group: "_Group") -> Tuple[Optional[tuple], str]:
     ABS whose input only the instruction before computes (its only reader) is folded into that
     instruction's post (VECTOR_POST: the sign bit cleared, then flipped, as it stores)."""
     if group.head is not None:
-        return None, f"it is the epilogue of {group.head.kernel.op.short_name}"
+        return None, f"it is the epilogue of {group.head.name}"
     if any(m.kernel.op in ROW_OPS for m in group.members):
         return None, "a member computes whole rows"
     if group.tile_axis < 0 or group.n_tiles < 2:
@@ -623,9 +623,11 @@ def vector_program(group: "_Group") -> Tuple[Optional[tuple], str]:
     register_of: Dict[int, int] = {}
     free: List[int] = []
     n_registers = 0
-    code = []
+    code: List[tuple] = []
     for k, m in enumerate(group.members):
         op = m.kernel.op
+        if not isinstance(op, OpKind):         # members are built-in ops (groupable)
+            return None, "a member is a runtime fused op"
         inline = op in VECTOR_INLINE and m.params is None
         if not inline and m.kernel.kernel_address not in rows:
             return None, f"{op.short_name} has no inline form and no row function"
