@@ -77,9 +77,14 @@ def family_depends(name):
                     and os.path.basename(h).replace(".h.in", ".h") not in shared)]
 
 
+# Headers one module alone includes (not a dependency of every kernel module).
+OWN_HEADERS = {"fuel_kernel._executor": ["fuel_kernel/vector_program.h"]}
+
+
 def extension(name, sources, extra_macros=(), extra_includes=()):
     return Extension(name, sources, include_dirs=list(extra_includes) + include_dirs,
-                     define_macros=macros + list(extra_macros), depends=family_depends(name),
+                     define_macros=macros + list(extra_macros),
+                     depends=family_depends(name) + OWN_HEADERS.get(name, []),
                      extra_compile_args=compile_args, extra_link_args=link_args)
 
 

@@ -8,6 +8,14 @@ from ._dispatch import BindingTable, Kernel, OpParams
 StepOperand = tuple[int, int, int, int, tuple[int, ...], tuple[int, ...], int]
 # A group member's operand may end with tile_axes: the mask of the group's axes it follows.
 GroupOperand = tuple[int, int, int, int, tuple[int, ...], tuple[int, ...], int, int]
+# A group's vector program: (dtype, row_len, slots (kind, base_index, byte_offset), code (opcode,
+# member index, args, post[, pair])).
+VectorProgram = tuple[int, int, list[tuple[int, int, int]], list[tuple[int, ...] | tuple[Any, ...]]]
+
+VECTOR_OPCODES: dict[str, int]
+VECTOR_SLOTS: dict[str, int]
+VECTOR_LIMITS: dict[str, int]
+VECTOR_POST: dict[str, int]
 
 class PlanProgram:
     """The compiled step list of one Plan; any number of threads may run it at once."""
@@ -22,7 +30,9 @@ class PlanProgram:
                   members: list[tuple[Kernel, int, str, list[StepOperand | GroupOperand], OpParams | None]
                                 | tuple[Kernel, int, str, list[StepOperand | GroupOperand], OpParams | None,
                                         object | None]],
-                  tile_outer: int = -1, serial: bool = False) -> tuple[bool, ...]: ...
+                  tile_outer: int = -1, serial: bool = False,
+                  program: VectorProgram | None = None) -> tuple[bool, ...]: ...
+    def vector_program(self, group: int) -> bool: ...
     def run(self, bases: list[Any]) -> None: ...
 
 def manifest_kernels(capsule: object, n_rows: int) -> list[tuple[int, int]]: ...

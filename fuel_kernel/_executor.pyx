@@ -7,7 +7,8 @@ output), and appends one fk_plan_step per kernel call here, or one group step fo
 of elementwise nodes (a MATMUL or CONV2D may head it, its epilogue).  run() only patches base pointers into the prepared storages and calls each
 entry's kernel; a group runs its members tile by tile (fk_plan_run_group below), each member that
 has a row function (a kernel module's tile_rows()) calling it directly on every tile after the
-first, through a loop planned here once.  The first failing
+first, through a loop planned here once; a group with a vector program (vector_program.h) runs
+its tiles after the first through that instead.  The first failing
 status stops the loop and is reported with the step's node.  The program holds the snapshot its
 entries live in.
 """
@@ -35,6 +36,7 @@ cdef extern from *:
     #include <string.h>
 
     #include "fuel_kernel/strided.h"
+    #include "vector_program.h"
 
     #define FK_PLAN_TILE_BASE (-1)   /* an operand in the group's tile buffer, not in a base */
 
@@ -138,6 +140,7 @@ cdef extern from *:
         int64_t tile_bytes;          /* one thread's tile buffer, a multiple of 64 */
         int32_t scratch_base;        /* the calling thread's tile buffer: this base (the arena) */
         int64_t scratch_offset;      /* at this byte; other threads' buffers are allocated per run */
+        int32_t vm_index;            /* its vector program (tiles after the first), or -1 */
     } fk_plan_group;
 
     /* One run of one group: shared by the tasks that run its tiles. */
@@ -150,6 +153,7 @@ cdef extern from *:
         const fk_params *no_params;
         const fk_plan_rows *rows;
         const char *ctx;             /* the members' row ctx, at fk_plan_rows.ctx_offset */
+        const fk_plan_vm *vm;        /* the group's vector program, or NULL */
         int n_streamed;              /* members that stream their output */
         int n_streams;               /* the rows the members mark to prefetch: member, operand */
         const fk_plan_rows *stream_rows[FK_PLAN_STREAMS];
@@ -351,6 +355,22 @@ cdef extern from *:
         }
     }
 
+    /* Tile `tile` (> 0) of a group with a vector program: its flat elements (an elementwise
+     * group's tile is one run of them: the axes before the tile axis take one index, the axes
+     * after it are whole) through the program; its non-temporal stores ordered before anything
+     * after the tile (another thread's read). */
+    static void fk_plan_vm_tile(const fk_plan_group_run *r, int64_t tile) {
+        const fk_plan_group *g = r->group;
+        _Alignas(64) char blk[FK_VM_SCRATCH_BYTES];
+        int k = g->tile_axis;
+        int64_t inner = 1, outer = tile / g->tiles_along, lo = tile % g->tiles_along * g->tile_len, len, start;
+        for (int d = k + 1; d < g->ndim; d++) inner *= g->shape[d];
+        len = g->shape[k] - lo < g->tile_len ? g->shape[k] - lo : g->tile_len;
+        start = (outer * g->shape[k] + lo) * inner;
+        fk_vm_run_range(r->vm, r->bases, r->ctx, start, start + len * inner, blk);
+        fk_plan_stream_fence();
+    }
+
     /* Run every member on tile `tile`, with intermediates in `scratch`; the failing member's
      * index goes to *failed.  Tile 0 calls every member's kernel, which checks everything it
      * checks on any call; the later tiles call the row functions of the members that have one
@@ -363,6 +383,10 @@ cdef extern from *:
         int64_t outer[FK_MAX_DIMS], lo = 0, len = 0;
         int k = g->tile_axis, m, i, status, n_members = r->members[0].n_members, last = 0;
         fk_plan_prefetch pf;
+        if (tile > 0 && r->vm != NULL) {
+            fk_plan_vm_tile(r, tile);
+            return FK_OK;
+        }
         pf.lines = 0;
         int prefetch = tile > 0 && r->n_streams > 0 && tile + 1 < g->n_tiles;
         fk_plan_tile_where(g, tile, outer, &lo, &len, &last);
@@ -544,6 +568,12 @@ cdef extern from *:
         pr->ctx_offset = ctx_offset;
     }
 
+    /* Instruction c of *vm calls the row function member `pr` calls on tiles. */
+    static void fk_plan_vm_bind_row(fk_plan_vm *vm, int c, const fk_plan_rows *pr) {
+        vm->row[c] = pr->row;
+        vm->ctx_offset[c] = pr->ctx_offset;
+    }
+
     /* A pool task: tile task + 1 in a free tile buffer (at most n_slots tasks run at once, so one
      * is free unless the thread setting grew during the call; then the task waits for one). */
     static void fk_plan_tile_task(void *context, int64_t task) {
@@ -580,8 +610,8 @@ cdef extern from *:
     static int fk_plan_run_group(const fk_plan_step *steps, const fk_plan_group *g,
                                  const fk_plan_operand *operands, const fk_layout *layouts,
                                  const fk_params *params, const fk_params *no_params,
-                                 const fk_plan_rows *rows, const char *ctx, char **bases,
-                                 int *failed_member) {
+                                 const fk_plan_rows *rows, const char *ctx, const fk_plan_vm *vms,
+                                 char **bases, int *failed_member) {
         fk_plan_group_run r;
         int threads = fk_num_threads(), status;
         int64_t t;
@@ -596,6 +626,7 @@ cdef extern from *:
         r.no_params = no_params;
         r.rows = rows;
         r.ctx = ctx;
+        r.vm = g->vm_index >= 0 ? &vms[g->vm_index] : NULL;
         for (t = 0; t < steps[0].n_members; t++) {
             const fk_plan_step *member = &steps[1 + t];
             if (member->rows_index >= 0) r.n_streamed += rows[member->rows_index].stream_out;
@@ -623,7 +654,7 @@ cdef extern from *:
                 }
             }
             if (threads <= 1) {
-                fk_plan_drain *dr = r.n_streamed ? (fk_plan_drain *)aligned_alloc(64, sizeof(fk_plan_drain)) : NULL;
+                fk_plan_drain *dr = r.n_streamed && r.vm == NULL ? (fk_plan_drain *)aligned_alloc(64, sizeof(fk_plan_drain)) : NULL;
                 if (dr != NULL) {
                     dr->next = dr->rows = 0;
                     dr->total = dr->done = 0;
@@ -689,10 +720,36 @@ cdef extern from *:
         int64_t tile_bytes
         int32_t scratch_base
         int64_t scratch_offset
+        int32_t vm_index
+
+    enum:
+        FK_VM_ADD, FK_VM_SUB, FK_VM_MUL, FK_VM_DIV, FK_VM_MAXIMUM, FK_VM_MINIMUM, FK_VM_NEG, FK_VM_ABS
+        FK_VM_SQR, FK_VM_RELU, FK_VM_ROW, FK_VM_PAIR
+        FK_VM_FULL, FK_VM_LASTROW, FK_VM_SCALAR, FK_VM_OUT
+        FK_VM_MAX_SLOTS, FK_VM_MAX_REGS, FK_VM_MAX_CODE, FK_VM_POST_CLEAR, FK_VM_POST_FLIP
+
+    ctypedef struct fk_vm_insn:
+        uint8_t op
+        uint8_t post
+        uint8_t pair
+        uint8_t nargs
+        uint8_t arg[8]
+        int32_t member
+
+    ctypedef struct fk_plan_vm:
+        int32_t dtype
+        int32_t n_slots, n_regs, n_code
+        int64_t row_len
+        int32_t slot_kind[16]
+        int32_t slot_base[16]
+        int64_t slot_offset[16]
+        fk_vm_insn code[64]
 
     int fk_plan_run_group(const fk_plan_step *steps, const fk_plan_group *g, const fk_plan_operand *operands,
                           const fk_layout *layouts, const fk_params *params, const fk_params *no_params,
-                          const fk_plan_rows *rows, const char *ctx, char **bases, int *failed_member) noexcept nogil
+                          const fk_plan_rows *rows, const char *ctx, const fk_plan_vm *vms, char **bases,
+                          int *failed_member) noexcept nogil
+    void fk_plan_vm_bind_row(fk_plan_vm *vm, int c, const fk_plan_rows *pr) noexcept nogil
     int fk_plan_rows_prepare(const fk_plan_group *g, const fk_plan_step *step, const fk_plan_operand *ops,
                              const fk_layout *layouts, fk_plan_rows *pr) noexcept nogil
     void fk_plan_rows_set(fk_plan_rows *pr, const fk_tile_row *row, int64_t ctx_offset) noexcept nogil
@@ -709,7 +766,8 @@ cdef fk_params NO_PARAMS                         # zero-filled: what a step with
 # members, which the loop skips: fk_plan_run_group runs them.
 cdef int run_steps(const fk_plan_step *steps, int n_steps, const fk_plan_operand *operands,
                    const fk_layout *layouts, const fk_params *params, const fk_plan_group *groups,
-                   const fk_plan_rows *rows, const char *ctx, char **bases, int *failed_step) noexcept nogil:
+                   const fk_plan_rows *rows, const char *ctx, const fk_plan_vm *vms, char **bases,
+                   int *failed_step) noexcept nogil:
     # Storages are copied to the stack and patched there, so threads can share one program.
     cdef fk_storage storage[FK_MAX_OPERANDS]
     cdef int s = 0, i, status, member
@@ -721,7 +779,7 @@ cdef int run_steps(const fk_plan_step *steps, int n_steps, const fk_plan_operand
         if step.group >= 0:
             member = -1
             status = fk_plan_run_group(step, &groups[step.group], operands, layouts, params, &NO_PARAMS,
-                                       rows, ctx, bases, &member)
+                                       rows, ctx, vms, bases, &member)
             if status != FK_OK:
                 failed_step[0] = s + 1 + member if member >= 0 else s
                 return status
@@ -755,6 +813,16 @@ cdef void *grow(void *array, int64_t *capacity, int64_t needed, size_t item) exc
         raise MemoryError()
     capacity[0] = new_capacity
     return grown
+
+
+# The vector program's instruction codes by op name (the ops with an inline form, and "ROW": a
+# member's row function on the block) and its slot kinds: what the planner's vector_program writes.
+VECTOR_OPCODES = {"ADD": FK_VM_ADD, "SUB": FK_VM_SUB, "MUL": FK_VM_MUL, "DIV": FK_VM_DIV,
+                  "MAXIMUM": FK_VM_MAXIMUM, "MINIMUM": FK_VM_MINIMUM, "NEG": FK_VM_NEG, "ABS": FK_VM_ABS,
+                  "SQR": FK_VM_SQR, "RELU": FK_VM_RELU, "ROW": FK_VM_ROW, "PAIR": FK_VM_PAIR}
+VECTOR_SLOTS = {"full": FK_VM_FULL, "row": FK_VM_LASTROW, "scalar": FK_VM_SCALAR, "out": FK_VM_OUT}
+VECTOR_LIMITS = {"slots": FK_VM_MAX_SLOTS, "registers": FK_VM_MAX_REGS, "code": FK_VM_MAX_CODE}
+VECTOR_POST = {"clear": FK_VM_POST_CLEAR, "flip": FK_VM_POST_FLIP}
 
 
 def tile_row_entries(capsule, int n_rows):
@@ -792,6 +860,8 @@ cdef class PlanProgram:
     cdef fk_params *params
     cdef fk_plan_group *groups
     cdef fk_plan_rows *rows                      # group members that call their row functions
+    cdef fk_plan_vm *vms                         # groups' vector programs
+    cdef int64_t n_vms, vms_capacity
     cdef char *ctx                               # and the ctx those take (16-byte aligned slots)
     cdef int64_t n_rows, rows_capacity, ctx_used, ctx_capacity
     cdef int64_t *base_bytes                     # per base: the bytes its steps address
@@ -815,6 +885,8 @@ cdef class PlanProgram:
         self.params = NULL
         self.groups = NULL
         self.rows = NULL
+        self.vms = NULL
+        self.n_vms = self.vms_capacity = 0
         self.ctx = NULL
         self.n_rows = self.rows_capacity = self.ctx_used = self.ctx_capacity = 0
         self.n_steps = self.n_top_steps = self.n_groups = 0
@@ -832,6 +904,7 @@ cdef class PlanProgram:
         free(self.params)
         free(self.groups)
         free(self.rows)
+        free(self.vms)
         free(self.ctx)
         free(self.base_bytes)
 
@@ -847,7 +920,7 @@ cdef class PlanProgram:
 
     def add_group(self, int node_id, str name, tuple shape, int tile_axis, int64_t tile_len,
                   int64_t tile_bytes, int scratch_base, int64_t scratch_offset, list members,
-                  int tile_outer=-1, bint serial=False):
+                  int tile_outer=-1, bint serial=False, object program=None):
         """A fused group: `members` are (kernel, node_id, name, operands, params) as add_step takes
         them, in order, where base_index -1 names the tile buffer (byte_offset into it; the layout
         has the whole output shape and the C-contiguous strides of the largest tile).  An operand
@@ -859,7 +932,13 @@ cdef class PlanProgram:
         a run splits the tiles across threads (never when `serial`: the tiles then run in order on
         the calling thread).  A member's optional sixth item, a 'fuel_kernel.tile_row' capsule of
         its kernel (tile_row_entries), lets it call that row function directly on every tile after
-        the first.  Returns, per member, whether it does."""
+        the first.  `program` (planner.vector_program): (dtype, row_len, slots, code), slots
+        (kind, base_index, byte_offset) per VECTOR_SLOTS, code (opcode, member index, args, post)
+        per VECTOR_OPCODES with args indexing the slots, then registers, and post the VECTOR_POST
+        bits of an inline instruction's sign-bit epilogue; the tiles after the first
+        run it instead of the members (an elementwise group tiled along an axis only; a ROW
+        instruction needs its member's row function).  Returns, per member, whether it calls its
+        row function directly; vector_program(group) says whether the group runs its program."""
         cdef fk_plan_step *step
         cdef fk_plan_group *group
         cdef int d, i, n_members = len(members)
@@ -916,6 +995,7 @@ cdef class PlanProgram:
         group.tile_bytes = tile_bytes
         group.scratch_base = scratch_base
         group.scratch_offset = scratch_offset
+        group.vm_index = -1
         if scratch_offset + tile_bytes > self.base_bytes[scratch_base]:
             self.base_bytes[scratch_base] = scratch_offset + tile_bytes
         step = &self.steps[self.n_steps]
@@ -939,7 +1019,73 @@ cdef class PlanProgram:
             direct.append(tile_row is not None and
                           self._direct_rows(&self.groups[self.n_groups - 1], &self.steps[first_member + i], tile_row))
         fk_plan_group_dedupe(&self.steps[first_member], n_members, self.operands, self.rows)
+        if program is not None and tile_axis >= 0 and tile_outer == tile_axis and not serial:
+            self._add_program(&self.groups[self.n_groups - 1], first_member, n_members, shape, program)
         return tuple(direct)
+
+    def vector_program(self, int group):
+        """Whether group `group` (in add_group order) runs its tiles after the first as a vector program."""
+        if not 0 <= group < self.n_groups:
+            raise IndexError(f"group {group} out of range")
+        return self.groups[group].vm_index >= 0
+
+    cdef _add_program(self, fk_plan_group *group, int first_member, int n_members, tuple shape, object program):
+        """Check `program` (add_group) against the group and record it; a ROW instruction whose
+        member has no row function leaves the group without one."""
+        cdef fk_plan_vm vm
+        cdef fk_plan_step *step
+        cdef int c, k, s
+        cdef int64_t numel = 1, es, need
+        memset(&vm, 0, sizeof(vm))
+        dtype, row_len, slots, code = program
+        if dtype not in (FK_F32, FK_F64) or row_len != shape[-1]:
+            raise ValueError(f"a vector program is over F32 or F64 rows of the group's last axis")
+        es = 8 if dtype == FK_F64 else 4
+        for extent in shape:
+            numel *= extent
+        if not 1 <= len(slots) <= FK_VM_MAX_SLOTS or not 1 <= len(code) <= FK_VM_MAX_CODE:
+            raise ValueError(f"a vector program has 1 to {FK_VM_MAX_SLOTS} slots and 1 to {FK_VM_MAX_CODE} instructions")
+        vm.dtype = dtype
+        vm.row_len = row_len
+        vm.n_slots = len(slots)
+        vm.n_code = len(code)
+        vm.n_regs = 0
+        for s, (kind, base, byte_offset) in enumerate(slots):
+            need = {FK_VM_FULL: numel, FK_VM_OUT: numel, FK_VM_LASTROW: row_len, FK_VM_SCALAR: 1}[kind] * es
+            if not 0 <= base < self.n_bases or byte_offset < 0 or byte_offset + need > self.base_bytes[base]:
+                raise ValueError(f"vector program slot {s} lies outside base {base}")
+            vm.slot_kind[s] = kind
+            vm.slot_base[s] = base
+            vm.slot_offset[s] = byte_offset
+        for c, instruction in enumerate(code):
+            op, member, args, post = instruction[:4]
+            pair = instruction[4] if op == FK_VM_PAIR and len(instruction) == 5 else -1
+            if not FK_VM_ADD <= op <= FK_VM_PAIR or not 0 <= member < n_members or len(instruction) != 4 + (op == FK_VM_PAIR) or \
+                    post & ~(FK_VM_POST_CLEAR | FK_VM_POST_FLIP) or (post and op == FK_VM_ROW) or \
+                    (op == FK_VM_PAIR and not 0 <= pair < 18):
+                raise ValueError(f"vector program instruction {c} names op {op} of member {member}, epilogue {post}")
+            step = &self.steps[first_member + member]
+            if (op == FK_VM_ROW and len(args) != step.n_in + step.n_out) or \
+                    (op != FK_VM_ROW and len(args) != (4 if op == FK_VM_PAIR else 3 if op <= FK_VM_MINIMUM else 2)):
+                raise ValueError(f"vector program instruction {c} has {len(args)} arguments")
+            vm.code[c].op = op
+            vm.code[c].post = post
+            vm.code[c].pair = pair if pair >= 0 else 0
+            vm.code[c].member = member
+            vm.code[c].nargs = len(args)
+            for k, a in enumerate(args):
+                if a < 0 or a >= vm.n_slots + FK_VM_MAX_REGS:
+                    raise ValueError(f"vector program instruction {c} names source {a}")
+                vm.n_regs = max(vm.n_regs, a - vm.n_slots + 1)
+                vm.code[c].arg[k] = a
+            if op == FK_VM_ROW:
+                if step.rows_index < 0:
+                    return
+                fk_plan_vm_bind_row(&vm, c, &self.rows[step.rows_index])
+        self.vms = <fk_plan_vm *>grow(self.vms, &self.vms_capacity, self.n_vms + 1, sizeof(fk_plan_vm))
+        self.vms[self.n_vms] = vm
+        group.vm_index = self.n_vms
+        self.n_vms += 1
 
     cdef bint _direct_rows(self, fk_plan_group *group, fk_plan_step *step, object capsule) except -1:
         """Let `step` (a member just appended) call its row function on tiles: fill its ctx, plan
@@ -1061,7 +1207,7 @@ cdef class PlanProgram:
             ptrs[i] = cnp.PyArray_BYTES(<cnp.ndarray>bases[i])
         with nogil:
             status = run_steps(self.steps, self.n_steps, self.operands, self.layouts, self.params, self.groups,
-                               self.rows, self.ctx, ptrs, &failed)
+                               self.rows, self.ctx, self.vms, ptrs, &failed)
         if status != FK_OK:
             message = fk_error_message().decode("utf-8", "replace")
             fk_clear_error()             # consumed: the thread's error state is clear between calls

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._executor import PlanProgram
+from .._executor import VECTOR_OPCODES, VECTOR_SLOTS, PlanProgram
 from ..errors import AliasError, DTypeError, OperandCountError, OperandTypeError, ReadOnlyError, ShapeError
 from ..types import OpKind
 from .values import _contiguous_strides
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from .values import Buffer, Value
 
 ARENA_ALIGNMENT = 64
+VECTOR_ROW = VECTOR_OPCODES["ROW"]
 TILE_BASE = -1              # a group member's operand in the group's tile buffer (PlanProgram.add_group)
 
 
@@ -108,6 +109,7 @@ class Plan:
         from .planner import tile_rows       # the planner imports this module
         n_inputs = len(self.input_buffers)
         self._direct_rows: dict[int, tuple[bool, ...]] = {}    # group step index -> per member
+        self._vector: dict[int, bool] = {}                     # group step index -> runs its vector program
         self._constants = [b for b in self.graph.buffers if b.kind == "const"]
         base_of = {b.id: i for i, b in enumerate(self.input_buffers)}
         base_of.update({b.id: n_inputs + i for i, b in enumerate(self._constants)})
@@ -148,6 +150,10 @@ class Plan:
             # a MATMUL head's extents come from each tile's layouts (its params, checked equal to
             # its operands' extents by planner.epilogue_head, would name the whole product)
             rows = tile_rows()
+            program = None
+            if step.vector is not None:
+                dtype, row_len, slots, code = step.vector
+                program = (dtype, row_len, [(VECTOR_SLOTS[kind],) + operand(value)[:2] for kind, value in slots], code)
             self._direct_rows[index] = self._program.add_group(
                 step.node_id, step.name, step.shape, step.tile_axis, step.tile_len, step.tile_bytes,
                 self._arena_base, self.arena_offsets[("tile", index)],
@@ -155,7 +161,8 @@ class Plan:
                   None if m is step.head and m.kernel.op == OpKind.MATMUL else m.params,
                   rows.get(m.kernel.kernel_address))
                  for m in members],
-                step.tile_outer, step.serial)
+                step.tile_outer, step.serial, program)
+            self._vector[index] = self._program.vector_program(len(self._vector))
 
     # -- running
     def run(self, inputs: Sequence[Any]) -> Any:
@@ -277,6 +284,15 @@ class Plan:
                              f"{step.saved_bytes} arena bytes saved ({len(step.tile_values)} values in tiles, "
                              f"{len(step.writes)} written out); {sum(direct)} of {len(members)} members "
                              f"call their row function directly on the tiles after the first")
+                if self._vector[index]:
+                    code = step.vector[3]
+                    by_row = sum(1 for instruction in code if instruction[0] == VECTOR_ROW)
+                    lines.append(f"    vector program on the tiles after the first: {len(members) - by_row} of "
+                                 f"{len(members)} members inline, {by_row} by row function, {len(code)} "
+                                 f"instructions over blocks that stay in L1 ({len(step.vector[2])} arrays)")
+                else:
+                    why = step.vector_note or "a member has no row function"
+                    lines.append(f"    not a vector program: {why}")
                 for m, by_row in zip(members, direct):
                     where = "tile" if m.output.buffer.id in step.tile_values else "written"
                     how = "row function" if by_row else "kernel call"

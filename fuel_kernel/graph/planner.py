@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 from .. import _dispatch, route, spec
-from .._executor import manifest_kernels, tile_row_entries
+from .._executor import VECTOR_LIMITS, VECTOR_OPCODES, VECTOR_POST, manifest_kernels, tile_row_entries
 from ..errors import NoKernelError
 from ..records import BindingKey
-from ..types import Backend, KernelCaps, OpKind
+from ..types import Backend, DType, KernelCaps, OpKind
 from .fused import _fused_by_id, _fused_lock, _params_key
 from .plan import ARENA_ALIGNMENT, Plan, pack_by_lifetime
 from .values import Node, Value, _contiguous_strides
@@ -179,6 +179,10 @@ class _Group:
     n_tiles: int = 1
     tile_bytes: int = ARENA_ALIGNMENT
     saved_bytes: int = 0                             # intermediates' bytes kept out of the arena
+    # its vector program (vector_program): (dtype, row_len, slots (kind, Value), code), or None
+    # with the reason in vector_note
+    vector: Optional[tuple] = None
+    vector_note: str = ""
 
     @property
     def node_id(self) -> int:
@@ -502,6 +506,171 @@ def _lay_out(group: "_Group", member_indices: Set[int], steps: List[Any], output
         group.saved_bytes += group.members[made[b]].output.buffer.nbytes
     group.tile_values, packed = pack_by_lifetime(sizes, intervals)
     group.tile_bytes = max(packed, ARENA_ALIGNMENT)
+    group.vector, group.vector_note = vector_program(group)
+
+
+# ---- vector programs -----------------------------------------------------------------------------
+# The ops a vector program computes inline (fuel_kernel/cpu/vector_program.h: the kernels' scalar
+# definitions on vectors); any other elementwise member calls its kernel's row function there.
+VECTOR_INLINE = {OpKind[name]: code for name, code in VECTOR_OPCODES.items() if name not in ("ROW", "PAIR")}
+# A program that reads a last-axis row runs each row as its own segment, its last block partial
+# (computed whole): rows shorter than this would spend most of each block on nothing.
+VECTOR_MIN_ROW = 64
+
+
+def _vector_slot_kind(value: Value, shape: tuple) -> Optional[str]:
+    """How a vector program addresses `value`, read or written at every element of `shape`:
+    "full" (the whole shape, C-contiguous), "row" (a contiguous last-axis row, broadcast over the
+    other axes) or "scalar" (one element broadcast), all from offset 0; None for anything else
+    (strided, offset, partly broadcast views run the tile path)."""
+    pad = len(shape) - len(value.shape)
+    if value.offset != 0 or pad < 0:
+        return None
+    seen = []                                  # element strides over the group's axes of extent > 1
+    contiguous = _contiguous_strides(shape)
+    for d, extent in enumerate(shape):
+        a = d - pad
+        if extent == 1:
+            continue
+        if a < 0 or value.shape[a] == 1:
+            seen.append((d, 0))
+        elif value.shape[a] == extent:
+            seen.append((d, value.strides[a]))
+        else:
+            return None
+    if all(s == 0 for _, s in seen):
+        return "scalar"
+    if all(s == contiguous[d] for d, s in seen):
+        return "full"
+    last = len(shape) - 1
+    if all(s == (1 if d == last else 0) for d, s in seen):
+        return "row"
+    return None
+
+
+def _vector_pairs(code: list, n_slots: int, readers: Dict[int, int], group: "_Group") -> list:
+    """Join an ADD, SUB or MUL (no epilogue) with the ADD, SUB or MUL right after it that is the
+    only reader of its register: one pass computes both, the first result kept in registers
+    (VECTOR_OPCODES["PAIR"]: args a, b, c, dst and the pair code of vector_program.h)."""
+    arith = {VECTOR_OPCODES[name]: k for k, name in enumerate(("ADD", "SUB", "MUL"))}
+    out: list = []
+    for instruction in code:
+        op, member, args, post = instruction
+        if out and len(out[-1]) == 4 and out[-1][0] in arith and out[-1][3] == 0 and op in arith:
+            first_op, first_member, first_args, _ = out[-1]
+            r = first_args[-1]
+            value = group.members[first_member].output.buffer.id
+            if r >= n_slots and readers.get(value) == 1 and args[:2].count(r) == 1:
+                position = args.index(r)
+                code_number = arith[first_op] * 6 + arith[op] * 2 + position
+                out[-1] = (VECTOR_OPCODES["PAIR"], member, first_args[:2] + (args[1 - position], args[2]), post,
+                           code_number)
+                continue
+        out.append(instruction)
+    return out
+
+
+def vector_program(group: "_Group") -> Tuple[Optional[tuple], str]:
+    """The group's vector program, run on its tiles after the first instead of its members, or
+    None and why not.  It qualifies when it is elementwise and tiled (no MATMUL or CONV2D head, no
+    row op, several tiles), every member's operands are one dtype, F32 or F64, every value it
+    reads or writes is addressed by _vector_slot_kind, and every member has an inline form
+    (VECTOR_INLINE) or a row function (tile_rows()).  Program: (dtype, row_len, slots, code):
+    slots (kind, Value) for the values read from outside and the written outputs; code
+    (opcode, member index, args, post), args the member's operands (inputs, then its output) as
+    slot indices or registers (len(slots) + r) holding the tile values, reused once dead; a NEG or
+    ABS whose input only the instruction before computes (its only reader) is folded into that
+    instruction's post (VECTOR_POST: the sign bit cleared, then flipped, as it stores)."""
+    if group.head is not None:
+        return None, f"it is the epilogue of {group.head.name}"
+    if any(m.kernel.op in ROW_OPS for m in group.members):
+        return None, "a member computes whole rows"
+    if group.tile_axis < 0 or group.n_tiles < 2:
+        return None, "it runs as one tile"
+    dtypes = {d for m in group.members for d in m.kernel.dtypes}
+    if len(dtypes) != 1 or next(iter(dtypes)) not in (DType.F32, DType.F64):
+        return None, "its operands are not all F32 or all F64"
+    if any(v.buffer.kind == "state" for v in group.reads + group.writes):
+        return None, "it reads or writes a state"
+    rows = tile_rows()
+    made = {m.output.buffer.id: k for k, m in enumerate(group.members)}
+    last_use: Dict[int, int] = {}
+    readers: Dict[int, int] = {}                 # tile value -> how many member operands read it
+    for k, m in enumerate(group.members):
+        for v in m.inputs:
+            if v.buffer.id in made:
+                last_use[v.buffer.id] = k
+                readers[v.buffer.id] = readers.get(v.buffer.id, 0) + 1
+    slots: List[Tuple[str, Value]] = []
+    slot_of: Dict[Any, int] = {}
+    for v in group.reads:
+        kind = _vector_slot_kind(v, group.shape)
+        if kind is None:
+            return None, f"it reads a strided, offset or partly broadcast view of shape {list(v.shape)}"
+        slot_of[(v.buffer.id, v.shape, v.strides, v.offset)] = len(slots)
+        slots.append((kind, v))
+    for v in group.writes:
+        if _vector_slot_kind(v, group.shape) != "full":
+            return None, "it writes a view"
+        slot_of[v.buffer.id] = len(slots)
+        slots.append(("out", v))
+    if any(kind == "row" for kind, _ in slots) and group.shape[-1] < VECTOR_MIN_ROW:
+        return None, f"it reads rows of {group.shape[-1]} elements (fewer than {VECTOR_MIN_ROW})"
+    if len(slots) > VECTOR_LIMITS["slots"]:
+        return None, f"it reads and writes {len(slots)} arrays (at most {VECTOR_LIMITS['slots']})"
+    if len(group.members) > VECTOR_LIMITS["code"]:
+        return None, f"it has more than {VECTOR_LIMITS['code']} members"
+    register_of: Dict[int, int] = {}
+    free: List[int] = []
+    n_registers = 0
+    code: List[tuple] = []
+    for k, m in enumerate(group.members):
+        op = m.kernel.op
+        if not isinstance(op, OpKind):         # members are built-in ops (groupable)
+            return None, "a member is a runtime fused op"
+        inline = op in VECTOR_INLINE and m.params is None
+        if not inline and m.kernel.kernel_address not in rows:
+            return None, f"{op.short_name} has no inline form and no row function"
+        args = []
+        for v in m.inputs:
+            if v.buffer.id not in made:
+                args.append(slot_of[(v.buffer.id, v.shape, v.strides, v.offset)])
+            elif _vector_slot_kind(v, group.shape) != "full":
+                return None, "a member reads a view of another's output"
+            elif v.buffer.id in register_of:
+                args.append(len(slots) + register_of[v.buffer.id])
+            else:
+                args.append(slot_of[v.buffer.id])
+        dying = sorted({register_of[v.buffer.id] for v in m.inputs
+                        if v.buffer.id in register_of and last_use.get(v.buffer.id) == k})
+        if inline:                             # an inline op may write over a register it reads
+            free.extend(dying)
+        out = m.output.buffer.id
+        if out in slot_of:
+            args.append(slot_of[out])
+        else:
+            if not free:
+                free.append(n_registers)
+                n_registers += 1
+            register_of[out] = free.pop()
+            args.append(len(slots) + register_of[out])
+            if last_use.get(out, k) == k:      # never read: its register is free again
+                free.append(register_of[out])
+        if not inline:
+            free.extend(dying)
+        if op in (OpKind.NEG, OpKind.ABS) and code and code[-1][0] != VECTOR_OPCODES["ROW"] and \
+                code[-1][2][-1] == args[0] and args[0] >= len(slots) and readers.get(m.inputs[0].buffer.id) == 1:
+            # the instruction before computes its only input: it applies this member's sign-bit op
+            # as it stores (an ABS clears the sign bit, a NEG flips it)
+            before_op, before_member, before_args, post = code.pop()
+            post = (post | VECTOR_POST["clear"]) & ~VECTOR_POST["flip"] if op == OpKind.ABS else post ^ VECTOR_POST["flip"]
+            code.append((before_op, before_member, before_args[:-1] + (args[-1],), post))
+            continue
+        code.append((VECTOR_OPCODES[op.name] if inline else VECTOR_OPCODES["ROW"], k, tuple(args), 0))
+    code = _vector_pairs(code, len(slots), readers, group)
+    if n_registers > VECTOR_LIMITS["registers"]:
+        return None, f"it needs {n_registers} registers (at most {VECTOR_LIMITS['registers']})"
+    return (int(next(iter(dtypes))), group.shape[-1], slots, code), ""
 
 
 class _Planner:

@@ -439,8 +439,9 @@ def test_members_call_row_functions_with_the_unfused_bytes(dtype, shape, rng, me
 
 def test_a_ten_op_expression_runs_on_l1_tiles_by_row_functions(rng):
     """The benchmark's 10-op expression (bench/bench_graph.py): one group of 10 members, all
-    calling their row functions, on tiles whose operands fit the L1 budget; its output (streamed)
-    has the unfused bytes on 1, 2 and 3 threads."""
+    calling their row functions on the first tile, on tiles whose operands fit the L1 budget, and
+    a vector program of 8 instructions on the others; its output (streamed) has the unfused bytes
+    on 1, 2 and 3 threads."""
     shape = (64, 1024)
     g = fg.Graph()
     x, a, b = g.input(shape, F32), g.input((1024,), F32), g.input((1024,), F32)
@@ -456,6 +457,10 @@ def test_a_ten_op_expression_runs_on_l1_tiles_by_row_functions(rng):
     assert planner.ROW_TILE_MIN_ELEMENTS <= group.tile_elements <= planner.ROW_TILE_MAX_ELEMENTS
     assert group.tile_bytes <= planner.ROW_TILE_BUDGET_BYTES
     assert "10 of 10 members call their row function directly" in plan.explain()
+    # the tiles after the first run as a vector program: ABS and NEG ride on the add before them,
+    # and x*a + b, t*t - a and t*b + x are pairs
+    assert vector_note(plan).startswith("vector program on the tiles after the first: 10 of 10 members inline, "
+                                        "0 by row function, 5 instructions")
     for n in (2, 3):                    # the streamed output stored by pool tasks, not drained
         with fk.threads(n):
             assert same_bytes(plan.run(arrays), expected), n
@@ -735,3 +740,226 @@ def test_a_transformer_sublayer_runs_as_projection_epilogues(rng, native_routes)
                                                     fk.OpKind.LAYER_NORM]
     assert [m.kernel.op for m in second.members] == [fk.OpKind.MATMUL, fk.OpKind.ADD, fk.OpKind.ADD]
     assert plan.n_steps == 2
+
+
+# ---- vector programs (fuel_kernel/vector_program.h) ---------------------------------------------------
+VECTOR_BINARY = (fk.OpKind.ADD, fk.OpKind.SUB, fk.OpKind.MUL, fk.OpKind.DIV, fk.OpKind.MAXIMUM, fk.OpKind.MINIMUM)
+VECTOR_UNARY = (fk.OpKind.NEG, fk.OpKind.ABS, fk.OpKind.SQR, fk.OpKind.RELU)
+# NaNs of both signs, quiet and signalling, with payloads; infinities, zeros, subnormals, extremes
+SPECIAL_BITS = {F32: np.array([0x7FC00000, 0xFFC00000, 0x7FC12345, 0xFFA00001, 0x7F800001, 0x7F800000, 0xFF800000,
+                               0x00000000, 0x80000000, 0x00000001, 0x80000001, 0x007FFFFF, 0x807FFFFF, 0x00800000,
+                               0x7F7FFFFF, 0xFF7FFFFF, 0x3F800000, 0xBF800000], np.uint32),
+                F64: np.array([0x7FF8000000000000, 0xFFF8000000000000, 0x7FF8000000012345, 0xFFF4000000000001,
+                               0x7FF0000000000001, 0x7FF0000000000000, 0xFFF0000000000000, 0, 0x8000000000000000,
+                               1, 0x8000000000000001, 0x000FFFFFFFFFFFFF, 0x0010000000000000, 0x7FEFFFFFFFFFFFFF,
+                               0xFFEFFFFFFFFFFFFF, 0x3FF0000000000000, 0xBFF0000000000000], np.uint64)}
+
+
+def special_values(shape, dtype, rng):
+    """Random values of `shape` with a third of them special (SPECIAL_BITS), so every pair of
+    special values meets somewhere in a binary op."""
+    values = random_values(shape, dtype, rng, special=False).reshape(-1).copy()
+    bits = SPECIAL_BITS[dtype]
+    picks = rng.random(values.size) < 1 / 3
+    values[picks] = bits[rng.integers(0, len(bits), int(picks.sum()))].view(dtype.numpy)
+    return values.reshape(shape)
+
+
+def vector_notes(plan):
+    """The explain() lines that say how each group runs its tiles after the first."""
+    return [s.strip() for s in plan.explain().splitlines() if "vector program" in s]
+
+
+def vector_note(plan):
+    (line,) = vector_notes(plan)
+    return line
+
+
+def check_every_thread_count(plan, arrays, expected):
+    for n in (1, 2, 3):
+        with fk.threads(n):
+            got = plan.run(arrays)
+            got = got if isinstance(got, list) else [got]
+            assert all(same_bytes(a, b) for a, b in zip(got, expected)), n
+
+
+@pytest.mark.parametrize("dtype", (F32, F64), ids=lambda d: d.short_name)
+@pytest.mark.parametrize("shape, tiles", [((3, 7, 5), "small"), ((9, 700), "default"), ((2, 3, 1000), "default")],
+                         ids=str)
+def test_vector_program_ops_give_the_unfused_bytes(dtype, shape, tiles, rng, monkeypatch):
+    """Every op with an inline form, on both operand orders against a whole operand, a last-axis
+    row, a scalar and itself, over special values (NaNs of both signs with payloads, infinities,
+    zeros, subnormals): a vector program (explain() says so) with the unfused bytes on 1, 2 and
+    3 threads.  Tiles of 24 elements (every block partial; rows of 5 are too short to read as
+    rows), default tiles rows of 700 and 1000 (whole blocks and a partial one)."""
+    if tiles == "small":
+        for name in ("TILE_MIN_ELEMENTS", "TILE_MAX_ELEMENTS", "ROW_TILE_MIN_ELEMENTS", "ROW_TILE_MAX_ELEMENTS"):
+            monkeypatch.setattr(planner, name, 24)
+    g = fg.Graph()
+    x, y = g.input(shape, dtype), g.input(shape, dtype)
+    row, scalar = g.input(shape[-1:], dtype), g.input((), dtype)
+    outs = []
+    others = (y, row, scalar, x) if shape[-1] >= planner.VECTOR_MIN_ROW else (y, scalar, x)
+    for op in VECTOR_BINARY:
+        for other in others:
+            t = g.op(op, x, other)
+            outs += [t, g.op(op, other, t)]     # t written out and read by a member
+    for op in VECTOR_UNARY:
+        outs += [g.op(op, x), g.op(op, g.op(op, y)), g.op(op, g.mul(x, others[1]))]
+    arrays = [special_values(v.shape, dtype, rng) for v in (x, y, row, scalar)]
+    plan, got, expected = fused_and_unfused(g, outs, arrays)
+    for k, (a, b) in enumerate(zip(got, expected)):
+        assert same_bytes(a, b), (k, outs[k].producer.label)
+    notes = vector_notes(plan)
+    assert len(notes) == len(plan.groups) > 1
+    for group, note in zip(plan.groups, notes):
+        assert group.n_tiles > 1 and group.vector is not None
+        assert note.startswith(f"vector program on the tiles after the first: {len(group.members)} of "
+                               f"{len(group.members)} members inline, 0 by row function")
+    check_every_thread_count(plan, arrays, expected)
+
+
+@pytest.mark.parametrize("dtype", (F32, F64), ids=lambda d: d.short_name)
+def test_vector_program_folds_sign_ops_and_calls_row_functions(dtype, rng, member_calls):
+    """NEG and ABS chains after an op are its sign-bit epilogue (fewer instructions than members);
+    members without an inline form (EXP, GELU, AFFINE, CLAMP, POWI) call their row functions on the
+    blocks (a NEG after one stays an instruction: 19 members, 11 instructions); without row
+    functions the group keeps the tile path.  The unfused bytes everywhere."""
+    shape = (6, 1000)
+    g = fg.Graph()
+    x, row = g.input(shape, dtype), g.input(shape[-1:], dtype)
+    t = g.neg(g.abs(g.neg(g.add(x, row))))           # three sign ops folded into the add
+    u = g.abs(g.abs(g.neg(g.neg(g.sub(t, x)))))      # four into the sub
+    v = g.clamp(g.affine(g.gelu(g.exp(g.mul(u, row))), mul=1.5, add=-0.25), min=-2.0, max=3.0)
+    w = g.neg(g.powi(g.maximum(v, t), exp=3))            # a NEG after a row function stays an instruction
+    z = g.abs(g.relu(w))
+    arrays = [special_values(shape, dtype, rng), special_values(shape[-1:], dtype, rng)]
+    plan, got, expected = fused_and_unfused(g, [u, z], arrays)
+    assert all(same_bytes(a, b) for a, b in zip(got, expected))
+    (group,) = plan.groups
+    note = vector_note(plan)
+    if member_calls == "rows":
+        assert note.startswith(f"vector program on the tiles after the first: 14 of 19 members inline, "
+                               f"5 by row function, 11 instructions")
+        assert [c[3] for c in group.vector[3][:2]] == [planner.VECTOR_POST["clear"] | planner.VECTOR_POST["flip"],
+                                                       planner.VECTOR_POST["clear"]]
+    else:
+        assert note == "not a vector program: exp has no inline form and no row function"
+    check_every_thread_count(plan, arrays, expected)
+
+
+def test_strided_offset_and_partly_broadcast_operands_keep_the_tile_path(rng, small_tiles):
+    """Each view a vector program does not address (strided, negative, offset, broadcast over the
+    first axis only, a 2-d row over a 3-d group, an F16 member) runs the tile path, with the unfused
+    bytes; explain() says why."""
+    whys = {"strided": "it reads a strided, offset or partly broadcast view of shape [3, 7, 5]",
+            "negative": "it reads a strided, offset or partly broadcast view of shape [3, 7, 5]",
+            "offset": "it reads a strided, offset or partly broadcast view of shape [3, 7, 5]",
+            "broadcast": "it reads a strided, offset or partly broadcast view of shape [3, 7, 5]",
+            "row": "it reads a strided, offset or partly broadcast view of shape [7, 5]",
+            "last-axis row": f"it reads rows of 5 elements (fewer than {planner.VECTOR_MIN_ROW})"}
+    for view, why in whys.items():
+        g = fg.Graph()
+        inputs = Inputs(g, rng)
+        x = inputs.value(F32, view="contiguous")
+        other = g.input(SHAPE[-1:], F32) if view == "last-axis row" else inputs.value(F32, view=view)
+        if view == "last-axis row":
+            inputs.arrays.append(random_values(SHAPE[-1:], F32, rng))
+        y = g.maximum(g.mul(x, other), x)
+        plan, got, expected = fused_and_unfused(g, y, inputs.arrays)
+        assert same_bytes(got, expected), view
+        assert vector_note(plan) == f"not a vector program: {why}", view
+        check_every_thread_count(plan, inputs.arrays, [expected])
+    g = fg.Graph()
+    x = g.input(SHAPE, fk.DType.F16)
+    y = g.add(g.mul(x, x), x)
+    plan, got, expected = fused_and_unfused(g, y, [random_values(SHAPE, fk.DType.F16, rng)])
+    assert same_bytes(got, expected)
+    assert vector_note(plan) == "not a vector program: its operands are not all F32 or all F64"
+
+
+def test_vector_program_bad_input_writes_nothing(rng):
+    """A vector-program plan refuses a wrong dtype, shape or operand count before anything runs."""
+    g = fg.Graph()
+    x, a = g.input((8, 1000), F32), g.input((1000,), F32)
+    plan = g.compile(g.neg(g.add(g.mul(x, a), x)))
+    assert vector_note(plan).startswith("vector program")
+    good = [random_values((8, 1000), F32, rng), random_values((1000,), F32, rng)]
+    with pytest.raises(fk.errors.DTypeError):
+        plan.run([good[0].astype(np.float64), good[1]])
+    with pytest.raises(fk.errors.ShapeError):
+        plan.run([good[0], good[1][:999]])
+    with pytest.raises(fk.errors.OperandCountError):
+        plan.run(good[:1])
+    assert same_bytes(plan.run(good), -(good[0] * good[1] + good[0]))
+
+
+def test_add_group_checks_vector_programs():
+    """A program whose slot lies outside its base, or whose instruction names a bad op, member,
+    epilogue or argument count, is refused; a ROW instruction of a member without a row function
+    leaves the group on the tile path."""
+    from fuel_kernel._executor import VECTOR_OPCODES, VECTOR_SLOTS, PlanProgram
+    table = fk.bindings()
+    neg = table.lookup(fk.OpKind.NEG, [F32, F32], CPU)
+    rows = planner.tile_rows()
+    shape = (8, 64)
+    whole = (shape, (64, 1), 0)
+    operands = [(0, 0, 2048, int(F32), *whole), (1, 0, 2048, int(F32), *whole)]
+    slots = [(VECTOR_SLOTS["full"], 0, 0), (VECTOR_SLOTS["out"], 1, 0)]
+    member = (neg, 5, "neg", operands, None, rows[neg.kernel_address])
+
+    def add(program, capsule=True):
+        p = PlanProgram(table, 3)
+        p.add_group(7, "g", shape, 0, 2, 2 * 64 * 4, 2, 0, [member if capsule else member[:5]], program=program)
+        return p
+
+    good = (int(F32), 64, slots, [(VECTOR_OPCODES["NEG"], 0, (0, 1), 0)])
+    assert add(good).vector_program(0)
+    bad = [(int(F32), 64, [(VECTOR_SLOTS["full"], 0, 64)] + slots[1:], good[3]),   # past base 0's 2048 bytes
+           (int(F32), 32, slots, good[3]),                                         # another row length
+           (int(fk.DType.F16), 64, slots, good[3]),
+           (int(F32), 64, slots, [(99, 0, (0, 1), 0)]),
+           (int(F32), 64, slots, [(VECTOR_OPCODES["NEG"], 1, (0, 1), 0)]),
+           (int(F32), 64, slots, [(VECTOR_OPCODES["NEG"], 0, (0, 1), 4)]),
+           (int(F32), 64, slots, [(VECTOR_OPCODES["ADD"], 0, (0, 1), 0)]),
+           (int(F32), 64, slots, [(VECTOR_OPCODES["NEG"], 0, (0, 99), 0)])]
+    for program in bad:
+        with pytest.raises(ValueError, match="vector program"):
+            add(program)
+    row_program = (int(F32), 64, slots, [(VECTOR_OPCODES["ROW"], 0, (0, 1), 0)])
+    assert add(row_program).vector_program(0)
+    assert not add(row_program, capsule=False).vector_program(0)
+    p = add(row_program)
+    x = random_values(shape, F32, np.random.default_rng(3))
+    out = np.empty(shape, np.float32)
+    p.run([x, out, np.empty(512, np.uint8)])
+    assert same_bytes(out, -x)
+
+
+@pytest.mark.parametrize("dtype", (F32, F64), ids=lambda d: d.short_name)
+def test_vector_program_pairs_give_the_unfused_bytes(dtype, rng):
+    """Each of the 18 pairs (ADD, SUB or MUL, then ADD, SUB or MUL reading its result as the first
+    or the second operand) runs as one instruction over whole, row and scalar operands and special
+    values, with and without a sign-bit epilogue: the unfused bytes on 1, 2 and 3 threads."""
+    shape = (9, 1000)
+    arith = (fk.OpKind.ADD, fk.OpKind.SUB, fk.OpKind.MUL)
+    g = fg.Graph()
+    x, y = g.input(shape, dtype), g.input(shape, dtype)
+    row, scalar = g.input(shape[-1:], dtype), g.input((), dtype)
+    outs = []
+    for first in arith:
+        for second in arith:
+            for position, (b, c) in enumerate(((row, y), (scalar, x))):
+                t = g.op(first, x, b)
+                u = g.op(second, t, c) if position == 0 else g.op(second, c, t)
+                outs.append(g.neg(g.abs(u)) if second == fk.OpKind.SUB else u)
+    arrays = [special_values(v.shape, dtype, rng) for v in (x, y, row, scalar)]
+    plan, got, expected = fused_and_unfused(g, outs, arrays)
+    assert all(same_bytes(a, b) for a, b in zip(got, expected))
+    assert len(plan.groups) == 18
+    for group in plan.groups:
+        (instruction,) = group.vector[3]
+        assert instruction[0] == planner.VECTOR_OPCODES["PAIR"]
+    assert all(n.endswith("1 instructions over blocks that stay in L1 (4 arrays)") or
+               n.endswith("1 instructions over blocks that stay in L1 (3 arrays)") for n in vector_notes(plan))
+    check_every_thread_count(plan, arrays, expected)

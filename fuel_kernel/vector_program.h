@@ -1,0 +1,369 @@
+/* The vector program of a fused elementwise group: its members as instructions over blocks of
+ * FK_VM_BLOCK_BYTES that stay in L1, run by the plan executor (fuel_kernel/_executor.pyx) on every
+ * tile after the first.
+ *
+ * A group qualifies when the planner (fuel_kernel/graph/planner.py, vector_program) finds every
+ * operand of one float dtype (F32 or F64) and each value it reads from outside the group the whole
+ * group shape C-contiguous, a last-axis row broadcast over the outer axes, or one broadcast
+ * element; its values are then addressed per block, by flat index, and a tile (a contiguous run of
+ * flat indices in an elementwise group) is cut at row ends into segments of contiguous blocks.
+ * An instruction reads its sources and writes its destination a block at a time: a source is an
+ * input's block in memory, a register (a block of the stack array that holds the group's tile
+ * values) or a splatted scalar; a destination is a register or the staging block of an output,
+ * copied out (non-temporal stores where it is 16-byte aligned) once the block's program has run.
+ * Ops with an inline form (FK_VM_ADD .. FK_VM_RELU) are the kernels' scalar definitions
+ * (binary_kernels.h.in FK_E_*_FLT, unary_kernels.h.in FK_U_*_F) written on vectors: IEEE per-op
+ * arithmetic, selects and sign-bit operations, so every lane gets the bits the kernel gives that
+ * element.  Any other member calls its kernel's row function (FK_VM_ROW) on the block, exactly
+ * as the tile path calls it on a tile.  Contraction into FMA is off, as in elementwise_kernels.h.
+ *
+ * One form per vector width (16-byte baseline, 32-byte x86-64-v3, 64-byte x86-64-v4), picked once
+ * through FK_ISA_PICK: a single form of 64-byte vectors built for narrower ISAs is lowered to
+ * stack traffic (norm_kernels.h.in says how much that cost).
+ */
+#ifndef FUEL_KERNEL_CPU_VECTOR_PROGRAM_H
+#define FUEL_KERNEL_CPU_VECTOR_PROGRAM_H
+
+#include <stdint.h>
+#include <string.h>
+#include <immintrin.h>
+
+#include "fuel_kernel/abi.h"
+#include "fuel_kernel/strided.h"
+#include "compute_common.h"
+
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+/* the forms take vectors by value only inside always-inlined code */
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+/* instruction codes (the planner reads them through fuel_kernel._executor.VECTOR_OPCODES) */
+enum {
+    FK_VM_ADD = 1, FK_VM_SUB, FK_VM_MUL, FK_VM_DIV, FK_VM_MAXIMUM, FK_VM_MINIMUM,
+    FK_VM_NEG, FK_VM_ABS, FK_VM_SQR, FK_VM_RELU,
+    FK_VM_ROW,                       /* the member's row function on the block */
+    /* two of ADD SUB MUL in one pass, the first's result kept in registers: args a, b, c, dst;
+     * pair: (op1 - 1) * 6 + (op2 - 1) * 2 + (1 when the result is op2's second operand) */
+    FK_VM_PAIR
+};
+/* what a slot addresses (FK_VM_OUT: a written output; the others are inputs) */
+enum { FK_VM_FULL = 0, FK_VM_LASTROW = 1, FK_VM_SCALAR = 2, FK_VM_OUT = 3 };
+
+#define FK_VM_BLOCK_BYTES 1024       /* one block: 256 F32 or 128 F64 elements */
+#define FK_VM_BLOCK_LINES (FK_VM_BLOCK_BYTES / 64)
+#define FK_VM_MAX_SLOTS 16
+#define FK_VM_MAX_REGS 16
+#define FK_VM_MAX_SOURCES (FK_VM_MAX_SLOTS + FK_VM_MAX_REGS)
+#define FK_VM_MAX_CODE 64
+/* the blocks a range runs in: every source's, and each output's second staging block */
+#define FK_VM_SCRATCH_BYTES ((FK_VM_MAX_SOURCES + FK_VM_MAX_SLOTS) * FK_VM_BLOCK_BYTES)
+
+/* an inline instruction's sign-bit epilogue: NEG and ABS members folded into the instruction
+ * before them (applied in order, ABS clears the sign bit and NEG flips it: any such chain is a
+ * clear, then a flip) */
+enum { FK_VM_POST_CLEAR = 1, FK_VM_POST_FLIP = 2 };
+
+typedef struct {
+    uint8_t op;
+    uint8_t post;                    /* FK_VM_POST_* bits; 0 for FK_VM_ROW */
+    uint8_t pair;                    /* FK_VM_PAIR: which pair */
+    uint8_t nargs;                   /* sources then the destination, as the member's operands */
+    uint8_t arg[FK_MAX_OPERANDS];    /* a slot (< n_slots) or register n_slots + r */
+    int32_t member;                  /* the group member it computes */
+} fk_vm_insn;
+
+typedef struct {
+    int32_t dtype;                   /* FK_F32 or FK_F64 */
+    int32_t n_slots, n_regs, n_code;
+    int64_t row_len;                 /* the group's last-axis extent (FK_VM_LASTROW slots) */
+    int32_t slot_kind[FK_VM_MAX_SLOTS];
+    int32_t slot_base[FK_VM_MAX_SLOTS];
+    int64_t slot_offset[FK_VM_MAX_SLOTS];   /* bytes into the base */
+    fk_vm_insn code[FK_VM_MAX_CODE];
+    fk_row_fn row[FK_VM_MAX_CODE];          /* FK_VM_ROW: the member's row function */
+    int64_t ctx_offset[FK_VM_MAX_CODE];     /* and its ctx in the program's ctx bytes, or -1 */
+} fk_plan_vm;
+
+/* The sources of one block: p[s] for every slot and register. */
+typedef struct {
+    char *p[FK_VM_MAX_SOURCES];
+} fk_vm_sources;
+
+/* Output blocks computed and not yet stored: each block's outputs are stored with non-temporal
+ * stores a share after each instruction of the next block, so the stores drain while it computes
+ * (a burst of them at the end of a block stalls the core until the write-combining buffers
+ * empty).  A staged output alternates between two blocks, one computed while the other drains. */
+typedef struct {
+    int n;
+    const char *src[FK_VM_MAX_SLOTS];
+    char *dst[FK_VM_MAX_SLOTS];
+} fk_vm_drain;
+
+/* Store lines [lo, hi) of every pending block (16-byte aligned destinations). */
+static inline void fk_vm_drain_lines(const fk_vm_drain *dr, int64_t lo, int64_t hi) {
+#if defined(__x86_64__) && defined(__SSE2__)
+    for (int k = 0; k < dr->n; k++)
+        for (int64_t i = lo * 64; i < hi * 64; i += 64) {
+            const char *src = dr->src[k] + i;
+            char *dst = dr->dst[k] + i;
+            _mm_stream_si128((__m128i *)dst, _mm_load_si128((const __m128i *)src));
+            _mm_stream_si128((__m128i *)(dst + 16), _mm_load_si128((const __m128i *)(src + 16)));
+            _mm_stream_si128((__m128i *)(dst + 32), _mm_load_si128((const __m128i *)(src + 32)));
+            _mm_stream_si128((__m128i *)(dst + 48), _mm_load_si128((const __m128i *)(src + 48)));
+        }
+#else
+    for (int k = 0; k < dr->n; k++) memcpy(dr->dst[k] + lo * 64, dr->src[k] + lo * 64, (size_t)((hi - lo) * 64));
+#endif
+}
+
+/* r = a OP b by the instruction TEMPLATE (output %0, first source %1, second %2) on x86-64 */
+#if defined(__x86_64__)
+#define FK_VM_FIRST_SOURCE(TEMPLATE, r, a, b, OP) __asm__(TEMPLATE : "=&x"(r) : "x"(a), "x"(b))
+#else
+#define FK_VM_FIRST_SOURCE(TEMPLATE, r, a, b, OP) ((r) = (a)OP(b))
+#endif
+
+/* One form: FK_VM_FORM(name suffix, ISA attribute, element type, its same-width integer, vector
+ * bytes).  fk_vm_blocks_<SUF> runs the program on `blocks` consecutive blocks from the sources in
+ * *src: step[s] is how far source s moves per block (FK_VM_BLOCK_BYTES for a block in memory, 0
+ * for a register or a splat), and each output slot's staging block goes to out[s] (moving by a
+ * block; NULL: left in the staging block), through *dr where out[s] is 16-byte aligned (the
+ * staging block then alternates with the one at src->p[s] ^ flip[s]; src->p[s] is left at the
+ * one the next block computes into), else copied at once. */
+#define FK_VM_FORM(SUF, ATTR, T, IT, VB, ADD_ASM, MUL_ASM)                                            \
+    typedef T fk_vm_v_##SUF __attribute__((vector_size(VB)));                                       \
+    typedef IT fk_vm_i_##SUF __attribute__((vector_size(VB)));                                      \
+    ATTR static inline __attribute__((always_inline)) fk_vm_v_##SUF fk_vm_ld_##SUF(const char *p) {  \
+        fk_vm_v_##SUF v;                                                                             \
+        memcpy(&v, p, sizeof v);                                                                     \
+        return v;                                                                                    \
+    }                                                                                                \
+    ATTR static inline __attribute__((always_inline)) void fk_vm_st_##SUF(char *p, fk_vm_v_##SUF v) { \
+        memcpy(p, &v, sizeof v);                                                                     \
+    }                                                                                                \
+    ATTR static inline __attribute__((always_inline)) fk_vm_i_##SUF fk_vm_bits_##SUF(fk_vm_v_##SUF v) { \
+        return (fk_vm_i_##SUF)v;                                                                     \
+    }                                                                                                \
+    /* a + b and a * b with a as the instruction's first source: the kernels' x + y and x * y return   \
+     * x's NaN (quieted) when both are NaN, as x86 arithmetic does for its first source, and GCC     \
+     * may swap the operands of a commutative vector op */                                           \
+    ATTR static inline __attribute__((always_inline)) fk_vm_v_##SUF fk_vm_add_##SUF(fk_vm_v_##SUF a, fk_vm_v_##SUF b) { \
+        fk_vm_v_##SUF r;                                                                             \
+        FK_VM_FIRST_SOURCE(ADD_ASM, r, a, b, +);                                                     \
+        return r;                                                                                    \
+    }                                                                                                \
+    ATTR static inline __attribute__((always_inline)) fk_vm_v_##SUF fk_vm_mul_##SUF(fk_vm_v_##SUF a, fk_vm_v_##SUF b) { \
+        fk_vm_v_##SUF r;                                                                             \
+        FK_VM_FIRST_SOURCE(MUL_ASM, r, a, b, *);                                                     \
+        return r;                                                                                    \
+    }                                                                                                \
+    ATTR static inline __attribute__((always_inline)) fk_vm_v_##SUF fk_vm_sub_##SUF(fk_vm_v_##SUF a, fk_vm_v_##SUF b) { \
+        return a - b;                                                                                \
+    }                                                                                                \
+    /* m ? a : b on bits (m lanes all ones or all zeros) */                                          \
+    ATTR static inline __attribute__((always_inline)) fk_vm_i_##SUF fk_vm_sel_##SUF(                 \
+            fk_vm_i_##SUF m, fk_vm_i_##SUF a, fk_vm_i_##SUF b) {                                     \
+        return (m & a) | (~m & b);                                                                   \
+    }                                                                                                \
+    ATTR static void fk_vm_blocks_##SUF(const fk_plan_vm *vm, fk_vm_sources *src,                    \
+                                        const int64_t *step, char *const *out, const uintptr_t *flip, \
+                                        fk_vm_drain *dr, int64_t blocks, const char *ctx) {          \
+        const int n_src = vm->n_slots + vm->n_regs;                                                  \
+        const int64_t bytes = FK_VM_BLOCK_BYTES, es = (int64_t)sizeof(T);                            \
+        const fk_vm_i_##SUF sign = (fk_vm_i_##SUF){0} + (IT)((uint64_t)1 << (8 * sizeof(IT) - 1));    \
+        const fk_vm_v_##SUF zero = {0};                                                              \
+        fk_vm_sources at = *src;                                                                     \
+        for (int64_t b = 0; b < blocks; b++) {                                                       \
+            for (int c = 0; c < vm->n_code; c++) {                                                   \
+                const fk_vm_insn *in = &vm->code[c];                                                 \
+                const fk_vm_i_##SUF keep = (in->post & FK_VM_POST_CLEAR) ? ~sign : ~(fk_vm_i_##SUF){0}; \
+                const fk_vm_i_##SUF flip_bits = (in->post & FK_VM_POST_FLIP) ? sign : (fk_vm_i_##SUF){0}; \
+                if (dr->n)                                                                           \
+                    fk_vm_drain_lines(dr, (int64_t)c * FK_VM_BLOCK_LINES / vm->n_code,               \
+                                      (int64_t)(c + 1) * FK_VM_BLOCK_LINES / vm->n_code);            \
+                const char *x = at.p[in->arg[0]];                                                    \
+                const char *y = at.p[in->arg[in->nargs > 2 ? 1 : 0]];                                \
+                char *d = at.p[in->arg[in->nargs - 1]];                                              \
+                int64_t j;                                                                           \
+                switch (in->op) {                                                                    \
+                FK_VM_CASE(SUF, FK_VM_ADD, fk_vm_add_##SUF(a, b))                                    \
+                FK_VM_CASE(SUF, FK_VM_SUB, a - b)                                                    \
+                FK_VM_CASE(SUF, FK_VM_MUL, fk_vm_mul_##SUF(a, b))                                    \
+                FK_VM_CASE(SUF, FK_VM_DIV, a / b)                                                    \
+                /* FK_E_MAXIMUM_FLT: a NaN a, else a NaN b, else a > b ? a : b (b on ties) */       \
+                FK_VM_CASE(SUF, FK_VM_MAXIMUM, (fk_vm_v_##SUF)fk_vm_sel_##SUF(a != a, fk_vm_bits_##SUF(a), \
+                           fk_vm_sel_##SUF(b != b, fk_vm_bits_##SUF(b),                              \
+                                           fk_vm_sel_##SUF(a > b, fk_vm_bits_##SUF(a), fk_vm_bits_##SUF(b))))) \
+                FK_VM_CASE(SUF, FK_VM_MINIMUM, (fk_vm_v_##SUF)fk_vm_sel_##SUF(a != a, fk_vm_bits_##SUF(a), \
+                           fk_vm_sel_##SUF(b != b, fk_vm_bits_##SUF(b),                              \
+                                           fk_vm_sel_##SUF(a < b, fk_vm_bits_##SUF(a), fk_vm_bits_##SUF(b))))) \
+                /* FK_U_NEG_F -(x) and FK_U_ABS_F fabs: the sign bit alone (NaN too) */              \
+                FK_VM_CASE(SUF, FK_VM_NEG, (fk_vm_v_##SUF)(fk_vm_bits_##SUF(a) ^ sign))              \
+                FK_VM_CASE(SUF, FK_VM_ABS, (fk_vm_v_##SUF)(fk_vm_bits_##SUF(a) & ~sign))             \
+                FK_VM_CASE(SUF, FK_VM_SQR, a * a)                                                    \
+                /* FK_U_RELU_F: x > 0 ? x : (NaN x ? x : +0) */                                     \
+                FK_VM_CASE(SUF, FK_VM_RELU, (fk_vm_v_##SUF)(fk_vm_bits_##SUF(a) & ((a > zero) | (a != a)))) \
+                case FK_VM_PAIR: {                                                                   \
+                    const char *z = at.p[in->arg[2]];                                                \
+                    switch (in->pair) {                                                              \
+                    FK_VM_PAIRS(SUF, fk_vm_add_##SUF, 0)                                             \
+                    FK_VM_PAIRS(SUF, fk_vm_sub_##SUF, 6)                                             \
+                    FK_VM_PAIRS(SUF, fk_vm_mul_##SUF, 12)                                            \
+                    default: break;                                                                  \
+                    }                                                                                \
+                    break;                                                                           \
+                }                                                                                    \
+                case FK_VM_ROW: {                                                                    \
+                    char *ptrs[FK_MAX_OPERANDS];                                                     \
+                    int64_t strides[FK_MAX_OPERANDS];                                                \
+                    for (int k = 0; k < in->nargs; k++) {                                            \
+                        ptrs[k] = at.p[in->arg[k]];                                                  \
+                        strides[k] = es;                                                             \
+                    }                                                                                \
+                    vm->row[c](ptrs, strides, bytes / es,                                            \
+                               vm->ctx_offset[c] >= 0 ? (const void *)(ctx + vm->ctx_offset[c]) : NULL); \
+                    break;                                                                           \
+                }                                                                                    \
+                default: break;                                                                      \
+                }                                                                                    \
+                (void)j; (void)y; (void)keep; (void)flip_bits;                                       \
+            }                                                                                        \
+            dr->n = 0;                                                                               \
+            for (int s = 0; s < vm->n_slots; s++) {                                                  \
+                char *to = out[s] != NULL ? out[s] + b * bytes : NULL;                               \
+                if (to == NULL || vm->slot_kind[s] != FK_VM_OUT) continue;                           \
+                if (((uintptr_t)to & 15u) != 0) {                                                    \
+                    memcpy(to, at.p[s], (size_t)bytes);                                              \
+                    continue;                                                                        \
+                }                                                                                    \
+                dr->src[dr->n] = at.p[s];                                                            \
+                dr->dst[dr->n++] = to;                                                               \
+                at.p[s] = (char *)((uintptr_t)at.p[s] ^ flip[s]);                                    \
+            }                                                                                        \
+            for (int s = 0; s < n_src; s++) at.p[s] += step[s];                                      \
+        }                                                                                            \
+        for (int s = 0; s < vm->n_slots; s++)                                                        \
+            if (vm->slot_kind[s] == FK_VM_OUT) src->p[s] = at.p[s];                                  \
+    }
+/* the six pairs whose first op is F1 (pair codes BASE ..): second op ADD, SUB, MUL, each with the
+ * first result as its first or second operand */
+#define FK_VM_PAIRS(SUF, F1, BASE)                                                                   \
+    FK_VM_PAIR_CASE(SUF, BASE + 0, F1, fk_vm_add_##SUF(r, c))                                        \
+    FK_VM_PAIR_CASE(SUF, BASE + 1, F1, fk_vm_add_##SUF(c, r))                                        \
+    FK_VM_PAIR_CASE(SUF, BASE + 2, F1, fk_vm_sub_##SUF(r, c))                                        \
+    FK_VM_PAIR_CASE(SUF, BASE + 3, F1, fk_vm_sub_##SUF(c, r))                                        \
+    FK_VM_PAIR_CASE(SUF, BASE + 4, F1, fk_vm_mul_##SUF(r, c))                                        \
+    FK_VM_PAIR_CASE(SUF, BASE + 5, F1, fk_vm_mul_##SUF(c, r))
+#define FK_VM_PAIR_CASE(SUF, CODE, F1, EXPR2)                                                        \
+    case CODE:                                                                                       \
+        for (j = 0; j < FK_VM_BLOCK_BYTES; j += (int64_t)sizeof(fk_vm_v_##SUF)) {                   \
+            fk_vm_v_##SUF r = F1(fk_vm_ld_##SUF(x + j), fk_vm_ld_##SUF(y + j)), c = fk_vm_ld_##SUF(z + j); \
+            fk_vm_st_##SUF(d + j, (fk_vm_v_##SUF)((fk_vm_bits_##SUF(EXPR2) & keep) ^ flip_bits));    \
+        }                                                                                            \
+        break;
+/* one inline op: r = EXPR of the vectors a and b, for every vector of the block */
+#define FK_VM_CASE(SUF, OP, EXPR)                                                                    \
+    case OP:                                                                                         \
+        for (j = 0; j < FK_VM_BLOCK_BYTES; j += (int64_t)sizeof(fk_vm_v_##SUF)) {                   \
+            fk_vm_v_##SUF a = fk_vm_ld_##SUF(x + j), b = fk_vm_ld_##SUF(y + j);                      \
+            (void)b;                                                                                 \
+            fk_vm_st_##SUF(d + j, (fk_vm_v_##SUF)((fk_vm_bits_##SUF(EXPR) & keep) ^ flip_bits));     \
+        }                                                                                            \
+        break;
+
+typedef void fk_vm_blocks_fn(const fk_plan_vm *vm, fk_vm_sources *src, const int64_t *step,
+                             char *const *out, const uintptr_t *flip, fk_vm_drain *dr, int64_t blocks,
+                             const char *ctx);
+
+/* the baseline's two-operand SSE forms write their first source (tied to the output) */
+FK_VM_FORM(f32_base, , float, int32_t, 16, "movaps %1, %0\n\taddps %2, %0", "movaps %1, %0\n\tmulps %2, %0")
+FK_VM_FORM(f64_base, , double, int64_t, 16, "movapd %1, %0\n\taddpd %2, %0", "movapd %1, %0\n\tmulpd %2, %0")
+#if FK_HAVE_ISA_V4
+FK_VM_FORM(f32_v3, FK_ISA_V3, float, int32_t, 32, "vaddps %2, %1, %0", "vmulps %2, %1, %0")
+FK_VM_FORM(f64_v3, FK_ISA_V3, double, int64_t, 32, "vaddpd %2, %1, %0", "vmulpd %2, %1, %0")
+FK_VM_FORM(f32_v4, FK_ISA_V4, float, int32_t, 64, "vaddps %2, %1, %0", "vmulps %2, %1, %0")
+FK_VM_FORM(f64_v4, FK_ISA_V4, double, int64_t, 64, "vaddpd %2, %1, %0", "vmulpd %2, %1, %0")
+FK_ISA_PICK(fk_vm_blocks_f32, (const fk_plan_vm *vm, fk_vm_sources *src, const int64_t *step,
+                               char *const *out, const uintptr_t *flip, fk_vm_drain *dr, int64_t blocks,
+                               const char *ctx),
+            (vm, src, step, out, flip, dr, blocks, ctx),
+            __builtin_cpu_supports("x86-64-v4") ? fk_vm_blocks_f32_v4
+            : __builtin_cpu_supports("x86-64-v3") ? fk_vm_blocks_f32_v3 : fk_vm_blocks_f32_base)
+FK_ISA_PICK(fk_vm_blocks_f64, (const fk_plan_vm *vm, fk_vm_sources *src, const int64_t *step,
+                               char *const *out, const uintptr_t *flip, fk_vm_drain *dr, int64_t blocks,
+                               const char *ctx),
+            (vm, src, step, out, flip, dr, blocks, ctx),
+            __builtin_cpu_supports("x86-64-v4") ? fk_vm_blocks_f64_v4
+            : __builtin_cpu_supports("x86-64-v3") ? fk_vm_blocks_f64_v3 : fk_vm_blocks_f64_base)
+#else
+#define fk_vm_blocks_f32 fk_vm_blocks_f32_base
+#define fk_vm_blocks_f64 fk_vm_blocks_f64_base
+#endif
+
+/* Run the program on the flat elements [start, end) of the group (C order of its shape): cut at
+ * row ends (when a slot reads a row) into segments whose sources are contiguous, each run a whole block at a time, and a
+ * segment's last partial block staged (its inputs copied into their slots' blocks, its outputs
+ * copied out of theirs).  bases: the run's base pointers; blk: FK_VM_SCRATCH_BYTES, 64-byte
+ * aligned.  Leaves non-temporal stores to fence. */
+static void fk_vm_run_range(const fk_plan_vm *vm, char *const *bases, const char *ctx, int64_t start,
+                            int64_t end, char *blk) {
+    const int64_t es = vm->dtype == FK_F64 ? 8 : 4, per_block = FK_VM_BLOCK_BYTES / es;
+    const int n_src = vm->n_slots + vm->n_regs;
+    fk_vm_blocks_fn *blocks_fn = vm->dtype == FK_F64 ? fk_vm_blocks_f64 : fk_vm_blocks_f32;
+    fk_vm_sources src, staged;
+    fk_vm_drain dr;
+    int64_t step[FK_VM_MAX_SOURCES], no_step[FK_VM_MAX_SOURCES] = {0};
+    char *out[FK_VM_MAX_SLOTS], *no_out[FK_VM_MAX_SLOTS] = {0};
+    uintptr_t flip[FK_VM_MAX_SLOTS];
+    dr.n = 0;
+    for (int s = 0; s < n_src; s++) {
+        staged.p[s] = blk + (int64_t)s * FK_VM_BLOCK_BYTES;
+        step[s] = 0;
+    }
+    int64_t cut = end;                           /* segments end at row ends when a row is read */
+    for (int s = 0; s < vm->n_slots; s++) {
+        if (vm->slot_kind[s] == FK_VM_LASTROW) cut = vm->row_len;
+        flip[s] = (uintptr_t)staged.p[s] ^ (uintptr_t)(blk + (int64_t)(FK_VM_MAX_SOURCES + s) * FK_VM_BLOCK_BYTES);
+        if (vm->slot_kind[s] == FK_VM_SCALAR) {  /* its element in every lane */
+            const char *v = bases[vm->slot_base[s]] + vm->slot_offset[s];
+            for (int64_t i = 0; i < per_block; i++) memcpy(staged.p[s] + i * es, v, (size_t)es);
+        }
+    }
+    src = staged;
+    for (int64_t i = start; i < end;) {
+        int64_t at = i % vm->row_len, n = cut - i % cut < end - i ? cut - i % cut : end - i;
+        int64_t whole = n / per_block, rest = n - whole * per_block;
+        for (int s = 0; s < vm->n_slots; s++) {
+            char *base = bases[vm->slot_base[s]] + vm->slot_offset[s];
+            out[s] = NULL;
+            switch (vm->slot_kind[s]) {
+            case FK_VM_FULL: src.p[s] = base + i * es; step[s] = FK_VM_BLOCK_BYTES; break;
+            case FK_VM_LASTROW: src.p[s] = base + at * es; step[s] = FK_VM_BLOCK_BYTES; break;
+            case FK_VM_OUT: out[s] = base + i * es; break;
+            default: break;
+            }
+        }
+        if (whole) blocks_fn(vm, &src, step, out, flip, &dr, whole, ctx);
+        if (rest) {
+            fk_vm_sources tail = staged;
+            fk_vm_drain_lines(&dr, 0, FK_VM_BLOCK_LINES);     /* its staging blocks are free again */
+            dr.n = 0;
+            for (int s = 0; s < vm->n_slots; s++) {
+                if (step[s]) {
+                    memcpy(staged.p[s], src.p[s] + whole * FK_VM_BLOCK_BYTES, (size_t)(rest * es));
+                    memset(staged.p[s] + rest * es, 0, (size_t)(FK_VM_BLOCK_BYTES - rest * es));
+                }
+                if (vm->slot_kind[s] == FK_VM_OUT) tail.p[s] = src.p[s];
+            }
+            blocks_fn(vm, &tail, no_step, no_out, flip, &dr, 1, ctx);
+            for (int s = 0; s < vm->n_slots; s++)
+                if (out[s] != NULL) memcpy(out[s] + whole * FK_VM_BLOCK_BYTES, tail.p[s], (size_t)(rest * es));
+        }
+        i += n;
+    }
+    fk_vm_drain_lines(&dr, 0, FK_VM_BLOCK_LINES);
+}
+
+#pragma GCC pop_options
+
+#endif /* FUEL_KERNEL_CPU_VECTOR_PROGRAM_H */
