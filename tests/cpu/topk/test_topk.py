@@ -1,6 +1,7 @@
 """TOPK (two outputs: values and I64 indices along the last dim): every binding over every layout,
-both selection paths (the sorted buffer for k <= 16; for larger k a quickselect of the k-th key, then
-a stable merge sort of the k chosen), largest and smallest, against NumPy's stable argsort (tests/oracles.py, topk_reference); ties to the lower
+every selection path (the sorted buffer for k <= 4, or <= 16 for I64/F64 keys; above that 64-bit rank
+words selected and merge-sorted, or for I64/F64 a quickselect of the k-th key and a stable merge sort of
+the k chosen), largest and smallest, against NumPy's stable argsort (tests/oracles.py, topk_reference); ties to the lower
 index, NaN above every number, -0.0 tied with 0.0; the same bits for every thread count; every
 refusal leaving both outputs untouched."""
 import numpy as np
@@ -19,7 +20,8 @@ SHAPES = [(5, 7), (3, 40), (2, 3, 100), (1,), (4, 1), (0, 5), (3, 0), (300,), (2
 
 
 def ks(n):
-    return sorted({0, min(1, n), min(3, n), min(16, n), min(17, n), min(256, n), n // 2, n - 1, n} - {-1})
+    return sorted({0, min(1, n), min(3, n), min(4, n), min(5, n), min(16, n), min(17, n), min(256, n), n // 2, n - 1,
+                   n} - {-1})
 
 
 def call(kernel, x, k, largest, sorted_=True, outs=None):
