@@ -253,20 +253,25 @@ def _block_fusion_case(rng, W):
                        f"{unfused.peak_bytes} B unfused; the same bytes"))
 
 
-def _decode_cases(rng, W):
-    x = rng.standard_normal((1, D_MODEL)).astype(np.float32)
-    k_cache = rng.standard_normal((1, HEADS, CACHE, HEAD_DIM)).astype(np.float32)
-    v_cache = rng.standard_normal((1, HEADS, CACHE, HEAD_DIM)).astype(np.float32)
-    # the same cache in shuffled 16-token blocks: [blocks, BLOCK, H, Dh] and a block table
+def _paged(rng, k_cache, v_cache):
+    """The contiguous caches [1, H, CACHE, Dh] as paged ones, the same tokens in shuffled BLOCK-token
+    blocks [blocks, BLOCK, H, Dh], and the block table [1, blocks] (i32) that finds them."""
     n_blocks = CACHE // BLOCK
     order = rng.permutation(n_blocks)
-    k_paged = np.empty((n_blocks, BLOCK, HEADS, HEAD_DIM), np.float32)
-    v_paged = np.empty_like(k_paged)
+    k_paged = np.empty((n_blocks, BLOCK) + k_cache.shape[1:2] + k_cache.shape[3:], np.float32)
+    v_paged = np.empty((n_blocks, BLOCK) + v_cache.shape[1:2] + v_cache.shape[3:], np.float32)
     for logical, physical in enumerate(order):
         span = slice(logical * BLOCK, (logical + 1) * BLOCK)
         k_paged[physical] = k_cache[0, :, span].transpose(1, 0, 2)
         v_paged[physical] = v_cache[0, :, span].transpose(1, 0, 2)
-    table = order.astype(np.int32)[None, :]
+    return k_paged, v_paged, order.astype(np.int32)[None, :]
+
+
+def _decode_cases(rng, W):
+    x = rng.standard_normal((1, D_MODEL)).astype(np.float32)
+    k_cache = rng.standard_normal((1, HEADS, CACHE, HEAD_DIM)).astype(np.float32)
+    v_cache = rng.standard_normal((1, HEADS, CACHE, HEAD_DIM)).astype(np.float32)
+    k_paged, v_paged, table = _paged(rng, k_cache, v_cache)
     lens = np.array([CACHE], np.int32)
     scale = 1.0 / np.sqrt(HEAD_DIM)
 
@@ -364,14 +369,8 @@ def _decode_attention_case(rng, heads=32, head_dim=128):
     k = rng.standard_normal((1, heads, CACHE, head_dim)).astype(np.float32)
     v = rng.standard_normal((1, heads, CACHE, head_dim)).astype(np.float32)
     q = rng.standard_normal((1, heads, 1, head_dim)).astype(np.float32)
-    n_blocks = CACHE // BLOCK
-    order = rng.permutation(n_blocks)
-    kp = np.empty((n_blocks, BLOCK, heads, head_dim), np.float32)
-    vp = np.empty_like(kp)
-    for logical, physical in enumerate(order):
-        span = slice(logical * BLOCK, (logical + 1) * BLOCK)
-        kp[physical], vp[physical] = k[0, :, span].transpose(1, 0, 2), v[0, :, span].transpose(1, 0, 2)
-    table, lens, slopes = order.astype(np.int32)[None, :], np.array([CACHE], np.int32), np.zeros(0, np.float32)
+    kp, vp, table = _paged(rng, k, v)
+    lens, slopes = np.array([CACHE], np.int32), np.zeros(0, np.float32)
     scale = 1.0 / np.sqrt(head_dim)
     flash = fk.bindings().lookup(fk.OpKind.FLASH_ATTN, [F32] * 4)
     paged = fk.bindings().lookup(fk.OpKind.PAGED_ATTN, [F32, F32, F32, fk.DType.I32, fk.DType.I32, F32, F32])
