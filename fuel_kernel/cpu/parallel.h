@@ -26,7 +26,8 @@
  *   FK_SPLIT_ATTN_BACKWARD  FLASH_ATTN_BACKWARD: batch x kv heads (each block the query heads of
  *                    one kv head, dq's rows of them, that kv head's whole dk and dv)
  * The blocks are chosen from the shapes alone (a grain of work per task), never from the thread
- * count (but for one thread MATMUL runs whole: its element bits do not depend on the blocks), and
+ * count (but for one thread MATMUL, CONV2D and the CONV2D gradients run whole: their element bits do not
+ * depend on the blocks, and blocks would repack panels), and
  * each output element is computed by the same serial code whatever thread runs its block, so
  * results are bitwise identical for every thread count.  Blocks never share output
  * memory.  Calls below the grain run the serial kernel directly (no pool, no extra cost beyond
@@ -348,6 +349,9 @@ static int64_t fk_split_plan(fk_split *s) {
         if (s->layouts[0].shape[0] != images || w->shape[0] != oc) return 1;
         flops_per_out = 2 * w->shape[1] * w->shape[2] * w->shape[3];
         if ((double)numel * (double)flops_per_out < 2 * FK_SPLIT_FLOPS) return 1;
+        /* One thread runs the call whole, as MATMUL: a channel block repeats its image's im2col
+         * (1-4 images ran 1.3x slower per image than 8); no element's bits depend on the blocks */
+        if (fk_num_threads() <= 1) return 1;
         s->axis[0][0] = 0;
         s->axis[1][1] = 0;
         if (s->n_in == 3) {
@@ -383,6 +387,7 @@ static int64_t fk_split_plan(fk_split *s) {
         flops = 2.0 * (double)dy->shape[0] * (double)dy->shape[1] * (double)dy->shape[2] * (double)dy->shape[3] *
                 (double)w->shape[1] * (double)w->shape[2] * (double)w->shape[3];
         if (flops < 2 * FK_SPLIT_FLOPS) return 1;
+        if (fk_num_threads() <= 1) return 1;          /* whole on one thread, as CONV2D */
         if (weight_grad) {
             if (groups != 1 || other->shape[1] != ch) return 1;
             /* at least 4 channel blocks: each packs its own channels' columns, but all of dy */
