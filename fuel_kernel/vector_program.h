@@ -283,18 +283,16 @@ FK_VM_FORM(f32_v3, FK_ISA_V3, float, int32_t, 32, "vaddps %2, %1, %0", "vmulps %
 FK_VM_FORM(f64_v3, FK_ISA_V3, double, int64_t, 32, "vaddpd %2, %1, %0", "vmulpd %2, %1, %0")
 FK_VM_FORM(f32_v4, FK_ISA_V4, float, int32_t, 64, "vaddps %2, %1, %0", "vmulps %2, %1, %0")
 FK_VM_FORM(f64_v4, FK_ISA_V4, double, int64_t, 64, "vaddpd %2, %1, %0", "vmulpd %2, %1, %0")
-FK_ISA_PICK(fk_vm_blocks_f32, (const fk_plan_vm *vm, fk_vm_sources *src, const int64_t *step,
-                               char *const *out, const uintptr_t *flip, fk_vm_drain *dr, int64_t blocks,
-                               const char *ctx),
-            (vm, src, step, out, flip, dr, blocks, ctx),
-            __builtin_cpu_supports("x86-64-v4") ? fk_vm_blocks_f32_v4
-            : __builtin_cpu_supports("x86-64-v3") ? fk_vm_blocks_f32_v3 : fk_vm_blocks_f32_base)
-FK_ISA_PICK(fk_vm_blocks_f64, (const fk_plan_vm *vm, fk_vm_sources *src, const int64_t *step,
-                               char *const *out, const uintptr_t *flip, fk_vm_drain *dr, int64_t blocks,
-                               const char *ctx),
-            (vm, src, step, out, flip, dr, blocks, ctx),
-            __builtin_cpu_supports("x86-64-v4") ? fk_vm_blocks_f64_v4
-            : __builtin_cpu_supports("x86-64-v3") ? fk_vm_blocks_f64_v3 : fk_vm_blocks_f64_base)
+/* fk_vm_blocks_f32 / _f64: the widest form the CPU runs */
+#define FK_VM_PICK(T)                                                                                \
+    FK_ISA_PICK(fk_vm_blocks_##T, (const fk_plan_vm *vm, fk_vm_sources *src, const int64_t *step,     \
+                                   char *const *out, const uintptr_t *flip, fk_vm_drain *dr,         \
+                                   int64_t blocks, const char *ctx),                                 \
+                (vm, src, step, out, flip, dr, blocks, ctx),                                         \
+                __builtin_cpu_supports("x86-64-v4") ? fk_vm_blocks_##T##_v4                           \
+                : __builtin_cpu_supports("x86-64-v3") ? fk_vm_blocks_##T##_v3 : fk_vm_blocks_##T##_base)
+FK_VM_PICK(f32)
+FK_VM_PICK(f64)
 #else
 #define fk_vm_blocks_f32 fk_vm_blocks_f32_base
 #define fk_vm_blocks_f64 fk_vm_blocks_f64_base
