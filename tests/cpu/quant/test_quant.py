@@ -889,10 +889,10 @@ def test_nf4_lane_order_pairs_a_code_bytes_nibbles():
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 7, 37, 64])
 def test_nf4_register_forms_give_the_documented_bits(n):
     """Every row count left over by the groups of 4 rows; 1, 3 and 11 blocks (k an odd number of
-    blocks: not a multiple of 128 or 256); NumPy-quantized weights and random codes, zero and
-    subnormal absmax; within the claim against the code-book reference too."""
+    blocks: not a multiple of 128 or 256) and k = 4096, the claim's largest; NumPy-quantized weights
+    and random codes, zero and subnormal absmax; within the claim against the code-book reference too."""
     rng = np.random.default_rng(900 + n)
-    for k in (64, 3 * 64, 11 * 64):
+    for k in (64, 3 * 64, 11 * 64, 4096):
         for codes, absmax in (nf4_quantized(n, k, rng), nf4_random(n, k, rng)):
             a = rng.standard_normal((1, k)).astype(np.float32)
             got, kernel = nf4_run(a, codes, absmax, n)
