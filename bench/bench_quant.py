@@ -1,7 +1,8 @@
-"""QMATMUL decode (m = 1) on GGML-quantized weights: time against a memcpy of the same weight bytes
-(the bandwidth floor: ratio = memcpy GB/s over QMATMUL's GB/s of weight bytes) and against NumPy's
-F32 matvec on the dequantized weights (gguf's NumPy dequantization, when gguf is importable).  The
-rate column is the quantized W's bytes over each contender's time (GB/s), whatever it reads."""
+"""QMATMUL and NF4_MATMUL decode (m = 1) on quantized weights (GGML blocks; bitsandbytes' NF4):
+time against a memcpy of the same weight bytes (the bandwidth floor: ratio = memcpy GB/s over the
+kernel's GB/s of weight bytes; NF4's are its codes and absmax) and against NumPy's F32 matvec on
+the dequantized weights (gguf's NumPy dequantization when gguf is importable; NF4's code book).
+The rate column is the quantized W's bytes over each contender's time (GB/s), whatever it reads."""
 import numpy as np
 
 import fuel_kernel as fk
@@ -49,3 +50,38 @@ def cases():
                    contenders=contenders, baseline="memcpy of W (np.copyto)", skipped=skipped,
                    target="QMATMUL reads W at >= 70% of a memcpy's bandwidth (<= 1.43x its time)",
                    rate=(w.nbytes / 1e9, "GB"))
+    yield from nf4_cases(note)
+
+
+def nf4_weights(rng):
+    """N rows of K values in NF4: random codes, absmax |N(0, 1)| per block of 64."""
+    codes = rng.integers(0, 256, N * K // 2, dtype=np.uint8)
+    absmax = np.abs(rng.standard_normal(N * K // spec.NF4_BLOCK)).astype(np.float32)
+    return codes, absmax
+
+
+def nf4_dequantized(codes, absmax):
+    """dequant(W) (N, K) F32: the code book at each nibble (the high one first) times its block's absmax."""
+    code_book = np.array(spec.NF4_CODE, np.float32)
+    nibbles = np.stack([codes >> 4, codes & 15], axis=1).reshape(-1, spec.NF4_BLOCK)
+    return (code_book[nibbles] * absmax[:, None]).reshape(N, K)
+
+
+def nf4_cases(note):
+    rng = np.random.default_rng(1)
+    kernel = fk.bindings().lookup(fk.OpKind.NF4_MATMUL, [fk.DType.F32, fk.DType.U8, fk.DType.F32, fk.DType.F32],
+                                  fk.Backend.CPU)
+    codes, absmax = nf4_weights(rng)
+    w_bytes = np.empty(codes.nbytes + absmax.nbytes, np.uint8)
+    copy = np.empty_like(w_bytes)
+    a = rng.standard_normal((1, K)).astype(np.float32)
+    c = np.empty((1, N), np.float32)
+    params = fk.params.nf4_matmul(1, N, K)
+    dequantized = np.ascontiguousarray(nf4_dequantized(codes, absmax))
+    contenders = {"memcpy of W (np.copyto)": lambda: np.copyto(copy, w_bytes),
+                  "fk NF4_MATMUL": lambda: kernel(a, codes, absmax, out=c, params=params),
+                  "numpy matmul, dequantized F32 W": lambda: np.matmul(a, dequantized.T, out=c)}
+    yield Case(name=f"fk: NF4_MATMUL m=1 k=n=4096 ({w_bytes.nbytes / 1e6:.1f} MB codes + absmax) [{note}]",
+               contenders=contenders, baseline="memcpy of W (np.copyto)",
+               target="NF4_MATMUL reads W at >= 70% of a memcpy's bandwidth (<= 1.43x its time)",
+               rate=(w_bytes.nbytes / 1e9, "GB"))

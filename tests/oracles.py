@@ -2126,6 +2126,23 @@ def nf4_matmul_reference(a, codes, absmax, n, k):
     return product_with_dequantized(a, nf4_dequantized_weights(codes, absmax, n, k))
 
 
+def nf4_lane_order(x):
+    """x (..., k) in NF4_MATMUL's m = 1 lane order: in every 32 values, the even-numbered ones (a code
+    byte's high nibble) first, then the odd-numbered ones (its low nibble)."""
+    x = np.asarray(x)
+    return x.reshape(*x.shape[:-1], -1, 16, 2).swapaxes(-1, -2).reshape(x.shape)
+
+
+def nf4_gemv_register_bits(a, codes, absmax, n, k):
+    """NF4_MATMUL's m = 1 result in the exact F32 order its every form computes (quant_kernels.h.in):
+    the values w_v = NF4_CODE[q_v] * absmax summed as QMATMUL's types with a minimum, per 32 values,
+    lane l pairing values 2l and 2l + 1 of those 32 (one code byte): s_l = fma(a_{2l+1}, w_{2l+1},
+    a_{2l} * w_{2l}), acc_l = acc_l + s_l, the lanes folded as QMATMUL's.  a: the (k,) row as F32."""
+    assert k % spec.NF4_BLOCK == 0
+    values = nf4_lane_order(nf4_dequantized_weights(codes, absmax, n, k)).reshape(n, k // 32, 32)
+    return _qgemv_lanes_bits(nf4_lane_order(np.asarray(a, np.float32)), values, None, n, k // 32)
+
+
 @register([fk.OpKind.NF4_MATMUL], kind="accumulate", strict=False)
 def _nf4_matmul(inputs, params, out_dtype, out_shape):
     need_params(params, "nf4_matmul")

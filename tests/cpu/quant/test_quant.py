@@ -3,8 +3,9 @@ NumPy dequantization followed by an F64 matmul, within the bindings' precision c
 by gguf's quantize where it has one and random well-formed blocks (random bytes, finite f16
 scales) for every type; m = 1 (the streaming path) and m > 1 (the GEMM path); A in every layout and
 BF16; strided W and C; bits independent of the thread count; every refusal before any write.
-m = 1 bit for bit against the documented fma order (oracles.qgemv_register_bits), in this
-process's ISA form and, in child processes (FUEL_KERNEL_QGEMV_FORM), the AVX2 and portable ones.
+m = 1 bit for bit against the documented fma order (oracles.qgemv_register_bits and, for NF4,
+oracles.nf4_gemv_register_bits), in this process's ISA form and, in child processes
+(FUEL_KERNEL_QGEMV_FORM), the AVX2 and portable ones.
 The row count from A (params m = 0) and at run time ([A, W, count, C]), in kernels and in a Graph
 plan (QMATMUL and NF4_MATMUL); NF4_MATMUL; QEMBEDDING (rows of a quantized table at token ids) against
 gguf's rows."""
@@ -804,16 +805,21 @@ CHILD = """
 import sys
 import numpy as np
 import fuel_kernel as fk
+F32, U8 = fk.DType.F32, fk.DType.U8
 cases = np.load(sys.argv[1])
 out = {}
 for key in cases.files:
     if key.startswith("a_"):
         tag = key[2:]
-        a, w, code, n = cases[key], cases["w_" + tag], int(cases["code_" + tag]), int(cases["n_" + tag])
+        a, w, n = cases[key], cases["w_" + tag], int(cases["n_" + tag])
         fk.set_num_threads(int(cases["threads_" + tag]))
-        kernel = fk.bindings().lookup(fk.OpKind.QMATMUL, [fk.DType.F32, fk.DType.U8, fk.DType.F32], fk.Backend.CPU)
         c = np.full((1, n), np.nan, np.float32)
-        out[tag] = kernel(a, w, out=c, params=fk.params.qmatmul(code, 1, n, a.shape[1]))
+        if "absmax_" + tag in cases.files:          # NF4_MATMUL: w holds the codes
+            kernel = fk.bindings().lookup(fk.OpKind.NF4_MATMUL, [F32, U8, F32, F32], fk.Backend.CPU)
+            out[tag] = kernel(a, w, cases["absmax_" + tag], out=c, params=fk.params.nf4_matmul(1, n, a.shape[1]))
+        else:
+            kernel = fk.bindings().lookup(fk.OpKind.QMATMUL, [F32, U8, F32], fk.Backend.CPU)
+            out[tag] = kernel(a, w, out=c, params=fk.params.qmatmul(int(cases["code_" + tag]), 1, n, a.shape[1]))
 np.savez(sys.argv[2], **out)
 """
 
@@ -822,16 +828,19 @@ np.savez(sys.argv[2], **out)
 def test_every_form_runs_on_this_machine(form, tmp_path):
     """A child process with FUEL_KERNEL_QGEMV_FORM=form (the portable form; AVX2, which an AVX-512
     CPU would not pick, and which a CPU without it replaces by the portable one) gives the
-    documented bits, and the same as this process's form."""
+    documented bits, and the same as this process's form; NF4_MATMUL's too."""
     rng = np.random.default_rng(404)
     cases = {}
-    for name in REGISTER_FORMS:
-        bs = QUANTS[name].block_size
+    for name in (*REGISTER_FORMS, "NF4"):
+        bs = spec.NF4_BLOCK if name == "NF4" else QUANTS[name].block_size
         for n, k, threads in ((1, bs, 1), (7, 11 * bs, 1), (37, 4096, 2), (600, 1024, 3)):
             tag = f"{name}_{n}_{k}"
-            cases.update({"a_" + tag: rng.standard_normal((1, k)).astype(np.float32),
-                          "w_" + tag: random_blocks(name, n, k, rng), "code_" + tag: QUANTS[name].code,
-                          "n_" + tag: n, "threads_" + tag: threads})
+            cases.update({"a_" + tag: rng.standard_normal((1, k)).astype(np.float32), "n_" + tag: n,
+                          "threads_" + tag: threads})
+            if name == "NF4":
+                cases["w_" + tag], cases["absmax_" + tag] = nf4_random(n, k, rng)
+            else:
+                cases.update({"w_" + tag: random_blocks(name, n, k, rng), "code_" + tag: QUANTS[name].code})
     np.savez(tmp_path / "cases.npz", **cases)
     env = child_env()
     env["FUEL_KERNEL_QGEMV_FORM"] = form
@@ -839,10 +848,100 @@ def test_every_form_runs_on_this_machine(form, tmp_path):
                             env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-4000:]
     child = np.load(tmp_path / "out.npz")
-    assert len(child.files) == len(REGISTER_FORMS) * 4
+    assert len(child.files) == (len(REGISTER_FORMS) + 1) * 4
     for tag in child.files:
-        name = tag[:4]
-        a, w, n = cases["a_" + tag], cases["w_" + tag], cases["n_" + tag]
-        assert_register_bits(child[tag], a, w, name, n)
-        here, _ = run(a, w, name, n)
+        name = tag.split("_")[0] if tag.startswith("NF4") else tag[:4]
+        a, w, n = cases["a_" + tag], cases["w_" + tag], int(cases["n_" + tag])
+        if name == "NF4":
+            absmax = cases["absmax_" + tag]
+            assert_nf4_register_bits(child[tag], a, w, absmax, n)
+            here, _ = nf4_run(a, w, absmax, n)
+        else:
+            assert_register_bits(child[tag], a, w, name, n)
+            here, _ = run(a, w, name, n)
         np.testing.assert_array_equal(child[tag].view(np.uint32), here.view(np.uint32))
+
+
+# ---- NF4_MATMUL m = 1 in registers: the same three forms, NF4's lane order ---------------------
+def nf4_random(n, k, rng):
+    """Random codes (every nibble value) and absmax of n rows of k values: |N(0, 1)| with a zero
+    and a subnormal absmax among them."""
+    codes = rng.integers(0, 256, n * k // 2, dtype=np.uint8)
+    absmax = np.abs(rng.standard_normal(n * k // spec.NF4_BLOCK)).astype(np.float32)
+    absmax[0] = 0.0
+    absmax[-1] = np.float32(3e-39)
+    return codes, absmax
+
+
+def assert_nf4_register_bits(got, a, codes, absmax, n):
+    want = oracles.nf4_gemv_register_bits(np.asarray(a, np.float32)[0], codes, absmax, n, a.shape[1])
+    np.testing.assert_array_equal(np.asarray(got, np.float32).reshape(-1).view(np.uint32), want.view(np.uint32))
+
+
+def test_nf4_lane_order_pairs_a_code_bytes_nibbles():
+    """Lane l of each 32 values holds value 2l (the high nibble of byte l) and lane 16 + l value
+    2l + 1 (its low nibble)."""
+    order = oracles.nf4_lane_order(np.arange(64))
+    np.testing.assert_array_equal(order[:32], np.r_[np.arange(0, 32, 2), np.arange(1, 32, 2)])
+    np.testing.assert_array_equal(order[32:], order[:32] + 32)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 7, 37, 64])
+def test_nf4_register_forms_give_the_documented_bits(n):
+    """Every row count left over by the groups of 4 rows; 1, 3 and 11 blocks (k an odd number of
+    blocks: not a multiple of 128 or 256) and k = 4096, the claim's largest; NumPy-quantized weights
+    and random codes, zero and subnormal absmax; within the claim against the code-book reference too."""
+    rng = np.random.default_rng(900 + n)
+    for k in (64, 3 * 64, 11 * 64, 4096):
+        for codes, absmax in (nf4_quantized(n, k, rng), nf4_random(n, k, rng)):
+            a = rng.standard_normal((1, k)).astype(np.float32)
+            got, kernel = nf4_run(a, codes, absmax, n)
+            assert_nf4_register_bits(got, a, codes, absmax, n)
+            nf4_check(got, a, codes, absmax, n, kernel.precision)
+
+
+@pytest.mark.parametrize("layout", A_LAYOUTS)
+@pytest.mark.parametrize("dtype", [D.F32, D.BF16])
+def test_nf4_register_forms_take_a_in_any_layout(layout, dtype):
+    """A widened (and put in the lane order) first, so any layout and BF16 give the bits of that
+    row; codes and absmax strided (gathered) and C strided."""
+    rng = np.random.default_rng(910 + len(layout) + int(dtype))
+    n, k = 11, 5 * 64
+    codes, absmax = nf4_quantized(n, k, rng)
+    a = make_operand((1, k), dtype, layout, rng, special=False)
+    got, kernel = nf4_run(a, codes, absmax, n)
+    assert_nf4_register_bits(got, a, codes, absmax, n)
+    nf4_check(got, a, codes, absmax, n, kernel.precision)
+    codes_strided = np.zeros(2 * codes.size, np.uint8)[::-2]
+    codes_strided[...] = codes
+    absmax_strided = np.zeros(3 * absmax.size, np.float32)[1::3]
+    absmax_strided[...] = absmax
+    out = np.full((1, 2 * n), 7.0, np.float32)
+    nf4_run(a, codes_strided, absmax_strided, n, out=out[:, ::-2])
+    assert_nf4_register_bits(out[:, ::-2], a, codes, absmax, n)
+    assert (out[:, ::2] == 7.0).all()
+
+
+def test_nf4_register_forms_at_every_thread_count_and_run_time_count():
+    """600 rows: 18 full chunks of 32 and one of 24, over 1, 2 and 3 threads; then a run-time row
+    count of 1 (the streaming path) out of 3 rows of A, with each count operand dtype."""
+    rng = np.random.default_rng(920)
+    n, k = 600, 1024
+    codes, absmax = nf4_random(n, k, rng)
+    a = rng.standard_normal((1, k)).astype(np.float32)
+    before = fk.get_num_threads()
+    try:
+        for threads in (1, 2, 3):
+            fk.set_num_threads(threads)
+            got, kernel = nf4_run(a, codes, absmax, n)
+            assert_nf4_register_bits(got, a, codes, absmax, n)
+    finally:
+        fk.set_num_threads(before)
+    nf4_check(got, a, codes, absmax, n, kernel.precision)
+    a3 = rng.standard_normal((3, k)).astype(np.float32)
+    for count_dtype in (D.I32, D.I64):
+        kernel = fk.bindings().lookup(OP.NF4_MATMUL, NF4_COUNT_KEYS[(D.F32, count_dtype)], fk.Backend.CPU)
+        out = np.full((3, n), np.nan, np.float32)
+        kernel(a3, codes, absmax, np.asarray(1, count_dtype.numpy), out=out, params=fk.params.nf4_matmul(0, n, k))
+        assert_nf4_register_bits(out[:1], a3[:1], codes, absmax, n)
+        assert (out[1:] == 0).all()
