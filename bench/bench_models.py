@@ -20,6 +20,9 @@ Models (f32, single thread):
 * Its training step: the block's forward pass, a loss (the sum of the output times fixed random
   weights) and the gradients of every weight and bias (Graph.grad, one Plan), against torch eager
   running forward and loss.backward() with the same weights.
+* The plan's own cost: the MLP's and the block's Plan.run against the sum of their steps, each
+  timed alone by Plan.profile (what running them together costs: cache traffic between steps and
+  the executor's work).
 """
 import numpy as np
 
@@ -119,18 +122,25 @@ def _case(name, plan_run, plan_out, peers, target, notes, tolerance=None):
 
 
 # ---- MLP -------------------------------------------------------------------------------------------
-def _mlp_case(rng):
-    widths, batch = (512, 2048, 2048, 512), 32
-    layers = [_linear(rng, a, b) for a, b in zip(widths, widths[1:])]
-    x = rng.standard_normal((batch, widths[0])).astype(np.float32)
+MLP_WIDTHS, MLP_BATCH = (512, 2048, 2048, 512), 32
 
+
+def mlp_plan(rng):
+    """The MLP as a compiled Plan, an input for it, and its (weight, bias) layers."""
+    layers = [_linear(rng, a, b) for a, b in zip(MLP_WIDTHS, MLP_WIDTHS[1:])]
+    x = rng.standard_normal((MLP_BATCH, MLP_WIDTHS[0])).astype(np.float32)
     g = Graph()
-    v = g.input((batch, widths[0]), F32)
+    v = g.input((MLP_BATCH, MLP_WIDTHS[0]), F32)
     for i, (w, b) in enumerate(layers):
         v = g.add(g.matmul(v, g.constant(w)), g.constant(b))
         if i < len(layers) - 1:
             v = g.gelu_erf(v)
-    plan = g.compile(v, measure=True)
+    return g.compile(v, measure=True), x, layers
+
+
+def _mlp_case(rng):
+    plan, x, layers = mlp_plan(rng)
+    batch = MLP_BATCH
     plan_out = [plan.run([x])]
 
     torch, why = _torch()
@@ -153,6 +163,21 @@ def _mlp_case(rng):
     return _case(f"MLP {batch}x512-2048-2048-512, bias + GELU (erf), f32", lambda: plan.run([x]),
                  plan_out, peers, "plan <= 0.9x onnxruntime",
                  f"plan arena: peak {plan.peak_bytes} B")
+
+
+# ---- the plan's own cost -----------------------------------------------------------------------------
+PROFILE_REPEATS = 8
+
+
+def _overhead_case(name, plan, inputs):
+    """plan.run against the sum of its steps, each run alone PROFILE_REPEATS times back to back
+    (Plan.profile; timed per repeat, so the two compare per run): what running the steps together
+    costs beyond the steps themselves."""
+    return Case(name=f"plan overhead: {name}, Plan.run against its steps run alone",
+                contenders={"steps alone (Plan.profile)": lambda: plan.profile(inputs, PROFILE_REPEATS),
+                            "fuel_kernel Plan.run": lambda: plan.run(inputs)},
+                baseline="steps alone (Plan.profile)", items={"steps alone (Plan.profile)": PROFILE_REPEATS},
+                target="Plan.run <= 1.03x the sum of its steps alone", notes=f"{plan.n_steps} steps")
 
 
 # ---- GPT-2 block -------------------------------------------------------------------------------------
@@ -409,3 +434,8 @@ def cases():
     yield _block_fusion_case(rng, W)
     yield from _decode_cases(rng, W)
     yield _training_case(rng, W)
+    rng = np.random.default_rng(1)
+    plan, x, _ = mlp_plan(rng)
+    yield _overhead_case("MLP", plan, [x])
+    plan, x = gpt2_block_plan(rng, _block_weights(rng), SEQ)
+    yield _overhead_case(f"GPT-2 block S={SEQ}", plan, [x])

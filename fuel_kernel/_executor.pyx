@@ -18,6 +18,7 @@ from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsul
 from libc.stdint cimport int32_t, int64_t, uint32_t, uintptr_t
 from libc.stdlib cimport calloc, free, realloc
 from libc.string cimport memset
+from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 from fuel_kernel.abi cimport *
 from fuel_kernel._dispatch cimport BindingTable, Kernel, OpParams
@@ -1186,17 +1187,11 @@ cdef class PlanProgram:
         self.node_names.append(node_name)
         self.n_steps += 1
 
-    def run(self, list bases):
-        """Run every step with `bases` (one C-contiguous NumPy array per base index)."""
-        cdef char *base_ptrs[256]
-        cdef char **ptrs = base_ptrs
-        cdef int i, status, failed = -1
-        cdef object keep = None
+    cdef _check_bases(self, list bases):
+        """Refuse `bases` unless they are n_bases NumPy arrays, each holding the bytes the steps address."""
+        cdef int i
         if len(bases) != self.n_bases:
             raise ValueError(f"expected {self.n_bases} base buffers, got {len(bases)}")
-        if self.n_bases > 256:
-            keep = bytearray(self.n_bases * sizeof(char *))
-            ptrs = <char **><char *>keep
         for i in range(self.n_bases):
             # checked, never a blind <ndarray> cast: anything else would be read as an array
             if not cnp.PyArray_Check(bases[i]):
@@ -1204,12 +1199,66 @@ cdef class PlanProgram:
             if cnp.PyArray_NBYTES(<cnp.ndarray>bases[i]) < self.base_bytes[i]:
                 raise ShapeError(f"base buffer {i} holds {cnp.PyArray_NBYTES(<cnp.ndarray>bases[i])} "
                                  f"bytes; the plan addresses {self.base_bytes[i]}")
+
+    cdef void _raise_failure(self, int status, int failed) except *:
+        message = fk_error_message().decode("utf-8", "replace")
+        fk_clear_error()             # consumed: the thread's error state is clear between calls
+        name = self.node_names[failed]
+        raise STATUS_ERRORS.get(status, FuelKernelError)(f"node {self.steps[failed].node_id} ({name}) failed: {message}")
+
+    def run(self, list bases):
+        """Run every step with `bases` (one C-contiguous NumPy array per base index)."""
+        cdef char *base_ptrs[256]
+        cdef char **ptrs = base_ptrs
+        cdef int i, status, failed = -1
+        cdef object keep = None
+        self._check_bases(bases)
+        if self.n_bases > 256:
+            keep = bytearray(self.n_bases * sizeof(char *))
+            ptrs = <char **><char *>keep
+        for i in range(self.n_bases):
             ptrs[i] = cnp.PyArray_BYTES(<cnp.ndarray>bases[i])
         with nogil:
             status = run_steps(self.steps, self.n_steps, self.operands, self.layouts, self.params, self.groups,
                                self.rows, self.ctx, self.vms, ptrs, &failed)
         if status != FK_OK:
-            message = fk_error_message().decode("utf-8", "replace")
-            fk_clear_error()             # consumed: the thread's error state is clear between calls
-            name = self.node_names[failed]
-            raise STATUS_ERRORS.get(status, FuelKernelError)(f"node {self.steps[failed].node_id} ({name}) failed: {message}")
+            self._raise_failure(status, failed)
+
+    def time_steps(self, list bases, int repeats):
+        """Run each step (a fused group is one step) `repeats` times back to back, in plan order, with
+        `bases` as run() takes them; returns the best seconds of each.  The steps read what the steps
+        before them wrote, as in a run; a step whose output overwrites its own input (the arena
+        reuses a dead input's bytes) computes on its last result when repeated, so the arena and any
+        plan state are left as garbage, to be recomputed by the next run."""
+        cdef char *base_ptrs[256]
+        cdef char **ptrs = base_ptrs
+        cdef int i, r, s = 0, count, status = FK_OK, failed = -1
+        cdef object keep = None
+        cdef timespec t0, t1
+        cdef double seconds
+        if repeats < 1:
+            raise ValueError(f"repeats must be at least 1, got {repeats}")
+        self._check_bases(bases)
+        if self.n_bases > 256:
+            keep = bytearray(self.n_bases * sizeof(char *))
+            ptrs = <char **><char *>keep
+        for i in range(self.n_bases):
+            ptrs[i] = cnp.PyArray_BYTES(<cnp.ndarray>bases[i])
+        best = []
+        while s < self.n_steps:
+            count = 1 + self.steps[s].n_members if self.steps[s].group >= 0 else 1
+            seconds = 1e300
+            with nogil:
+                for r in range(repeats):
+                    clock_gettime(CLOCK_MONOTONIC, &t0)
+                    status = run_steps(&self.steps[s], count, self.operands, self.layouts, self.params,
+                                       self.groups, self.rows, self.ctx, self.vms, ptrs, &failed)
+                    clock_gettime(CLOCK_MONOTONIC, &t1)
+                    if status != FK_OK:
+                        break
+                    seconds = min(seconds, (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec))
+            if status != FK_OK:
+                self._raise_failure(status, s + failed)
+            best.append(seconds)
+            s += count
+        return best

@@ -168,6 +168,24 @@ class Plan:
     def run(self, inputs: Sequence[Any]) -> Any:
         """Run on `inputs` (arrays in the order the graph's inputs were declared); returns the list
         of outputs (fresh arrays), or the single output when compile() was given one Value."""
+        bases, outputs = self._bases(inputs)
+        self._program.run(bases)
+        return outputs[0] if self._single else outputs
+
+    def profile(self, inputs: Sequence[Any], repeats: int = 5) -> list[tuple[str, float]]:
+        """Each step of a run on `inputs` timed alone: (what the step is, its best seconds over
+        `repeats` back-to-back runs), in plan order; a fused group is one step.  Their sum against
+        a whole run's time is the cost of running the steps together (cache traffic between them,
+        the executor's own work).  Each step reads what the steps before it wrote, as in a run; a
+        step that overwrites its own input computes on its last result when repeated, so plan
+        state (g.state) is left holding garbage: run the plan again before relying on it."""
+        bases, _ = self._bases(inputs)
+        seconds = self._program.time_steps(bases, repeats)
+        return [(f"{step.name} node {step.node_id}", t) for step, t in zip(self._steps, seconds)]
+
+    def _bases(self, inputs: Sequence[Any]) -> tuple[list[Any], list[np.ndarray]]:
+        """The executor's base arrays for a run on `inputs` (checked and made C-contiguous), and the
+        fresh output arrays among them."""
         if isinstance(inputs, np.ndarray):
             raise OperandTypeError(f"Plan.run takes a list of arrays, one per graph input, not an array: "
                                    f"plan.run([x]), not plan.run(x) (this plan has {len(self.input_buffers)} "
@@ -196,8 +214,7 @@ class Plan:
         bases.append(arena)
         outputs = [np.empty(v.shape, dtype=v.dtype.numpy) for v in self.output_values]
         bases.extend(outputs)
-        self._program.run(bases)
-        return outputs[0] if self._single else outputs
+        return bases, outputs
 
     def __call__(self, *inputs: Any) -> Any:
         return self.run(inputs)

@@ -203,3 +203,36 @@ def test_elementwise_graph_with_broadcast_and_matmul_matches_numpy(rng):
     s = rng.standard_normal((4, 8)).astype(np.float32)
     expected = np.maximum(a @ w + b, 0) * s.T
     np.testing.assert_allclose(plan.run([a, s]), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_profile_times_every_step_in_plan_order_and_the_next_run_is_exact(rng):
+    g = fg.Graph()
+    x = g.input((64, 32), F32)
+    w = rng.standard_normal((32, 16)).astype(np.float32)
+    y = g.softmax_last_dim(g.matmul(g.exp(g.neg(x)), g.constant(w)))
+    plan = g.compile(y, fuse=False)
+    a = rng.standard_normal((64, 32)).astype(np.float32)
+    expected = plan.run([a])
+    profile = plan.profile([a], repeats=3)
+    assert [name.split()[0] for name, _ in profile] == ["neg", "exp", "matmul", "softmax_last_dim"]
+    assert all(seconds > 0 and np.isfinite(seconds) for _, seconds in profile)
+    np.testing.assert_array_equal(plan.run([a]), expected)
+    fused = g.compile(y)                       # a fused group is one step, named by its members
+    assert len(fused.profile([a], repeats=1)) == fused.n_steps < plan.n_steps
+
+
+def test_profile_checks_its_inputs_as_run_does_and_reports_a_failing_node(rng):
+    g = fg.Graph()
+    a = g.input((4,), fk.DType.I32)
+    b = g.input((4,), fk.DType.I32)
+    plan = g.compile(g.div(a, b))
+    x = np.arange(4, dtype=np.int32)
+    with pytest.raises(fk.ShapeError):
+        plan.profile([x[:2], x])
+    with pytest.raises(fk.OperandCountError):
+        plan.profile([x])
+    with pytest.raises(ValueError, match="repeats"):
+        plan.profile([x, x + 1], repeats=0)
+    with pytest.raises(fk.KernelZeroDivisionError, match=r"node 0 \(div\) failed"):
+        plan.profile([x, np.array([1, 0, 1, 1], np.int32)])
+    np.testing.assert_array_equal(plan.run([x, np.ones(4, np.int32)]), x)
