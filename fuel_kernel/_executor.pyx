@@ -1187,9 +1187,13 @@ cdef class PlanProgram:
         self.node_names.append(node_name)
         self.n_steps += 1
 
-    cdef _check_bases(self, list bases):
-        """Refuse `bases` unless they are n_bases NumPy arrays, each holding the bytes the steps address."""
+    cdef object _base_pointers(self, list bases, char **stack):
+        """Check `bases` (n_bases NumPy arrays, each holding the bytes the steps address) and write
+        their data pointers to `stack` (256 slots), or, for more bases, to a bytearray returned to
+        the caller, which keeps it alive while the pointers are used (None: they are in `stack`)."""
         cdef int i
+        cdef object keep = None
+        cdef char **ptrs = stack
         if len(bases) != self.n_bases:
             raise ValueError(f"expected {self.n_bases} base buffers, got {len(bases)}")
         for i in range(self.n_bases):
@@ -1199,6 +1203,12 @@ cdef class PlanProgram:
             if cnp.PyArray_NBYTES(<cnp.ndarray>bases[i]) < self.base_bytes[i]:
                 raise ShapeError(f"base buffer {i} holds {cnp.PyArray_NBYTES(<cnp.ndarray>bases[i])} "
                                  f"bytes; the plan addresses {self.base_bytes[i]}")
+        if self.n_bases > 256:
+            keep = bytearray(self.n_bases * sizeof(char *))
+            ptrs = <char **><char *>keep
+        for i in range(self.n_bases):
+            ptrs[i] = cnp.PyArray_BYTES(<cnp.ndarray>bases[i])
+        return keep
 
     cdef void _raise_failure(self, int status, int failed) except *:
         message = fk_error_message().decode("utf-8", "replace")
@@ -1210,14 +1220,11 @@ cdef class PlanProgram:
         """Run every step with `bases` (one C-contiguous NumPy array per base index)."""
         cdef char *base_ptrs[256]
         cdef char **ptrs = base_ptrs
-        cdef int i, status, failed = -1
-        cdef object keep = None
-        self._check_bases(bases)
-        if self.n_bases > 256:
-            keep = bytearray(self.n_bases * sizeof(char *))
+        cdef int status, failed = -1
+        cdef object keep
+        keep = self._base_pointers(bases, base_ptrs)
+        if keep is not None:
             ptrs = <char **><char *>keep
-        for i in range(self.n_bases):
-            ptrs[i] = cnp.PyArray_BYTES(<cnp.ndarray>bases[i])
         with nogil:
             status = run_steps(self.steps, self.n_steps, self.operands, self.layouts, self.params, self.groups,
                                self.rows, self.ctx, self.vms, ptrs, &failed)
@@ -1232,18 +1239,15 @@ cdef class PlanProgram:
         plan state are left as garbage, to be recomputed by the next run."""
         cdef char *base_ptrs[256]
         cdef char **ptrs = base_ptrs
-        cdef int i, r, s = 0, count, status = FK_OK, failed = -1
-        cdef object keep = None
+        cdef int r, s = 0, count, status = FK_OK, failed = -1
+        cdef object keep
         cdef timespec t0, t1
         cdef double seconds
         if repeats < 1:
             raise ValueError(f"repeats must be at least 1, got {repeats}")
-        self._check_bases(bases)
-        if self.n_bases > 256:
-            keep = bytearray(self.n_bases * sizeof(char *))
+        keep = self._base_pointers(bases, base_ptrs)
+        if keep is not None:
             ptrs = <char **><char *>keep
-        for i in range(self.n_bases):
-            ptrs[i] = cnp.PyArray_BYTES(<cnp.ndarray>bases[i])
         best = []
         while s < self.n_steps:
             count = 1 + self.steps[s].n_members if self.steps[s].group >= 0 else 1
