@@ -469,6 +469,9 @@ SPLIT_RULES = {
     # (both outputs share one shape, so ROWS_1 cuts them alike)
     "MAX_POOL2D": "ROWS_2", "AVG_POOL2D": "ROWS_2", "TOPK": "ROWS_1",
 }
+# siblings whose kernel cuts its own tasks after its checks (parallel.h runs them whole): CONV2D's
+# im2col, by (image, group, chunk of output pixels), so no task repeats another's im2col
+SIBLING_SPLIT_RULES = {("CONV2D", "im2col"): "CONV2D_IM2COL"}
 # integer kernels of these refuse a zero divisor or a negative exponent before writing anything
 _INTEGER_CHECKS_DATA = ("DIV", "REM", "POW", "FMOD", "TRUNC_DIV")
 
@@ -483,7 +486,7 @@ def split_rule(op: str, signature: Sequence[str], source: str) -> Optional[str]:
         return None
     if op == "MATMUL" and len(signature) != 3:     # the deferred row count is data, read at run time
         return None
-    return SPLIT_RULES[op]
+    return SIBLING_SPLIT_RULES.get((op, source), SPLIT_RULES[op])
 
 
 # ---- status codes --------------------------------------------------------------------------------
@@ -844,7 +847,8 @@ CPU_KERNELS["conv"] = tuple(
     for operands, suffix in ((3, ""), (4, "_bias")) for algorithm in ("im2col", "direct"))
 
 # CONV1D: the CONV2D kernels of each sibling on a height-1 view of x, w and out (no code of its own
-# but the view), so CONV2D's claims; it runs on the threads through CONV2D's split, inside the kernel
+# but the view), so CONV2D's claims; it runs on the threads inside the kernel: direct through CONV2D's
+# split, im2col through its run's own tasks
 CPU_KERNELS["conv"] += tuple(
     KernelRows(("CONV1D",), same(FLOAT, operands), "fk_conv1d_" + algorithm + "_{d0}" + suffix,
                {name: "CONV2D_" + name for name in FLOAT}, f"fk_conv1d_{algorithm}_cost",

@@ -13,6 +13,9 @@
  *                    grouped (GQA) batch axis gives each batch index B's index i / group
  *   FK_SPLIT_CONV2D  images x blocks of output channels (groups = 1; images only otherwise); CONV1D's
  *                    kernel runs CONV2D's through this rule on its height-1 view (its params CONV1D's)
+ *   FK_SPLIT_CONV2D_IM2COL  none here: CONV2D's (and CONV1D's) im2col sibling cuts its own tasks of
+ *                    (image, group, chunk of output pixels) after its checks (conv_kernels.h.in), so
+ *                    that no task repeats another's im2col and none runs alone before the others
  *   FK_SPLIT_CONV2D_BACKWARD_INPUT  images x blocks of dx's channels (groups = 1; images only
  *                    otherwise), each block with w's matching in-channels
  *   FK_SPLIT_CONV_TRANSPOSE2D  the same as CONV2D_BACKWARD_INPUT (its kernel is that run): images x
@@ -51,7 +54,7 @@ enum {
     FK_SPLIT_ROWS_0 = 0, FK_SPLIT_ROWS_1 = 1, FK_SPLIT_ROWS_2 = 2,
     FK_SPLIT_REDUCE = 8, FK_SPLIT_MATMUL = 9, FK_SPLIT_CONV2D = 10, FK_SPLIT_ATTN = 11,
     FK_SPLIT_MOVEMENT = 12, FK_SPLIT_CONV2D_BACKWARD_INPUT = 13, FK_SPLIT_CONV2D_BACKWARD_WEIGHT = 14,
-    FK_SPLIT_ATTN_BACKWARD = 15, FK_SPLIT_CONV_TRANSPOSE2D = 16
+    FK_SPLIT_ATTN_BACKWARD = 15, FK_SPLIT_CONV_TRANSPOSE2D = 16, FK_SPLIT_CONV2D_IM2COL = 17
 };
 
 #define FK_SPLIT_GRAIN 32768               /* elements (element-visits for reductions) per task */
@@ -349,8 +352,8 @@ static int64_t fk_split_plan(fk_split *s) {
         if (s->layouts[0].shape[0] != images || w->shape[0] != oc) return 1;
         flops_per_out = 2 * w->shape[1] * w->shape[2] * w->shape[3];
         if ((double)numel * (double)flops_per_out < 2 * FK_SPLIT_FLOPS) return 1;
-        /* One thread runs the call whole, as MATMUL: a channel block repeats its image's im2col
-         * (1-4 images ran 1.3x slower per image than 8); no element's bits depend on the blocks */
+        /* The direct sibling's rule (im2col cuts its own tasks: FK_SPLIT_CONV2D_IM2COL).  One thread
+         * runs the call whole, as MATMUL; no element's bits depend on the blocks */
         if (fk_num_threads() <= 1) return 1;
         s->axis[0][0] = 0;
         s->axis[1][1] = 0;
@@ -604,6 +607,7 @@ static inline __attribute__((always_inline))
 int fk_split_run(fk_kernel_fn kernel, int rule, const fk_storage *inputs, int n_in, fk_storage *outputs,
                  int n_out, const fk_layout *layouts, const fk_params *params) {
     int large = 0;
+    if (rule == FK_SPLIT_CONV2D_IM2COL) return kernel(inputs, n_in, outputs, n_out, layouts, params);
     if (n_out >= 1 && n_in >= 1 && n_in + n_out <= FK_MAX_OPERANDS) {
         if (rule <= FK_SPLIT_ROWS_2 || rule == FK_SPLIT_MOVEMENT)
             large = fk_split_holds(&layouts[n_in], 2 * FK_SPLIT_GRAIN);

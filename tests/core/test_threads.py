@@ -182,7 +182,7 @@ def large_shapes(op, rule, n_in):
                 "PAD_BACKWARD": ([(260, 305)], (260, 300), P.pad([2], [3], "reflect", 0.0))}[name]
     if rule == "MATMUL":
         return [(3, 96, 128), (128, 200)], (3, 96, 200), None
-    if rule == "CONV2D":
+    if rule in ("CONV2D", "CONV2D_IM2COL"):          # im2col: 2 images x 3 chunks (192, 192, 100 pixels)
         return [(2, 16, 24, 24), (64, 16, 3, 3), (64,)][:n_in], (2, 64, 22, 22), P.conv2d(1, 0, 1, 1)
     if rule == "CONV2D_BACKWARD_INPUT":              # 2 images x 4 blocks of 16 input channels
         return [(2, 32, 22, 22), (32, 64, 3, 3)], (2, 64, 24, 24), P.conv2d_backward((24, 24), 3)
@@ -269,7 +269,7 @@ def test_matmul_blocks_of_few_rows_give_the_whole_products_bits(rows, dtype):
 
 
 def test_every_rule_is_exercised():
-    assert {b[3] for b in BINDINGS} == set(spec.SPLIT_RULES.values())
+    assert {b[3] for b in BINDINGS} == set(spec.SPLIT_RULES.values()) | set(spec.SIBLING_SPLIT_RULES.values())
 
 
 @pytest.mark.parametrize("op", ["SUM", "MEAN"])

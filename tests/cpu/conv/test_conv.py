@@ -63,6 +63,42 @@ def test_nan_in_the_input_spreads_to_its_window(rng):
         assert np.isnan(out[:, :, 0, 0]).all() and not np.isnan(out[:, :, 1:, :]).any()
 
 
+# (x shape, w shape, stride, padding, groups): one image of 900 pixels (6 chunks, the last 100 pixels:
+# a partial strip), and two images of two groups at stride (1, 2) (P = 360: 4 tasks of 2 chunks)
+IM2COL_TASK_SHAPES = [((1, 16, 30, 30), (48, 16, 3, 3), 1, 1, 1), ((2, 32, 20, 36), (64, 16, 3, 3), (1, 2), 1, 2)]
+
+
+@pytest.mark.parametrize("dtype", [fk.DType.F32, fk.DType.F64, fk.DType.F16])
+@pytest.mark.parametrize("shape", IM2COL_TASK_SHAPES, ids=["1-image", "groups-2"])
+def test_conv2d_im2col_pixel_chunk_tasks_same_bits_for_every_thread_count(dtype, shape, rng):
+    """The im2col sibling cuts its own (image, group, chunk of output pixels) tasks: 1, 2 and 3 threads
+    give the bits of the one-thread run, dense and strided outputs (F16 and the strided view go through
+    a result block), with and without bias, within the claim of the reference."""
+    xs, ws, stride, padding, groups = shape
+    x = rng.standard_normal(xs).astype(dtype.numpy)
+    w = (rng.standard_normal(ws) * 0.2).astype(dtype.numpy)
+    b = rng.standard_normal(ws[0]).astype(dtype.numpy)
+    for bias in (None, b):
+        dts = [dtype] * (3 if bias is None else 4)
+        kernel, = [k for k in fk.bindings().alternatives(fk.OpKind.CONV2D, dts) if k.source == "im2col"]
+        expected, scale = reference(x, w, bias, stride, padding, 1, groups)
+        for strided in (False, True):
+            results = []
+            for threads in (1, 2, 3):
+                if strided:
+                    out = np.full(expected.shape[:3] + (2 * expected.shape[3],), 7, dtype.numpy)[..., ::2]
+                else:
+                    out = np.full(expected.shape, 7, dtype.numpy)
+                calls = _dispatch._parallel_calls()
+                with fk.threads(threads):
+                    run(kernel, x, w, bias, out, stride, padding, 1, groups)
+                assert (_dispatch._parallel_calls() > calls) == (threads > 1), threads
+                results.append(out.copy())
+            assert all(r.tobytes() == results[0].tobytes() for r in results[1:]), (bias is None, strided)
+            err = np.abs(results[0].astype(np.float64) - expected)
+            assert (err <= kernel.precision.max_rel * scale + kernel.precision.max_abs).all(), err.max()
+
+
 def test_dispatch_allocates_from_params(rng):
     x = rng.standard_normal((1, 2, 9, 9)).astype(np.float32)
     w = rng.standard_normal((4, 2, 3, 3)).astype(np.float32)
@@ -454,7 +490,8 @@ def test_conv1d_asymmetric_pads_are_symmetric_pads_cut_or_zero_extended(source, 
 
 @pytest.mark.parametrize("dtype", [fk.DType.F32, fk.DType.BF16])
 def test_conv1d_same_bits_for_every_thread_count(dtype, rng):
-    """Through CONV2D's split (images x output-channel blocks): the same bits on 1, 2 and 3 threads."""
+    """Through CONV2D's threads (direct: the split's images x output-channel blocks; im2col: its own
+    (image, pixel-chunk) tasks): the same bits on 1, 2 and 3 threads."""
     x = rng.standard_normal((2, 32, 900)).astype(dtype.numpy)
     w = rng.standard_normal((64, 32, 5)).astype(dtype.numpy)
     b = rng.standard_normal(64).astype(dtype.numpy)
@@ -464,7 +501,7 @@ def test_conv1d_same_bits_for_every_thread_count(dtype, rng):
             calls = _dispatch._parallel_calls()
             with fk.threads(threads):
                 results.append(kernel(x, w, b, params=conv1d_params(padding=(3, 1))))
-            # one thread runs the call whole (blocks would only repeat the im2col packing)
+            # one thread runs the call whole
             assert (_dispatch._parallel_calls() > calls) == (threads > 1), (kernel.source, threads)
         assert all(r.tobytes() == results[0].tobytes() for r in results[1:]), kernel.source
 
