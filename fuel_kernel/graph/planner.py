@@ -737,27 +737,29 @@ def _aligned_bytes(nbytes: int) -> np.ndarray:
 
 def _time_prepacked(prepacked: Any, chosen: Any, a: Value, b: np.ndarray, packed: np.ndarray,
                     c: Value) -> Tuple[float, float]:
-    """(ns of MATMUL_PREPACKED on `packed`, ns of the `chosen` MATMUL kernel on `b`), the best of
-    interleaved runs on random A of `a`'s shape: the pre-packed kernel as a one-step plan (its packed
-    operand's storage is the whole buffer, which only a plan or a C caller passes)."""
-    import time
+    """(ns of MATMUL_PREPACKED on `packed`, ns of the `chosen` MATMUL kernel on `b`) on random A of
+    `a`'s shape, cached with the route picker's measurements (route.measured_routes.json), so every
+    compile of these shapes decides alike.  The pre-packed kernel runs as a one-step plan: its
+    packed operand's storage is the whole buffer, which only a plan or a C caller passes."""
+    import json
     from .builders import Graph
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal(a.shape).astype(a.dtype.numpy)
-    g = Graph()
-    out = g.matmul_prepacked(g.input(a.shape, a.dtype), g.constant(packed), b.shape[1])
-    plan = g.compile(out, fuse=False, prepack=False)
-    c_out = np.empty(c.shape, dtype=c.dtype.numpy)
-    best = [float("inf"), float("inf")]
-    runs = [lambda: plan.run([x]), lambda: chosen(x, b, out=c_out)]
-    for run in runs:
-        run()                                            # warm: scratch, pages, the BLAS library
-    for _ in range(5):
-        for i, run in enumerate(runs):
-            start = time.perf_counter_ns()
-            run()
-            best[i] = min(best[i], float(time.perf_counter_ns() - start))
-    return best[0], best[1]
+    key = json.dumps(["prepack", a.dtype.short_name, int(chosen.backend), list(a.shape), list(b.shape),
+                      str(chosen.identity), str(prepacked.identity)])
+    cache = route._load_measure_cache()
+    timings = cache.get(key)
+    if not route._valid_timings(timings, {"prepacked", "chosen"}):
+        x = np.random.default_rng(0).standard_normal(a.shape).astype(a.dtype.numpy)
+        g = Graph()
+        plan = g.compile(g.matmul_prepacked(g.input(a.shape, a.dtype), g.constant(packed), b.shape[1]),
+                         fuse=False, prepack=False)
+        c_out = np.empty(c.shape, dtype=c.dtype.numpy)
+        runs = {"prepacked": lambda: plan.run([x]), "chosen": lambda: chosen(x, b, out=c_out)}
+        for run in runs.values():
+            run()                                        # warm: scratch, pages, the BLAS library
+        timings = {name: route._best_time(run, repeats=3) * 1e9 for name, run in runs.items()}
+        cache[key] = timings
+        route._store_measure_cache(cache)
+    return float(timings["prepacked"]), float(timings["chosen"])
 
 
 class _Planner:

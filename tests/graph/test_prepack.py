@@ -165,3 +165,29 @@ def test_narrow_column_tiles_leave_a_prepacked_head_alone(native_routes, monkeyp
     plan = g.compile(y)
     assert "its packed B is cut at multiples of 32 columns only" in plan.explain()
     assert same_bytes(plan.run(inputs), g.compile(y, prepack=False).run(inputs))
+
+
+def test_measure_times_the_prepacked_engine_against_blas_once(monkeypatch, rng):
+    """Where the route picker chose the BLAS sibling, compile(measure=True) times the pre-packed
+    native engine against it and keeps the faster; the timings are cached with the measured routes,
+    so a second compile decides alike.  A plain compile keeps BLAS and says so."""
+    from fuel_kernel import route
+    if not any(k.source == "blas" for k in fk.bindings().alternatives(OP.MATMUL, [D.F32] * 3, fk.Backend.CPU)):
+        pytest.skip("no BLAS sibling (SciPy is absent)")
+    pick = route.pick
+    monkeypatch.setattr(route, "pick", lambda alternatives, *args, **kwargs: pick(
+        [k for k in alternatives if k.source == "blas"] or alternatives, *args, **kwargs))
+    g, y, inputs = linear_graph(D.F32, 32, rng, epilogue=False)
+    assert "not pre-packed: the route picker chose blas (compile(measure=True) times" in g.compile(y).explain()
+    plan = g.compile(y, measure=True)
+    (line,) = [text for text in plan.explain().splitlines() if text.startswith("prepack node 0")]
+    assert "pre-packed (native) vs" in line and "for blas" in line
+    again = g.compile(y, measure=True)
+    assert [text for text in again.explain().splitlines() if text.startswith("prepack node 0")] == [line]
+    packed = "pre-packed once" in line
+    assert len(prepacked_steps(plan)) == int(packed) and plan.prepacked_bytes == (
+        ops.matmul_packed_nbytes(D.F32, K, N) if packed else 0)
+    monkeypatch.setattr(route, "pick", lambda alternatives, *args, **kwargs: pick(
+        [k for k in alternatives if k.source != "blas"] or alternatives, *args, **kwargs))
+    if packed:                             # the native engine's bytes
+        assert same_bytes(plan.run(inputs), g.compile(y, prepack=False).run(inputs))
