@@ -1,6 +1,6 @@
-"""The planner: dead-node pruning, fusion matching, route picking, the contiguize gate, steps,
-and the grouping of elementwise steps (with the MATMUL or CONV2D they follow, and the norm rows
-they feed) that run tile by tile."""
+"""The planner: dead-node pruning, fusion matching, route picking, the pre-packing of constant
+MATMUL weights, the contiguize gate, steps, and the grouping of elementwise steps (with the
+MATMUL or CONV2D they follow, and the norm rows they feed) that run tile by tile."""
 import heapq
 import importlib
 from dataclasses import dataclass, field
@@ -921,7 +921,8 @@ class _Planner:
     def _prepacked(self, node: Node, choice: Any) -> Optional[_Step]:
         """A MATMUL_PREPACKED step for MATMUL `node` whose B is a 2-d float constant, with B packed
         now by MATMUL_PACK_B into a plan-owned buffer; None (and a note why) when it does not apply,
-        when prepack is off, or when the prepacked kernel's estimate does not beat the chosen one's."""
+        when prepack is off, or when the route picker chose another kernel than the native engine
+        and a measurement (compile(measure=True)) does not find the pre-packed engine faster."""
         why = _prepack_refusal(node, choice.kernel)
         label = f"prepack node {node.id} ({node.name or node.label})"
         if why == "":
