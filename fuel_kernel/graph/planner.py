@@ -721,7 +721,9 @@ def _prepack_refusal(node: Node, kernel: Any) -> Optional[str]:
 
 def _constant_view(value: Value) -> np.ndarray:
     """A constant Value's elements as a C-contiguous array (a copy of its view of the buffer)."""
-    flat = value.buffer.array.reshape(-1)
+    array = value.buffer.array
+    assert array is not None, "a constant buffer holds its array"
+    flat = array.reshape(-1)
     item = flat.itemsize
     view = np.lib.stride_tricks.as_strided(flat[value.offset:], shape=value.shape,
                                            strides=tuple(s * item for s in value.strides), writeable=False)
@@ -746,7 +748,7 @@ def _time_prepacked(prepacked: Any, chosen: Any, a: Value, b: np.ndarray, packed
     key = json.dumps(["prepack", a.dtype.short_name, int(chosen.backend), list(a.shape), list(b.shape),
                       str(chosen.identity), str(prepacked.identity)])
     cache = route._load_measure_cache()
-    timings = cache.get(key)
+    timings: Any = cache.get(key)
     if not route._valid_timings(timings, {"prepacked", "chosen"}):
         x = np.random.default_rng(0).standard_normal(a.shape).astype(a.dtype.numpy)
         g = Graph()

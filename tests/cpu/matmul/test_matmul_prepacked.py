@@ -3,12 +3,14 @@ multiplied without packing.  The packed bytes against a NumPy rebuild of the doc
 the products against the native MATMUL kernel bit for bit (the same panels, the same sums), called
 as a C caller does (a packed operand's storage is the whole packed buffer); every refusal typed,
 before anything is written."""
+import ctypes
+
 import numpy as np
 import pytest
 
 import fuel_kernel as fk
 from capi import Layout, Storage, kernel_function, layout, storage_of
-from fuel_kernel import ops, spec
+from fuel_kernel import _dispatch, ops, spec
 from oracles import matmul_reference, packed_b_reference
 from support import LAYOUTS, make_operand, random_values
 
@@ -37,9 +39,15 @@ def pack(b, dtype):
     return out
 
 
+# a params block of kind none (FK_PARAMS_NONE = 0), as a plan passes for a step without params (the
+# thread split runs a call with params = NULL whole); larger than fk_params
+NO_PARAMS = ctypes.create_string_buffer(4096)
+
+
 def prepacked_call(a, packed, n, c, dtype, j0=0, view=None, nbytes=None):
-    """MATMUL_PREPACKED as a C caller calls it: storages of A, the whole packed buffer and C, and
-    the packed operand's (k, n) view at byte 64 + j0 with strides (0, 1).  Returns the status."""
+    """MATMUL_PREPACKED as a C caller (a plan) calls it: storages of A, the whole packed buffer and
+    C, the packed operand's (k, n) view at byte 64 + j0 with strides (0, 1), params of kind none.
+    Returns the status."""
     fn = kernel_function(OP.MATMUL_PREPACKED, [dtype, D.U8, dtype])
     k = a.shape[-1]
     item = a.itemsize
@@ -52,7 +60,7 @@ def prepacked_call(a, packed, n, c, dtype, j0=0, view=None, nbytes=None):
     lays = (Layout * 3)(layout(a.shape, [s // item for s in a.strides], a_offset),
                         layout(shape, strides, offset),
                         layout(c.shape, [s // item for s in c.strides], c_offset))
-    return fn(ins, 2, outs, 1, lays, None)
+    return fn(ins, 2, outs, 1, lays, ctypes.cast(NO_PARAMS, ctypes.c_void_p))
 
 
 def native_matmul(a, b, dtype):
@@ -113,11 +121,15 @@ def test_column_views_and_batches(dtype, rng):
         assert prepacked_call(a, packed, n, c, dtype, j0=j0) == 0
         expected = native_matmul(a, np.ascontiguousarray(b[:, j0:j0 + n]), dtype)
         assert same_bytes(c, expected), (j0, n)
-    with fk.threads(2):                    # the thread split cuts C's columns and the view alike
+    a2 = make_operand((256, k), dtype, "contiguous", rng, special=False)
+    expected = native_matmul(a2, b, dtype)
+    for threads in (1, 2, 3):              # the thread split cuts C's columns and the view alike
         c = np.zeros((256, n_all), dtype=dtype.numpy)
-        a2 = make_operand((256, k), dtype, "contiguous", rng, special=False)
-        assert prepacked_call(a2, packed, n_all, c, dtype) == 0
-    assert same_bytes(c, native_matmul(a2, b, dtype))
+        calls = _dispatch._parallel_calls()
+        with fk.threads(threads):
+            assert prepacked_call(a2, packed, n_all, c, dtype) == 0
+        assert (_dispatch._parallel_calls() > calls) == (threads > 1), threads
+        assert same_bytes(c, expected), threads
 
 
 def test_a_python_call_is_refused_typed(rng):
