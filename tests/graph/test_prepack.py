@@ -191,3 +191,15 @@ def test_measure_times_the_prepacked_engine_against_blas_once(monkeypatch, rng):
         [k for k in alternatives if k.source != "blas"] or alternatives, *args, **kwargs))
     if packed:                             # the native engine's bytes
         assert same_bytes(plan.run(inputs), g.compile(y, prepack=False).run(inputs))
+
+
+def test_measure_times_it_against_the_native_engine_too(native_routes, rng):
+    """Reading the panels from memory inside the product can cost what packing them did, so a
+    measured compile times the pre-packed engine against the native one as well, and keeps the
+    faster: the native engine's bytes either way."""
+    g, y, inputs = linear_graph(D.F32, 32, rng, epilogue=False)
+    plan = g.compile(y, measure=True)
+    (line,) = [text for text in plan.explain().splitlines() if text.startswith("prepack node 0")]
+    assert "pre-packed (native) vs" in line and "for native" in line
+    assert len(prepacked_steps(plan)) == int("pre-packed once" in line)
+    assert same_bytes(plan.run(inputs), g.compile(y, prepack=False).run(inputs))
