@@ -305,6 +305,49 @@ def matmul_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> 
     return matmul_batch_shape(a[:-2], b[:-2]) + (a[-2], b[-1])
 
 
+def matmul_packed_nbytes(dtype: Union[DType, int, str], k: int, n: int) -> int:
+    """The bytes MATMUL_PACK_B writes for a (k, n) B of `dtype` (F16, BF16, F32, F64): the header,
+    then k * (n rounded up to the engine's NR) values of B's compute type (spec.GEMM_BLOCKING)."""
+    dtype = DType.parse(dtype)
+    row = next((d for d in spec.DTYPES if d.name == dtype.name), None)
+    if row is None or row.kind != "float":
+        raise DTypeError(f"matmul_pack_b packs F16, BF16, F32 or F64 B, not {dtype.short_name}")
+    k, n = int(k), int(n)
+    if k < 0 or n < 0:
+        raise ShapeError(f"a packed matmul B of extents ({k}, {n})")
+    blocking = {b[0]: b for b in spec.GEMM_BLOCKING}[row.compute]
+    nr = blocking[3]
+    elem_size = 4 if row.compute == "float" else 8
+    total = spec.MATMUL_PACKED_HEADER_BYTES + k * (-(-n // nr) * nr) * elem_size
+    if total > MAX_BYTES:
+        raise ShapeError(f"a packed ({k}, {n}) {dtype.short_name} matmul B would take {total} bytes, past 2**63-1")
+    return total
+
+
+def matmul_pack_b_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> Shape:
+    """[B (k, n)]: the size depends on B's dtype, which a shape rule does not see: pass an output of
+    matmul_packed_nbytes(dtype, k, n) bytes (Graph.matmul_pack_b does)."""
+    if len(shapes) != 1 or len(shapes[0]) != 2:
+        raise ShapeError(f"matmul_pack_b takes one B (k, n), got shapes {list(shapes)}")
+    raise ShapeError("matmul_pack_b's output size depends on B's dtype: pass an output of "
+                     "fuel_kernel.ops.matmul_packed_nbytes(dtype, k, n) bytes (U8)")
+
+
+def matmul_pack_b_dtype(dtypes: Sequence[DType], params: Optional[OpParams] = None) -> DType:
+    """The packed buffer is bytes (U8)."""
+    return DType.U8
+
+
+def matmul_prepacked_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> Shape:
+    """[A (..., m, k), packed B view (k, n)] -> (..., m, n)."""
+    if len(shapes) != 2:
+        raise OperandCountError(f"matmul_prepacked takes [A, packed B view], got {len(shapes)} inputs")
+    a, b = shapes
+    if len(a) < 2 or len(b) != 2 or a[-1] != b[0]:
+        raise ShapeError(f"matmul_prepacked takes A (..., m, k) and the packed B's (k, n) view, got {a} and {b}")
+    return tuple(a[:-1]) + (b[1],)
+
+
 def matmul_batch_shape(a: Shape, b: Shape) -> Shape:
     """MATMUL's batch: A's and B's batch dims right-aligned, each pair equal, one of them 1 (or
     missing), or A's a multiple of B's (grouped, GQA: index i reads B's i / (A's / B's))."""

@@ -171,8 +171,10 @@ OpSpec = namedtuple("OpSpec", "number name inputs outputs params doc args shape 
 VARIADIC = (1, 7)        # CONCAT: 1 .. FK_MAX_OPERANDS - 1 inputs (one operand slot is the output)
 # Ops of a fixed input count and an inferred output dtype whose Graph builder is still written by hand
 # in fuel_kernel/graph/builders.py, not generated: FLASH_ATTN's takes FLASH_ATTN_MASKED's optional
-# inputs as keywords (mask=, alibi_slopes=, key_lens=) and builds that op when any is given
-HANDWRITTEN_BUILDERS = ("FLASH_ATTN",)
+# inputs as keywords (mask=, alibi_slopes=, key_lens=) and builds that op when any is given;
+# MATMUL_PACK_B's output size depends on B's dtype (a shape rule sees shapes only) and
+# MATMUL_PREPACKED takes the column view of a packed buffer, which its builder makes
+HANDWRITTEN_BUILDERS = ("FLASH_ATTN", "MATMUL_PACK_B", "MATMUL_PREPACKED")
 _DEFAULT_ARGS = {1: ("x",), 2: ("x", "y")}
 
 
@@ -412,6 +414,14 @@ OPS = (
     _op(109, "QEMBEDDING", 2, "qembedding",
         "rows of a GGML-quantized table W (n rows of k values) at I32/I64 ids, dequantized: out (*ids.shape, k)",
         args=("w", "ids"), shape="qembedding", dtype="qembedding"),
+    # pre-packed constant weights (cpu/matmul_kernels.h.in): Graph.compile packs a constant MATMUL B once
+    _op(110, "MATMUL_PACK_B", 1, "none",
+        "B (k, n) packed into the GEMM engine's panels: U8 (matmul_packed_nbytes,), a header then the panels",
+        args=("b",), shape="matmul_pack_b", dtype="matmul_pack_b"),
+    _op(111, "MATMUL_PREPACKED", 2, "none",
+        "A (..., m, k) @ B with B pre-packed by MATMUL_PACK_B, given as the (k, n) view of its columns "
+        "(strides (0, 1) at byte 64 + first column)",
+        args=("a", "b_packed"), shape="matmul_prepacked"),
 )
 
 # ---- GGML quant types (QMATMUL's W) ----------------------------------------------------------------
@@ -456,6 +466,8 @@ SPLIT_RULES = {
     **{name: "MOVEMENT" for name in ("CUMSUM", "FLIP", "ROLL", "PAD")},
     **{op.name: "REDUCE" for op in OPS if op.shape == "reduce"},
     "MATMUL": "MATMUL", "CONV2D": "CONV2D", "FLASH_ATTN": "ATTN",
+    # MATMUL_PREPACKED: MATMUL's blocks; its packed B view is cut on columns as B is
+    "MATMUL_PREPACKED": "MATMUL",
     # conv2d backward
     "CONV2D_BACKWARD_INPUT": "CONV2D_BACKWARD_INPUT", "CONV2D_BACKWARD_WEIGHT": "CONV2D_BACKWARD_WEIGHT",
     # CONV_TRANSPOSE2D: images x blocks of its output channels, as CONV2D_BACKWARD_INPUT's dx (CONV1D has
@@ -719,6 +731,16 @@ CPU_KERNELS["reduce"] += (
                "fk_reduce_max_to_backward_cost", "FK_CAP_STRIDED_INPUT | FK_CAP_STRIDED_OUTPUT"),
 )
 
+# The GEMM engine's blocking per compute C type (cpu/gemm_core.h.in), tuned on x86-64: VL lanes per
+# vector, an MR x NR register tile, K blocks of up to KC, MC rows of A and NC columns of B per packed
+# block.  MATMUL_PACK_B's buffer is laid out by it (matmul_packed_nbytes in ops.py sizes it).
+GEMM_BLOCKING = (("float", 16, 8, 32, 256, 128, 1024),
+                 ("double", 8, 8, 16, 256, 64, 512))
+MATMUL_PACKED_HEADER_BYTES = 64        # the header of a MATMUL_PACK_B buffer, before its panels
+# MATMUL of at most this many rows with a unit-stride B (F32, F64) streams B once without packing
+# it (cpu/matmul_kernels.h.in, FK_MM_FEW_ROWS), so a plan does not pre-pack it either
+MATMUL_FEW_ROWS = 4
+
 # matmul: MATMUL for every float and integer dtype, [T, T, T] and with a deferred row count
 # [T, T, count, T] (cpu/matmul_kernels.h.in, on the GEMM engine of cpu/gemm_core.h.in)
 MATMUL_COUNT_DTYPES = ("I32", "I64")     # the dtypes MATMUL's deferred row-count operand may have
@@ -745,6 +767,17 @@ CPU_KERNELS["matmul"] = _matmul_rows(
     FLOAT + INTEGER, "fk_matmul_{d0}",
     {**{name: "MATMUL_" + name for name in FLOAT}, **{name: "MATMUL_WRAP" for name in INTEGER}},
     "fk_matmul_native_cost", "native")
+
+# pre-packed B: MATMUL_PACK_B [B (k, n), packed U8] packs a constant B's panels once (a plan does it
+# when compiled); MATMUL_PREPACKED [A, packed B view, C] runs MATMUL's engine on them: MATMUL's bits
+CLAIMS["MATMUL_PACK_B"] = Claim(0, "exact: the panels hold B's values (F16/BF16 widened to F32 exactly)")
+CPU_KERNELS["matmul"] += (
+    KernelRows(("MATMUL_PACK_B",), tuple((name, "U8") for name in FLOAT), "fk_matmul_pack_b_{d0}",
+               "MATMUL_PACK_B", "fk_matmul_pack_b_cost", "FK_CAP_STRIDED_INPUT"),
+    KernelRows(("MATMUL_PREPACKED",), tuple((name, "U8", name) for name in FLOAT), "fk_matmul_prepacked_{d0}",
+               {name: "MATMUL_" + name for name in FLOAT}, "fk_matmul_prepacked_cost",
+               "FK_CAP_STRIDED_INPUT | FK_CAP_STRIDED_OUTPUT"),
+)
 
 # ---- FP8: MATMUL [A, B, C] and [A, B, count, C] for A and B of any FP8 dtype (E4M3 x E5M2 too) and
 # C F32 or BF16, C = scale_a * scale_b * (A @ B) with the scales of params.matmul: A and B decode

@@ -1952,6 +1952,59 @@ def linear_reference(x, w, b):
         return f64(x) @ f64(w) + f64(b), np.abs(f64(x)) @ np.abs(f64(w)) + np.abs(f64(b))
 
 
+# ---- pre-packed MATMUL B: the GEMM engine's panel layout, rebuilt in NumPy from its description -------
+def packed_b_reference(b, dtype):
+    """The bytes MATMUL_PACK_B writes for B (k, n) of `dtype`, from the layout gemm_core.h.in
+    describes: a 64-byte header (magic, version 1, dtype, element size, KC, NC, NR, k, n, panel
+    bytes, 0), then per column block of NC (from column 0) and per K block of kstep rows (kstep =
+    ceil(k / ceil(k / KC))), the block's columns in NR-wide strips of kc x NR values, zero past n;
+    column block jc at element k * jc, its K block at row pc at pc * (its width rounded up to NR)."""
+    import struct
+    dtype = D(dtype)
+    compute = next(d.compute for d in spec.DTYPES if d.name == dtype.name)
+    _, _, _, nr, kc_max, _, nc_max = next(row for row in spec.GEMM_BLOCKING if row[0] == compute)
+    ct = np.float32 if compute == "float" else np.float64
+    k, n = b.shape
+    values = up(np.asarray(b)).astype(ct)
+    cols = -(-n // nr) * nr
+    panels = np.zeros(k * cols, dtype=ct)
+    kstep = -(-k // -(-k // kc_max)) if k else 1
+    for jc in range(0, n, nc_max):
+        nc = min(nc_max, n - jc)
+        ncap = -(-nc // nr) * nr
+        for pc in range(0, k, kstep):
+            kc = min(kstep, k - pc)
+            block = np.zeros((kc, ncap), dtype=ct)
+            block[:, :nc] = values[pc:pc + kc, jc:jc + nc]
+            strips = block.reshape(kc, ncap // nr, nr).transpose(1, 0, 2)      # [strip][p][lane]
+            start = k * jc + pc * ncap
+            panels[start:start + kc * ncap] = strips.reshape(-1)
+    header = struct.pack("<8s2i4i3qq", b"fkpackB\0", 1, int(dtype), np.dtype(ct).itemsize, kc_max, nc_max, nr,
+                         k, n, panels.nbytes, 0)
+    assert len(header) == spec.MATMUL_PACKED_HEADER_BYTES
+    return np.frombuffer(header + panels.tobytes(), dtype=np.uint8)
+
+
+@register([fk.OpKind.MATMUL_PACK_B], strict=False)
+def _matmul_pack_b(inputs, params, out_dtype, out_shape):
+    (b,) = inputs
+    need_params(params, "none")
+    if b.ndim != 2:
+        raise ExpectError(fk.ShapeError)
+    expected = packed_b_reference(b, D.parse(b.dtype))
+    if tuple(out_shape) != expected.shape:
+        raise ExpectError(fk.ShapeError)
+    return expected
+
+
+@register([fk.OpKind.MATMUL_PREPACKED], kind="accumulate", strict=False)
+def _matmul_prepacked(inputs, params, out_dtype, out_shape):
+    # its packed operand's storage is a whole MATMUL_PACK_B buffer, which no NumPy view passed to a
+    # Kernel call spans (a call's storage is what its view addresses): such calls are ShapeErrors,
+    # and tests/cpu/matmul/test_matmul_prepacked.py checks the op through plans and C calls
+    raise Skip("a packed B operand is the whole MATMUL_PACK_B buffer (plans and C callers)")
+
+
 @register([fk.OpKind.FUSED_LINEAR], strict=False)
 def _fused_linear(inputs, params, out_dtype, out_shape):
     x, w, b = inputs

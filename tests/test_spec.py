@@ -50,6 +50,7 @@ def keys_under_test():
         keys |= family(name).COVERED
     float8_matmul = importlib.import_module("test_matmul_float8")     # its folder is on sys.path now
     keys |= {(OP.MATMUL, tuple(float8_matmul.key(*case))) for case in float8_matmul.CASES}
+    keys |= importlib.import_module("test_matmul_prepacked").COVERED
     return keys
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Sequence, Union
 
 import numpy as np
 
-from .. import _dispatch, ops
+from .. import _dispatch, ops, spec
 from .. import params as fk_params
 from ..errors import (BackendError, DTypeError, KernelIndexError, NoKernelError, OperandCountError,
                       OperandTypeError, ParamsError, ShapeError)
@@ -251,6 +251,35 @@ class Graph(GeneratedBuilders):
                           backend=backend, stride=stride, pads_begin=pads_begin, pads_end=pads_end,
                           dilation=dilation, output_padding=output_padding, groups=groups)
 
+    def matmul_pack_b(self, b: Value, *, params: Optional[_dispatch.OpParams] = None,
+                      backend: Optional[BackendLike] = None) -> Value:
+        """b (k, n) of F16, BF16, F32 or F64 packed into the GEMM engine's panels: a U8 Value of
+        ops.matmul_packed_nbytes(dtype, k, n) bytes for matmul_prepacked (compile() packs a
+        constant MATMUL B this way by itself, once, when the plan is compiled)."""
+        b = self._own(b)
+        ops.check_params(OpKind.MATMUL_PACK_B, _check_params(params, OpKind.MATMUL_PACK_B), "none")
+        if len(b.shape) != 2:
+            raise ShapeError(f"matmul_pack_b takes B (k, n), got shape {b.shape}")
+        shape = (ops.matmul_packed_nbytes(b.dtype, *b.shape),)
+        return self._add_node(OpKind.MATMUL_PACK_B, [b], params, (b.dtype, DType.U8), [shape], backend)[0]
+
+    def matmul_prepacked(self, a: Value, b_packed: Value, n: int, *, params: Optional[_dispatch.OpParams] = None,
+                         backend: Optional[BackendLike] = None) -> Value:
+        """a (..., m, k) @ B, B (k, n) given packed (b_packed: matmul_pack_b's whole U8 Value, or a
+        constant holding its bytes): the op's operand is the (k, n) view of the packed columns
+        (strides (0, 1) at byte 64)."""
+        a, packed = self._own(a), self._own(b_packed)
+        if len(a.shape) < 2 or len(packed.shape) != 1 or packed.dtype != DType.U8 or not packed.is_whole_buffer:
+            raise ShapeError(f"matmul_prepacked takes A (..., m, k) and a whole U8 buffer from matmul_pack_b, "
+                             f"got {a.shape} and {packed.dtype.short_name}{list(packed.shape)}")
+        k = a.shape[-1]
+        if packed.shape[0] != ops.matmul_packed_nbytes(a.dtype, k, n):
+            raise ShapeError(f"the packed buffer has {packed.shape[0]} bytes, not the "
+                             f"{ops.matmul_packed_nbytes(a.dtype, k, n)} of a ({k}, {n}) {a.dtype.short_name} B")
+        view = Value(self, packed.buffer, (k, n), (0, 1), spec.MATMUL_PACKED_HEADER_BYTES, DType.U8,
+                     producer=packed.producer)
+        return self.op(OpKind.MATMUL_PREPACKED, a, view, params=params, backend=backend)
+
     def flash_attn(self, q: Value, k: Value, v: Value, *, mask: Optional[Value] = None,
                    alibi_slopes: Optional[Value] = None, key_lens: Optional[Value] = None,
                    scale: Optional[float] = None, causal: Optional[bool] = None, softcap: Optional[float] = None,
@@ -466,8 +495,11 @@ class Graph(GeneratedBuilders):
 
     # ---- compile
     def compile(self, outputs: Union[Value, Iterable[Value]], *, fuse: bool = True, measure: bool = False,
-                max_ulp: Optional[int] = None) -> Plan:
-        """A Plan computing `outputs` (a Value or a list of Values) from the graph's inputs."""
+                max_ulp: Optional[int] = None, prepack: bool = True) -> Plan:
+        """A Plan computing `outputs` (a Value or a list of Values) from the graph's inputs.
+        prepack: a MATMUL whose B is a 2-d float constant gets B packed into the GEMM engine's
+        panels once, here, into a buffer the plan owns (plan.prepacked_bytes; about B's size in
+        F32, twice it for F16/BF16), instead of on every run; False keeps the per-run packing."""
         single = isinstance(outputs, Value)
         if isinstance(outputs, Value):
             values = [self._own(outputs)]
@@ -478,5 +510,8 @@ class Graph(GeneratedBuilders):
                 raise OperandTypeError(f"compile() takes a Value or a list of Values, not "
                                        f"{type(outputs).__name__}") from None
             values = [self._own(v) for v in values]
-        return _Planner(self, values, fuse=fuse, measure=measure, max_ulp=max_ulp).build(single)
+        if not isinstance(prepack, bool):
+            raise ParamsError(f"compile(prepack=...) takes True or False, not {prepack!r}")
+        return _Planner(self, values, fuse=fuse, measure=measure, max_ulp=max_ulp,
+                        prepack=prepack).build(single)
 

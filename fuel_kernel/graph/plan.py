@@ -78,8 +78,11 @@ class Plan:
     """A compiled graph.  run(inputs) -> outputs; explain() says which kernel each node got."""
 
     def __init__(self, graph: Graph, steps: list[Any], outputs: list[Value], table: BindingTable,
-                 fusion_notes: list[str], single: bool, grouped: bool = False) -> None:
+                 fusion_notes: list[str], single: bool, grouped: bool = False,
+                 prepacked: Sequence[Buffer] = ()) -> None:
         self.graph = graph
+        # constants the plan owns: each pre-packed MATMUL B (compile(prepack=True)), kept alive here
+        self.prepacked_buffers: list[Buffer] = list(prepacked)
         self._steps = steps
         self._single = single
         self._table = table                       # keeps the snapshot of every chosen entry alive
@@ -110,7 +113,7 @@ class Plan:
         n_inputs = len(self.input_buffers)
         self._direct_rows: dict[int, tuple[bool, ...]] = {}    # group step index -> per member
         self._vector: dict[int, bool] = {}                     # group step index -> runs its vector program
-        self._constants = [b for b in self.graph.buffers if b.kind == "const"]
+        self._constants = [b for b in self.graph.buffers if b.kind == "const"] + self.prepacked_buffers
         base_of = {b.id: i for i, b in enumerate(self.input_buffers)}
         base_of.update({b.id: n_inputs + i for i, b in enumerate(self._constants)})
         self._arena_base = n_inputs + len(self._constants)
@@ -158,7 +161,7 @@ class Plan:
                 step.node_id, step.name, step.shape, step.tile_axis, step.tile_len, step.tile_bytes,
                 self._arena_base, self.arena_offsets[("tile", index)],
                 [(m.kernel, m.node_id, m.name, member_operands(step, m),
-                  None if m is step.head and m.kernel.op == OpKind.MATMUL else m.params,
+                  None if m is step.head and m.kernel.op in (OpKind.MATMUL, OpKind.MATMUL_PREPACKED) else m.params,
                   rows.get(m.kernel.kernel_address))
                  for m in members],
                 step.tile_outer, step.serial, program)
@@ -276,6 +279,11 @@ class Plan:
         return len(self._steps)
 
     @property
+    def prepacked_bytes(self) -> int:
+        """The bytes of the MATMUL B panels packed when the plan was compiled (0 with prepack=False)."""
+        return sum(b.nbytes for b in self.prepacked_buffers)
+
+    @property
     def groups(self) -> list[Any]:
         """The fused elementwise groups, in run order."""
         return [s for s in self._steps if hasattr(s, "members")]
@@ -318,6 +326,9 @@ class Plan:
             lines.extend(self._describe(f"step {index}: node {step.node_id}", step, "", "    "))
             if self._grouped and step.alone:
                 lines.append(f"    not grouped: {step.alone}")
+        if self.prepacked_buffers:
+            lines.append(f"pre-packed weights: {len(self.prepacked_buffers)} MATMUL B, {self.prepacked_bytes} bytes "
+                         f"owned by the plan (compile(prepack=False) packs per run instead)")
         tiles = (f", with the groups' tile buffers (largest {self.tile_buffer_bytes} bytes)"
                  if self.tile_buffer_bytes else "")
         lines.append(f"arena: {self.peak_bytes} bytes peak{tiles} (minimal live set {self.min_live_bytes} "
@@ -328,6 +339,10 @@ class Plan:
     def _describe(head: str, step: Any, tail: str, indent: str) -> list[str]:
         dtypes = ", ".join(d.short_name for d in step.kernel.dtypes)
         lines = [f"{head} {step.name}({dtypes}) -> {step.kernel.source}{tail}"]
+        if step.kernel.op == OpKind.MATMUL_PREPACKED and step.inputs[1].buffer.kind == "const":
+            packed = step.inputs[1].buffer
+            lines.append(f"{indent}pre-packed weights: B {list(step.inputs[1].shape)} read from {packed.nbytes} "
+                         f"bytes of panels packed at compile time ({packed.name or 'a constant'})")
         for v in step.explain:
             est = f"{v.estimate_ns:10.0f} ns" if v.estimate_ns is not None else " " * 13
             lines.append(f"{indent}{v.source:10} {est}  {v.verdict}")

@@ -1,19 +1,21 @@
-"""The planner: dead-node pruning, fusion matching, route picking, the contiguize gate, steps,
-and the grouping of elementwise steps (with the MATMUL or CONV2D they follow, and the norm rows
-they feed) that run tile by tile."""
+"""The planner: dead-node pruning, fusion matching, route picking, the pre-packing of constant
+MATMUL weights, the contiguize gate, steps, and the grouping of elementwise steps (with the
+MATMUL or CONV2D they follow, and the norm rows they feed) that run tile by tile."""
 import heapq
 import importlib
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
-from .. import _dispatch, route, spec
+import numpy as np
+
+from .. import _dispatch, ops, route, spec
 from .._executor import VECTOR_LIMITS, VECTOR_OPCODES, VECTOR_POST, manifest_kernels, tile_row_entries
 from ..errors import NoKernelError
 from ..records import BindingKey
 from ..types import Backend, DType, KernelCaps, OpKind
 from .fused import _fused_by_id, _fused_lock, _params_key
 from .plan import ARENA_ALIGNMENT, Plan, pack_by_lifetime
-from .values import Node, Value, _contiguous_strides
+from .values import Buffer, Node, Value, _contiguous_strides
 
 
 # ---- the planner -------------------------------------------------------------------------------------
@@ -77,6 +79,9 @@ ROW_OPS = frozenset(OpKind[name] for name in ("SOFTMAX_LAST_DIM", "LOG_SOFTMAX_L
 # whole product does; with M up to 128 the tile's output stays in L2 for the epilogue.  Any
 # column cut gives the same bits: each element's K sum does not depend on the blocks of C.
 MATMUL_TILE_COLUMNS = 1024
+# The ops that head a group on column tiles: MATMUL, and MATMUL_PREPACKED (a MATMUL whose constant B
+# compile() packed once), whose packed B view is cut on columns as B is.
+MATMUL_HEADS = frozenset((OpKind.MATMUL, OpKind.MATMUL_PREPACKED))
 
 _builtin_kernels: Optional[frozenset] = None
 
@@ -130,7 +135,7 @@ def _builtin_and_split(step: _Step, op: OpKind) -> Optional[str]:
     if kernel.backend != Backend.CPU or (kernel.kernel_address, int(op)) not in builtin_kernels():
         return f"its kernel (source {kernel.source!r}) is not a built-in CPU kernel"
     if spec.split_rule(op.name, [d.name for d in kernel.dtypes], kernel.source) is None:
-        if op in (OpKind.MATMUL, OpKind.CONV2D):
+        if op in MATMUL_HEADS or op == OpKind.CONV2D:
             return f"its kernel (source {kernel.source!r}) runs whole"
         return (f"{op.short_name}({kernel.dtypes[0].short_name}) checks its data before writing; "
                 f"it runs whole so that an error writes nothing")
@@ -142,15 +147,18 @@ def epilogue_head(step: _Step) -> Tuple[Optional[str], str]:
     else (None, why not).  Its tiles: MATMUL cuts the columns of C (A is read whole on that axis);
     CONV2D cuts the batch (its weight and bias are read whole)."""
     op = step.kernel.op
-    if not isinstance(op, OpKind) or op not in (OpKind.MATMUL, OpKind.CONV2D) or len(step.outputs) != 1:
+    if not isinstance(op, OpKind) or (op not in MATMUL_HEADS and op != OpKind.CONV2D) or len(step.outputs) != 1:
         return None, ""
-    if op == OpKind.MATMUL and len(step.inputs) != 2:
+    if op in MATMUL_HEADS and len(step.inputs) != 2:
         return None, "its row count is read at run time"
     why = _builtin_and_split(step, op)
     if why is not None:
         return None, why
     if op == OpKind.CONV2D:
         return "conv2d", ""
+    if op == OpKind.MATMUL_PREPACKED and MATMUL_TILE_COLUMNS % _packed_nr(step.kernel.dtypes[0]):
+        return None, (f"its packed B is cut at multiples of {_packed_nr(step.kernel.dtypes[0])} columns only, "
+                      f"not of MATMUL_TILE_COLUMNS = {MATMUL_TILE_COLUMNS}")
     if isinstance(step.params, _dispatch.OpParams) and step.params.kind == "matmul":
         fields = step.params.fields()
         c = step.output.shape
@@ -160,6 +168,13 @@ def epilogue_head(step: _Step) -> Tuple[Optional[str], str]:
                 tuple(fields["batch"]) != tuple(c[:-2])):
             return None, "its params name other extents than its operands, so a column tile cannot follow them"
     return "matmul", ""
+
+
+def _packed_nr(dtype: DType) -> int:
+    """The NR of the GEMM engine that packs B of `dtype` (spec.GEMM_BLOCKING): a packed B's views
+    start at multiples of it."""
+    compute = next(d.compute for d in spec.DTYPES if d.name == dtype.name)
+    return next(b[3] for b in spec.GEMM_BLOCKING if b[0] == compute)
 
 
 @dataclass
@@ -211,7 +226,7 @@ class _Group:
         column axis, where it has k; CONV2D's weight and bias everywhere, its input past the batch)."""
         everything = (1 << len(self.shape)) - 1
         masks = [everything] * (len(step.inputs) + len(step.outputs))
-        if step is self.head and step.kernel.op == OpKind.MATMUL:
+        if step is self.head and step.kernel.op in MATMUL_HEADS:
             masks[0] = everything & ~(1 << (len(self.shape) - 1))
         elif step is self.head:
             masks[0] = 1
@@ -222,7 +237,7 @@ class _Group:
 
 def _cuts_rows(head: _Step) -> bool:
     """Whether `head`'s epilogue tiles cut last-axis rows: a MATMUL wider than one column tile."""
-    return head.kernel.op == OpKind.MATMUL and head.output.shape[-1] > MATMUL_TILE_COLUMNS
+    return head.kernel.op in MATMUL_HEADS and head.output.shape[-1] > MATMUL_TILE_COLUMNS
 
 
 def _tiling(shape: Sequence[int], bytes_per_element: int, rows: bool = False) -> Tuple[int, int, int]:
@@ -467,7 +482,7 @@ def _lay_out(group: "_Group", member_indices: Set[int], steps: List[Any], output
     per_element = sum(v.dtype.itemsize for v in group.reads + group.writes)
     per_element += sum(group.members[made[b]].output.dtype.itemsize for b in tile_ids)
     shape, head = group.shape, group.head
-    if head is not None and head.kernel.op == OpKind.MATMUL:
+    if head is not None and head.kernel.op in MATMUL_HEADS:
         group.tile_outer, group.tile_axis = 0, len(shape) - 1      # column tiles
         group.tile_len = min(shape[-1], MATMUL_TILE_COLUMNS)
         if group.tile_len == shape[-1]:
@@ -673,16 +688,94 @@ def vector_program(group: "_Group") -> Tuple[Optional[tuple], str]:
     return (int(next(iter(dtypes))), group.shape[-1], slots, code), ""
 
 
+# ---- pre-packed constant weights ---------------------------------------------------------------------
+def _prepack_refusal(node: Node, kernel: Any) -> Optional[str]:
+    """Why MATMUL `node` (its chosen kernel `kernel`) does not get its B packed at compile time,
+    or None when it does: B a 2-d float constant, A and C of B's dtype, all rows computed, no
+    params other than the operands' own extents."""
+    if len(node.inputs) != 2:
+        return "its row count is read at run time"
+    a, b = node.inputs
+    c = node.output
+    if b.buffer.kind != "const":
+        return ""                                        # not a constant weight: nothing to say
+    if len(b.shape) != 2:
+        return f"B is {len(b.shape)}-d (batched B is not pre-packed)"
+    if len(set(node.dtypes)) != 1 or node.dtypes[0].name not in spec.FLOAT:
+        return f"dtypes {[d.short_name for d in node.dtypes]} are not one float dtype (F16, BF16, F32, F64)"
+    if isinstance(node.params, _dispatch.OpParams) and node.params.kind == "matmul":
+        fields = node.params.fields()
+        if (fields["m_compute"].kind != fields["m_compute"].ALL_KIND or
+                (fields["m"], fields["n"], fields["k"]) != (c.shape[-2], c.shape[-1], a.shape[-1]) or
+                tuple(fields["batch"]) != tuple(c.shape[:-2]) or fields["scale_a"] != 1.0 or fields["scale_b"] != 1.0):
+            return "its params name other extents, a row count or scales"
+    if tuple(a.shape[:-2]) != tuple(c.shape[:-2]):
+        return "A's batch dims broadcast"
+    few = spec.MATMUL_FEW_ROWS                           # the native kernel's few-row path (F32, F64)
+    if node.dtypes[0].name in ("F32", "F64") and c.shape[-2] <= few and b.strides[-1] == 1:
+        return f"{c.shape[-2]} rows (<= {few}) stream B once without packing it"
+    if kernel.source not in ("native", "blas"):
+        return f"its kernel (source {kernel.source!r}) is neither the native engine nor BLAS"
+    return None
+
+
+def _constant_view(value: Value) -> np.ndarray:
+    """A constant Value's elements as a C-contiguous array (a copy of its view of the buffer)."""
+    array = value.buffer.array
+    assert array is not None, "a constant buffer holds its array"
+    flat = array.reshape(-1)
+    item = flat.itemsize
+    view = np.lib.stride_tricks.as_strided(flat[value.offset:], shape=value.shape,
+                                           strides=tuple(s * item for s in value.strides), writeable=False)
+    return np.ascontiguousarray(view)
+
+
+def _aligned_bytes(nbytes: int) -> np.ndarray:
+    """A zeroed U8 array of nbytes starting on a 64-byte boundary."""
+    raw = np.zeros(nbytes + ARENA_ALIGNMENT, dtype=np.uint8)
+    shift = -int(raw.ctypes.data) % ARENA_ALIGNMENT
+    return raw[shift:shift + nbytes]
+
+
+def _time_prepacked(prepacked: Any, chosen: Any, a: Value, b: np.ndarray, packed: np.ndarray,
+                    c: Value) -> Tuple[float, float]:
+    """(ns of MATMUL_PREPACKED on `packed`, ns of the `chosen` MATMUL kernel on `b`) on random A of
+    `a`'s shape, cached with the route picker's measurements (route.measured_routes.json), so every
+    compile of these shapes decides alike.  The pre-packed kernel runs as a one-step plan: its
+    packed operand's storage is the whole buffer, which only a plan or a C caller passes."""
+    import json
+    from .builders import Graph
+    key = json.dumps(["prepack", a.dtype.short_name, int(chosen.backend), list(a.shape), list(b.shape),
+                      str(chosen.identity), str(prepacked.identity)])
+    cache = route._load_measure_cache()
+    timings: Any = cache.get(key)
+    if not route._valid_timings(timings, {"prepacked", "chosen"}):
+        x = np.random.default_rng(0).standard_normal(a.shape).astype(a.dtype.numpy)
+        g = Graph()
+        plan = g.compile(g.matmul_prepacked(g.input(a.shape, a.dtype), g.constant(packed), b.shape[1]),
+                         fuse=False, prepack=False)
+        c_out = np.empty(c.shape, dtype=c.dtype.numpy)
+        runs = {"prepacked": lambda: plan.run([x]), "chosen": lambda: chosen(x, b, out=c_out)}
+        for run in runs.values():
+            run()                                        # warm: scratch, pages, the BLAS library
+        timings = {name: route._best_time(run, repeats=3) * 1e9 for name, run in runs.items()}
+        cache[key] = timings
+        route._store_measure_cache(cache)
+    return float(timings["prepacked"]), float(timings["chosen"])
+
+
 class _Planner:
     def __init__(self, graph: Any, outputs: List[Value], fuse: bool, measure: bool,
-                 max_ulp: Optional[float]) -> None:
+                 max_ulp: Optional[float], prepack: bool = True) -> None:
         self.graph = graph
         self.outputs = outputs
         self.fuse = fuse
         self.measure = measure
         self.max_ulp = max_ulp
+        self.prepack = prepack
         self.table = _dispatch.bindings()
         self.explain_lines: List[str] = []
+        self.prepacked: List[Buffer] = []        # plan-owned constants: the packed B buffers
 
     def live_nodes(self) -> List[Node]:
         """The nodes the outputs need, and every write into a state (a side effect) with what it needs."""
@@ -788,7 +881,8 @@ class _Planner:
         steps, output_values = self.steps()
         if self.fuse:
             steps = group_steps(steps, output_values)
-        return Plan(self.graph, steps, output_values, self.table, self.explain_lines, single, self.fuse)
+        return Plan(self.graph, steps, output_values, self.table, self.explain_lines, single, self.fuse,
+                    self.prepacked)
 
     def steps(self) -> Tuple[List[_Step], List[Value]]:
         """One step per kernel call, in order, and the values the caller gets."""
@@ -801,6 +895,11 @@ class _Planner:
             choice = self.choose(node.key, node.inputs, node.outputs, node.params, node.dtypes,
                                  node.backend, node.label)
             kernel = choice.kernel
+            if node.key == OpKind.MATMUL:
+                packed_step = self._prepacked(node, choice)
+                if packed_step is not None:
+                    steps.append(packed_step)
+                    continue
             inputs = []
             for position, value in enumerate(node.inputs):
                 if KernelCaps.STRIDED_INPUT not in kernel.caps and not value.is_contiguous:
@@ -820,6 +919,72 @@ class _Planner:
                 output_values.append(self._materialize(value, self.graph.target_backend, steps, {},
                                                        reason="graph output", force=True))
         return steps, output_values
+
+    def _prepacked(self, node: Node, choice: Any) -> Optional[_Step]:
+        """A MATMUL_PREPACKED step for MATMUL `node` whose B is a 2-d float constant, with B packed
+        now by MATMUL_PACK_B into a plan-owned buffer; None (and a note why) when it does not apply,
+        when prepack is off, when the route picker chose another kernel than the native engine
+        without compile(measure=True), or when that measurement does not find the pre-packed engine
+        faster than the chosen kernel (native or not)."""
+        why = _prepack_refusal(node, choice.kernel)
+        label = f"prepack node {node.id} ({node.name or node.label})"
+        if why == "":
+            return None
+        if why is not None:
+            self.explain_lines.append(f"{label}: not pre-packed: {why}")
+            return None
+        if not self.prepack:
+            self.explain_lines.append(f"{label}: not pre-packed: compile(prepack=False)")
+            return None
+        a, b = node.inputs
+        dtype = node.dtypes[0]
+        k, n = b.shape
+        key_dtypes = (dtype, DType.U8, dtype)
+        if not (self.table.supports(OpKind.MATMUL_PREPACKED, key_dtypes, node.backend) and
+                self.table.supports(OpKind.MATMUL_PACK_B, (dtype, DType.U8), node.backend)):
+            self.explain_lines.append(f"{label}: not pre-packed: no MATMUL_PREPACKED/MATMUL_PACK_B kernel "
+                                      f"for {dtype.short_name}")
+            return None
+        nbytes = ops.matmul_packed_nbytes(dtype, k, n)
+        buffer = Buffer(-1 - len(self.prepacked), "const", (nbytes,), DType.U8, None,
+                        f"packed B of node {node.id}")
+        view = Value(self.graph, buffer, (k, n), (0, 1), spec.MATMUL_PACKED_HEADER_BYTES, DType.U8)
+        packed_choice = self.choose(OpKind.MATMUL_PREPACKED, [a, view], node.outputs, None, key_dtypes,
+                                    node.backend, "MATMUL_PREPACKED")
+        if KernelCaps.STRIDED_INPUT not in packed_choice.kernel.caps:     # its packed view is not contiguous
+            self.explain_lines.append(f"{label}: not pre-packed: the MATMUL_PREPACKED kernel "
+                                      f"({packed_choice.kernel.source}) takes no strided input")
+            return None
+        packed_ns = min(v.estimate_ns for v in packed_choice.verdicts if v.estimate_ns is not None)
+        chosen_ns = min(v.estimate_ns for v in choice.verdicts if v.estimate_ns is not None)
+        source = choice.kernel.source
+        if source != "native" and not self.measure:
+            # the native engine it replaces: fewer bytes, the same flops; the model's max(flops, bytes)
+            # cannot see that the packing pass is not overlapped, so only a measurement can tell
+            self.explain_lines.append(f"{label}: not pre-packed: the route picker chose {source} "
+                                      f"(compile(measure=True) times the pre-packed native engine against it)")
+            return None
+        packer = self.table.lookup(OpKind.MATMUL_PACK_B, (dtype, DType.U8), node.backend)
+        buffer.array = _aligned_bytes(nbytes)
+        b_dense = _constant_view(b)
+        packer(b_dense, out=buffer.array)
+        buffer.array.flags.writeable = False
+        how = f"{packed_ns:.0f} ns estimated pre-packed vs {chosen_ns:.0f} ns packing per run ({source})"
+        if self.measure:
+            # even against the native engine: reading the panels from memory inside the product can
+            # cost what packing them did (2-core AVX2 EPYC, M = 128, K = 768, N = 3072: 8.0 ms
+            # pre-packed against 7.3 ms packing per call; M = 32, K = N = 2048: 4.3-4.6 against 4.5-4.7)
+            packed_ns, chosen_ns = _time_prepacked(packed_choice.kernel, choice.kernel, a, b_dense, buffer.array,
+                                                   node.output)
+            how = f"measured {packed_ns:.0f} ns pre-packed (native) vs {chosen_ns:.0f} ns for {source}"
+            if packed_ns >= chosen_ns:
+                self.explain_lines.append(f"{label}: not pre-packed: {how}")
+                return None
+        self.prepacked.append(buffer)
+        self.explain_lines.append(f"{label}: B ({k}, {n}) {dtype.short_name} pre-packed once: {nbytes} bytes "
+                                  f"owned by the plan; {how}")
+        return _Step(packed_choice.kernel, node.id, node.name or node.label, [a, view], node.outputs, None,
+                     packed_choice.verdicts)
 
     def _materialize(self, value: Value, backend: Any, steps: List[_Step], cache: Dict[_ViewKey, Value],
                      reason: str, force: bool = False) -> Value:

@@ -213,8 +213,10 @@ def make_case(op, dtypes, rule, layout, seed):
 
 
 # keys with several outputs (FLASH_ATTN with its lse, FLASH_ATTN_BACKWARD) are run on every thread
-# count by their family's tests (tests/cpu/attention/test_attention_backward.py)
-ONE_OUTPUT = [b for b in BINDINGS if b[2].n_outputs == 1]
+# count by their family's tests (tests/cpu/attention/test_attention_backward.py); MATMUL_PREPACKED's
+# packed operand is a whole packed buffer, which no Python call passes: tests/cpu/matmul/
+# test_matmul_prepacked.py runs it on every thread count as a C caller
+ONE_OUTPUT = [b for b in BINDINGS if b[2].n_outputs == 1 and b[0] != fk.OpKind.MATMUL_PREPACKED]
 
 
 @pytest.mark.parametrize("op", sorted({b[0] for b in ONE_OUTPUT}, key=int), ids=lambda op: op.name)
