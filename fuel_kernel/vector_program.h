@@ -37,49 +37,59 @@
 /* the forms take vectors by value only inside always-inlined code */
 #pragma GCC diagnostic ignored "-Wpsabi"
 
-/* instruction codes (the planner reads them through fuel_kernel._executor.VECTOR_OPCODES) */
+/* instruction codes (the planner reads them through fuel_kernel._executor.VECTOR_OPCODES): the ops
+ * with an inline form (ADD .. RELU) name chain steps; a program's instructions are ROW and CHAIN */
 enum {
     FK_VM_ADD = 1, FK_VM_SUB, FK_VM_MUL, FK_VM_DIV, FK_VM_MAXIMUM, FK_VM_MINIMUM,
     FK_VM_NEG, FK_VM_ABS, FK_VM_SQR, FK_VM_RELU,
     FK_VM_ROW,                       /* the member's row function on the block */
-    /* two of ADD SUB MUL in one pass, the first's result kept in registers: args a, b, c, dst;
-     * pair: (op1 - 1) * 6 + (op2 - 1) * 2 + (1 when the result is op2's second operand) */
-    FK_VM_PAIR
+    FK_VM_CHAIN,                     /* steps [first_step, first_step + n_steps) on registers */
+    FK_VM_LOAD,                      /* step: the accumulator = the source */
+    FK_VM_STORE                      /* step: the source's block = the accumulator (kept) */
 };
+/* A binary step's operands: the accumulator and the source, the source and the accumulator, or
+ * the accumulator twice (t * t) */
+enum { FK_VM_ACC_SRC = 0, FK_VM_SRC_ACC = 1, FK_VM_ACC_ACC = 2 };
+/* the code a chain step switches on: op * 4 + operand form (0 for LOAD, STORE and unary ops) */
+#define FK_VM_STEP_CODE(OP, FORM) ((OP) * 4 + (FORM))
 /* what a slot addresses (FK_VM_OUT: a written output; the others are inputs) */
 enum { FK_VM_FULL = 0, FK_VM_LASTROW = 1, FK_VM_SCALAR = 2, FK_VM_OUT = 3 };
 
 #define FK_VM_BLOCK_BYTES 1024       /* one block: 256 F32 or 128 F64 elements */
 #define FK_VM_BLOCK_LINES (FK_VM_BLOCK_BYTES / 64)
+#define FK_VM_STRIP 8                /* vectors a chain step works on at once (its accumulator) */
+#define FK_VM_AHEAD_BYTES 2048       /* how far ahead a chain prefetches the inputs it streams */
 #define FK_VM_MAX_SLOTS 16
 #define FK_VM_MAX_REGS 16
 #define FK_VM_MAX_SOURCES (FK_VM_MAX_SLOTS + FK_VM_MAX_REGS)
 #define FK_VM_MAX_CODE 64
+#define FK_VM_MAX_STEPS 192          /* a member is at most a load, its op and a store */
 /* the blocks a range runs in: every source's, and each output's second staging block */
 #define FK_VM_SCRATCH_BYTES ((FK_VM_MAX_SOURCES + FK_VM_MAX_SLOTS) * FK_VM_BLOCK_BYTES)
 
-/* an inline instruction's sign-bit epilogue: NEG and ABS members folded into the instruction
- * before them (applied in order, ABS clears the sign bit and NEG flips it: any such chain is a
- * clear, then a flip) */
-enum { FK_VM_POST_CLEAR = 1, FK_VM_POST_FLIP = 2 };
-
 typedef struct {
-    uint8_t op;
-    uint8_t post;                    /* FK_VM_POST_* bits; 0 for FK_VM_ROW */
-    uint8_t pair;                    /* FK_VM_PAIR: which pair */
-    uint8_t nargs;                   /* sources then the destination, as the member's operands */
+    uint8_t op;                      /* FK_VM_ROW or FK_VM_CHAIN */
+    uint8_t nargs;                   /* FK_VM_ROW: sources then the destination, as the member's operands */
+    uint16_t first_step, n_steps;    /* FK_VM_CHAIN: its steps in fk_plan_vm.step */
     uint8_t arg[FK_MAX_OPERANDS];    /* a slot (< n_slots) or register n_slots + r */
-    int32_t member;                  /* the group member it computes */
+    int32_t member;                  /* FK_VM_ROW: the group member it computes; FK_VM_CHAIN: its first */
 } fk_vm_insn;
+
+/* One step of a chain, on the accumulator (FK_VM_STRIP vectors in registers) and one source */
+typedef struct {
+    uint8_t code;                    /* FK_VM_STEP_CODE(op, form) */
+    uint8_t arg;                     /* the source: a slot or register n_slots + r (unused: unary, ACC_ACC) */
+} fk_vm_step;
 
 typedef struct {
     int32_t dtype;                   /* FK_F32 or FK_F64 */
-    int32_t n_slots, n_regs, n_code;
+    int32_t n_slots, n_regs, n_code, n_steps;
     int64_t row_len;                 /* the group's last-axis extent (FK_VM_LASTROW slots) */
     int32_t slot_kind[FK_VM_MAX_SLOTS];
     int32_t slot_base[FK_VM_MAX_SLOTS];
     int64_t slot_offset[FK_VM_MAX_SLOTS];   /* bytes into the base */
     fk_vm_insn code[FK_VM_MAX_CODE];
+    fk_vm_step step[FK_VM_MAX_STEPS];
     fk_row_fn row[FK_VM_MAX_CODE];          /* FK_VM_ROW: the member's row function */
     int64_t ctx_offset[FK_VM_MAX_CODE];     /* and its ctx in the program's ctx bytes, or -1 */
 } fk_plan_vm;
@@ -116,11 +126,16 @@ static inline void fk_vm_drain_lines(const fk_vm_drain *dr, int64_t lo, int64_t 
 #endif
 }
 
-/* r = a OP b by the instruction TEMPLATE (output %0, first source %1, second %2) on x86-64 */
+/* r = a OP b by the instruction TEMPLATE (output %0, first source %1, second %2) on x86-64, and
+ * FK_VM_PICK_ASM: r = a CMP b ? a : b by x86's MAXPS / MINPS (the second source when either is NaN
+ * or on ties; SEL elsewhere).  The constraints RC and BC let VEX forms write any register and read
+ * b from memory (SSE's two-operand forms write %0 before reading %2, and would need b aligned). */
 #if defined(__x86_64__)
-#define FK_VM_FIRST_SOURCE(TEMPLATE, r, a, b, OP) __asm__(TEMPLATE : "=&x"(r) : "x"(a), "x"(b))
+#define FK_VM_FIRST_SOURCE(TEMPLATE, RC, BC, r, a, b, OP) __asm__(TEMPLATE : RC(r) : "x"(a), BC(b))
+#define FK_VM_PICK_ASM(TEMPLATE, RC, BC, r, a, b, SEL) __asm__(TEMPLATE : RC(r) : "x"(a), BC(b))
 #else
-#define FK_VM_FIRST_SOURCE(TEMPLATE, r, a, b, OP) ((r) = (a)OP(b))
+#define FK_VM_FIRST_SOURCE(TEMPLATE, RC, BC, r, a, b, OP) ((r) = (a)OP(b))
+#define FK_VM_PICK_ASM(TEMPLATE, RC, BC, r, a, b, SEL) ((r) = SEL)
 #endif
 
 /* One form: FK_VM_FORM(name suffix, ISA attribute, element type, its same-width integer, vector
@@ -130,7 +145,7 @@ static inline void fk_vm_drain_lines(const fk_vm_drain *dr, int64_t lo, int64_t 
  * block; NULL: left in the staging block), through *dr where out[s] is 16-byte aligned (the
  * staging block then alternates with the one at src->p[s] ^ flip[s]; src->p[s] is left at the
  * one the next block computes into), else copied at once. */
-#define FK_VM_FORM(SUF, ATTR, T, IT, VB, ADD_ASM, MUL_ASM)                                            \
+#define FK_VM_FORM(SUF, ATTR, T, IT, VB, RC, BC, ADD_ASM, MUL_ASM, MAX_ASM, MIN_ASM)                                            \
     typedef T fk_vm_v_##SUF __attribute__((vector_size(VB)));                                       \
     typedef IT fk_vm_i_##SUF __attribute__((vector_size(VB)));                                      \
     ATTR static inline __attribute__((always_inline)) fk_vm_v_##SUF fk_vm_ld_##SUF(const char *p) {  \
@@ -149,12 +164,12 @@ static inline void fk_vm_drain_lines(const fk_vm_drain *dr, int64_t lo, int64_t 
      * may swap the operands of a commutative vector op */                                           \
     ATTR static inline __attribute__((always_inline)) fk_vm_v_##SUF fk_vm_add_##SUF(fk_vm_v_##SUF a, fk_vm_v_##SUF b) { \
         fk_vm_v_##SUF r;                                                                             \
-        FK_VM_FIRST_SOURCE(ADD_ASM, r, a, b, +);                                                     \
+        FK_VM_FIRST_SOURCE(ADD_ASM, RC, BC, r, a, b, +);                                                     \
         return r;                                                                                    \
     }                                                                                                \
     ATTR static inline __attribute__((always_inline)) fk_vm_v_##SUF fk_vm_mul_##SUF(fk_vm_v_##SUF a, fk_vm_v_##SUF b) { \
         fk_vm_v_##SUF r;                                                                             \
-        FK_VM_FIRST_SOURCE(MUL_ASM, r, a, b, *);                                                     \
+        FK_VM_FIRST_SOURCE(MUL_ASM, RC, BC, r, a, b, *);                                                     \
         return r;                                                                                    \
     }                                                                                                \
     ATTR static inline __attribute__((always_inline)) fk_vm_v_##SUF fk_vm_sub_##SUF(fk_vm_v_##SUF a, fk_vm_v_##SUF b) { \
@@ -165,68 +180,89 @@ static inline void fk_vm_drain_lines(const fk_vm_drain *dr, int64_t lo, int64_t 
             fk_vm_i_##SUF m, fk_vm_i_##SUF a, fk_vm_i_##SUF b) {                                     \
         return (m & a) | (~m & b);                                                                   \
     }                                                                                                \
+    /* FK_E_MAXIMUM_FLT and FK_E_MINIMUM_FLT: a NaN a, else a NaN b, else a > b ? a : b (a < b ?     \
+     * a : b; b on ties), i.e. a where a is NaN, else x86's MAXPS (MINPS) of a and b */              \
+    ATTR static inline __attribute__((always_inline)) fk_vm_v_##SUF fk_vm_max_##SUF(fk_vm_v_##SUF a, fk_vm_v_##SUF b) { \
+        fk_vm_v_##SUF r;                                                                             \
+        FK_VM_PICK_ASM(MAX_ASM, RC, BC, r, a, b, (fk_vm_v_##SUF)fk_vm_sel_##SUF(a > b, fk_vm_bits_##SUF(a), fk_vm_bits_##SUF(b))); \
+        return (fk_vm_v_##SUF)fk_vm_sel_##SUF(a != a, fk_vm_bits_##SUF(a), fk_vm_bits_##SUF(r));       \
+    }                                                                                                \
+    ATTR static inline __attribute__((always_inline)) fk_vm_v_##SUF fk_vm_min_##SUF(fk_vm_v_##SUF a, fk_vm_v_##SUF b) { \
+        fk_vm_v_##SUF r;                                                                             \
+        FK_VM_PICK_ASM(MIN_ASM, RC, BC, r, a, b, (fk_vm_v_##SUF)fk_vm_sel_##SUF(a < b, fk_vm_bits_##SUF(a), fk_vm_bits_##SUF(b))); \
+        return (fk_vm_v_##SUF)fk_vm_sel_##SUF(a != a, fk_vm_bits_##SUF(a), fk_vm_bits_##SUF(r));       \
+    }                                                                                                \
+    /* The steps of chain instruction `in` on the block at *at, FK_VM_STRIP vectors at a time: the    \
+     * accumulator stays in registers from a LOAD through every step after it, so a value only the   \
+     * next step reads never touches memory.  Lines [lo, hi) of *dr drain a share before each strip. */ \
+    ATTR static inline __attribute__((always_inline)) void fk_vm_chain_##SUF(                        \
+            const fk_plan_vm *vm, const fk_vm_insn *in, const fk_vm_sources *at, const fk_vm_drain *dr, \
+            int64_t lo, int64_t hi, const int *ahead, int n_ahead) {                                 \
+        const fk_vm_i_##SUF sign = (fk_vm_i_##SUF){0} + (IT)((uint64_t)1 << (8 * sizeof(IT) - 1));    \
+        const fk_vm_v_##SUF zero = {0};                                                              \
+        const fk_vm_step *first = &vm->step[in->first_step], *end = first + in->n_steps;             \
+        const int64_t strip = FK_VM_STRIP * VB, n_strips = FK_VM_BLOCK_BYTES / strip;                \
+        fk_vm_v_##SUF acc0 = zero, acc1 = zero, acc2 = zero, acc3 = zero;                            \
+        fk_vm_v_##SUF acc4 = zero, acc5 = zero, acc6 = zero, acc7 = zero;                            \
+        for (int64_t k = 0; k < n_strips; k++) {                                                     \
+            const int64_t j = k * strip;                                                             \
+            if (dr->n) fk_vm_drain_lines(dr, lo + (hi - lo) * k / n_strips, lo + (hi - lo) * (k + 1) / n_strips); \
+            for (int f = 0; f < n_ahead; f++)                                                        \
+                for (int64_t l = 0; l < strip; l += 64)                                              \
+                    __builtin_prefetch(at->p[ahead[f]] + j + FK_VM_AHEAD_BYTES + l, 0, 3);           \
+            for (const fk_vm_step *st = first; st < end; st++) {                                     \
+                char *p = at->p[st->arg] + j;                                                        \
+                switch (st->code) {                                                                  \
+                case FK_VM_STEP_CODE(FK_VM_LOAD, 0):                                                 \
+                    FK_VM_STRIP_DO(SUF, FK_VM_SRC, FK_VM_SRC, a)                                     \
+                    break;                                                                           \
+                case FK_VM_STEP_CODE(FK_VM_STORE, 0):                                                \
+                    FK_VM_STRIP_STORE(SUF, p)                                                        \
+                    break;                                                                           \
+                FK_VM_BINARY_STEPS(SUF, FK_VM_ADD, fk_vm_add_##SUF(a, b))                            \
+                FK_VM_BINARY_STEPS(SUF, FK_VM_SUB, a - b)                                            \
+                FK_VM_BINARY_STEPS(SUF, FK_VM_MUL, fk_vm_mul_##SUF(a, b))                            \
+                FK_VM_BINARY_STEPS(SUF, FK_VM_DIV, a / b)                                            \
+                FK_VM_BINARY_STEPS(SUF, FK_VM_MAXIMUM, fk_vm_max_##SUF(a, b))                        \
+                FK_VM_BINARY_STEPS(SUF, FK_VM_MINIMUM, fk_vm_min_##SUF(a, b))                        \
+                /* FK_U_NEG_F -(x) and FK_U_ABS_F fabs: the sign bit alone (NaN too) */              \
+                FK_VM_UNARY_STEP(SUF, FK_VM_NEG, (fk_vm_v_##SUF)(fk_vm_bits_##SUF(a) ^ sign))        \
+                FK_VM_UNARY_STEP(SUF, FK_VM_ABS, (fk_vm_v_##SUF)(fk_vm_bits_##SUF(a) & ~sign))       \
+                FK_VM_UNARY_STEP(SUF, FK_VM_SQR, a * a)                                              \
+                /* FK_U_RELU_F: x > 0 ? x : (NaN x ? x : +0) */                                     \
+                FK_VM_UNARY_STEP(SUF, FK_VM_RELU, (fk_vm_v_##SUF)(fk_vm_bits_##SUF(a) & ((a > zero) | (a != a)))) \
+                default: break;                                                                      \
+                }                                                                                    \
+            }                                                                                        \
+        }                                                                                            \
+    }                                                                                                \
     ATTR static void fk_vm_blocks_##SUF(const fk_plan_vm *vm, fk_vm_sources *src,                    \
                                         const int64_t *step, char *const *out, const uintptr_t *flip, \
                                         fk_vm_drain *dr, int64_t blocks, const char *ctx) {          \
         const int n_src = vm->n_slots + vm->n_regs;                                                  \
         const int64_t bytes = FK_VM_BLOCK_BYTES, es = (int64_t)sizeof(T);                            \
-        const fk_vm_i_##SUF sign = (fk_vm_i_##SUF){0} + (IT)((uint64_t)1 << (8 * sizeof(IT) - 1));    \
-        const fk_vm_v_##SUF zero = {0};                                                              \
         fk_vm_sources at = *src;                                                                     \
+        int ahead[FK_VM_MAX_SLOTS], n_ahead = 0;     /* the slots read from memory block by block */ \
+        for (int s = 0; s < vm->n_slots; s++)                                                        \
+            if (step[s] != 0 && vm->slot_kind[s] == FK_VM_FULL) ahead[n_ahead++] = s;                \
         for (int64_t b = 0; b < blocks; b++) {                                                       \
             for (int c = 0; c < vm->n_code; c++) {                                                   \
                 const fk_vm_insn *in = &vm->code[c];                                                 \
-                const fk_vm_i_##SUF keep = (in->post & FK_VM_POST_CLEAR) ? ~sign : ~(fk_vm_i_##SUF){0}; \
-                const fk_vm_i_##SUF flip_bits = (in->post & FK_VM_POST_FLIP) ? sign : (fk_vm_i_##SUF){0}; \
-                if (dr->n)                                                                           \
-                    fk_vm_drain_lines(dr, (int64_t)c * FK_VM_BLOCK_LINES / vm->n_code,               \
-                                      (int64_t)(c + 1) * FK_VM_BLOCK_LINES / vm->n_code);            \
-                const char *x = at.p[in->arg[0]];                                                    \
-                const char *y = at.p[in->arg[in->nargs > 2 ? 1 : 0]];                                \
-                char *d = at.p[in->arg[in->nargs - 1]];                                              \
-                int64_t j;                                                                           \
-                switch (in->op) {                                                                    \
-                FK_VM_CASE(SUF, FK_VM_ADD, fk_vm_add_##SUF(a, b))                                    \
-                FK_VM_CASE(SUF, FK_VM_SUB, a - b)                                                    \
-                FK_VM_CASE(SUF, FK_VM_MUL, fk_vm_mul_##SUF(a, b))                                    \
-                FK_VM_CASE(SUF, FK_VM_DIV, a / b)                                                    \
-                /* FK_E_MAXIMUM_FLT: a NaN a, else a NaN b, else a > b ? a : b (b on ties) */       \
-                FK_VM_CASE(SUF, FK_VM_MAXIMUM, (fk_vm_v_##SUF)fk_vm_sel_##SUF(a != a, fk_vm_bits_##SUF(a), \
-                           fk_vm_sel_##SUF(b != b, fk_vm_bits_##SUF(b),                              \
-                                           fk_vm_sel_##SUF(a > b, fk_vm_bits_##SUF(a), fk_vm_bits_##SUF(b))))) \
-                FK_VM_CASE(SUF, FK_VM_MINIMUM, (fk_vm_v_##SUF)fk_vm_sel_##SUF(a != a, fk_vm_bits_##SUF(a), \
-                           fk_vm_sel_##SUF(b != b, fk_vm_bits_##SUF(b),                              \
-                                           fk_vm_sel_##SUF(a < b, fk_vm_bits_##SUF(a), fk_vm_bits_##SUF(b))))) \
-                /* FK_U_NEG_F -(x) and FK_U_ABS_F fabs: the sign bit alone (NaN too) */              \
-                FK_VM_CASE(SUF, FK_VM_NEG, (fk_vm_v_##SUF)(fk_vm_bits_##SUF(a) ^ sign))              \
-                FK_VM_CASE(SUF, FK_VM_ABS, (fk_vm_v_##SUF)(fk_vm_bits_##SUF(a) & ~sign))             \
-                FK_VM_CASE(SUF, FK_VM_SQR, a * a)                                                    \
-                /* FK_U_RELU_F: x > 0 ? x : (NaN x ? x : +0) */                                     \
-                FK_VM_CASE(SUF, FK_VM_RELU, (fk_vm_v_##SUF)(fk_vm_bits_##SUF(a) & ((a > zero) | (a != a)))) \
-                case FK_VM_PAIR: {                                                                   \
-                    const char *z = at.p[in->arg[2]];                                                \
-                    switch (in->pair) {                                                              \
-                    FK_VM_PAIRS(SUF, fk_vm_add_##SUF, 0)                                             \
-                    FK_VM_PAIRS(SUF, fk_vm_sub_##SUF, 6)                                             \
-                    FK_VM_PAIRS(SUF, fk_vm_mul_##SUF, 12)                                            \
-                    default: break;                                                                  \
-                    }                                                                                \
-                    break;                                                                           \
+                const int64_t lo = (int64_t)c * FK_VM_BLOCK_LINES / vm->n_code,                      \
+                              hi = (int64_t)(c + 1) * FK_VM_BLOCK_LINES / vm->n_code;                \
+                if (in->op == FK_VM_CHAIN) {                                                         \
+                    fk_vm_chain_##SUF(vm, in, &at, dr, lo, hi, ahead, n_ahead);                      \
+                    continue;                                                                        \
                 }                                                                                    \
-                case FK_VM_ROW: {                                                                    \
-                    char *ptrs[FK_MAX_OPERANDS];                                                     \
-                    int64_t strides[FK_MAX_OPERANDS];                                                \
-                    for (int k = 0; k < in->nargs; k++) {                                            \
-                        ptrs[k] = at.p[in->arg[k]];                                                  \
-                        strides[k] = es;                                                             \
-                    }                                                                                \
-                    vm->row[c](ptrs, strides, bytes / es,                                            \
-                               vm->ctx_offset[c] >= 0 ? (const void *)(ctx + vm->ctx_offset[c]) : NULL); \
-                    break;                                                                           \
+                if (dr->n) fk_vm_drain_lines(dr, lo, hi);                                            \
+                char *ptrs[FK_MAX_OPERANDS];                                                         \
+                int64_t strides[FK_MAX_OPERANDS];                                                    \
+                for (int k = 0; k < in->nargs; k++) {                                                \
+                    ptrs[k] = at.p[in->arg[k]];                                                      \
+                    strides[k] = es;                                                                 \
                 }                                                                                    \
-                default: break;                                                                      \
-                }                                                                                    \
-                (void)j; (void)y; (void)keep; (void)flip_bits;                                       \
+                vm->row[c](ptrs, strides, bytes / es,                                                \
+                           vm->ctx_offset[c] >= 0 ? (const void *)(ctx + vm->ctx_offset[c]) : NULL); \
             }                                                                                        \
             dr->n = 0;                                                                               \
             for (int s = 0; s < vm->n_slots; s++) {                                                  \
@@ -245,44 +281,52 @@ static inline void fk_vm_drain_lines(const fk_vm_drain *dr, int64_t lo, int64_t 
         for (int s = 0; s < vm->n_slots; s++)                                                        \
             if (vm->slot_kind[s] == FK_VM_OUT) src->p[s] = at.p[s];                                  \
     }
-/* the six pairs whose first op is F1 (pair codes BASE ..): second op ADD, SUB, MUL, each with the
- * first result as its first or second operand */
-#define FK_VM_PAIRS(SUF, F1, BASE)                                                                   \
-    FK_VM_PAIR_CASE(SUF, BASE + 0, F1, fk_vm_add_##SUF(r, c))                                        \
-    FK_VM_PAIR_CASE(SUF, BASE + 1, F1, fk_vm_add_##SUF(c, r))                                        \
-    FK_VM_PAIR_CASE(SUF, BASE + 2, F1, fk_vm_sub_##SUF(r, c))                                        \
-    FK_VM_PAIR_CASE(SUF, BASE + 3, F1, fk_vm_sub_##SUF(c, r))                                        \
-    FK_VM_PAIR_CASE(SUF, BASE + 4, F1, fk_vm_mul_##SUF(r, c))                                        \
-    FK_VM_PAIR_CASE(SUF, BASE + 5, F1, fk_vm_mul_##SUF(c, r))
-#define FK_VM_PAIR_CASE(SUF, CODE, F1, EXPR2)                                                        \
-    case CODE:                                                                                       \
-        for (j = 0; j < FK_VM_BLOCK_BYTES; j += (int64_t)sizeof(fk_vm_v_##SUF)) {                   \
-            fk_vm_v_##SUF r = F1(fk_vm_ld_##SUF(x + j), fk_vm_ld_##SUF(y + j)), c = fk_vm_ld_##SUF(z + j); \
-            fk_vm_st_##SUF(d + j, (fk_vm_v_##SUF)((fk_vm_bits_##SUF(EXPR2) & keep) ^ flip_bits));    \
-        }                                                                                            \
-        break;
-/* one inline op: r = EXPR of the vectors a and b, for every vector of the block */
-#define FK_VM_CASE(SUF, OP, EXPR)                                                                    \
-    case OP:                                                                                         \
-        for (j = 0; j < FK_VM_BLOCK_BYTES; j += (int64_t)sizeof(fk_vm_v_##SUF)) {                   \
-            fk_vm_v_##SUF a = fk_vm_ld_##SUF(x + j), b = fk_vm_ld_##SUF(y + j);                      \
-            (void)b;                                                                                 \
-            fk_vm_st_##SUF(d + j, (fk_vm_v_##SUF)((fk_vm_bits_##SUF(EXPR) & keep) ^ flip_bits));     \
-        }                                                                                            \
-        break;
+/* The accumulator's vector K, or the source's at p */
+#define FK_VM_ACC(SUF, K) acc##K
+#define FK_VM_SRC(SUF, K) fk_vm_ld_##SUF(p + (K) * (int64_t)sizeof(fk_vm_v_##SUF))
+/* acc = EXPR of a = GA and b = GB, for each of the strip's vectors */
+#define FK_VM_LANE(SUF, K, GA, GB, EXPR)                                                             \
+    {                                                                                                \
+        fk_vm_v_##SUF a = GA(SUF, K), b = GB(SUF, K);                                                \
+        (void)b;                                                                                     \
+        acc##K = (EXPR);                                                                             \
+    }
+#define FK_VM_STRIP_DO(SUF, GA, GB, EXPR)                                                            \
+    FK_VM_LANE(SUF, 0, GA, GB, EXPR) FK_VM_LANE(SUF, 1, GA, GB, EXPR)                                \
+    FK_VM_LANE(SUF, 2, GA, GB, EXPR) FK_VM_LANE(SUF, 3, GA, GB, EXPR)                                \
+    FK_VM_LANE(SUF, 4, GA, GB, EXPR) FK_VM_LANE(SUF, 5, GA, GB, EXPR)                                \
+    FK_VM_LANE(SUF, 6, GA, GB, EXPR) FK_VM_LANE(SUF, 7, GA, GB, EXPR)
+#define FK_VM_STORE_LANE(SUF, K, p) fk_vm_st_##SUF((p) + (K) * (int64_t)sizeof(fk_vm_v_##SUF), acc##K);
+#define FK_VM_STRIP_STORE(SUF, p)                                                                    \
+    FK_VM_STORE_LANE(SUF, 0, p) FK_VM_STORE_LANE(SUF, 1, p) FK_VM_STORE_LANE(SUF, 2, p)              \
+    FK_VM_STORE_LANE(SUF, 3, p) FK_VM_STORE_LANE(SUF, 4, p) FK_VM_STORE_LANE(SUF, 5, p)              \
+    FK_VM_STORE_LANE(SUF, 6, p) FK_VM_STORE_LANE(SUF, 7, p)
+/* a binary op's three steps (EXPR of a, b) and a unary op's one (EXPR of a) */
+#define FK_VM_BINARY_STEPS(SUF, OP, EXPR)                                                            \
+    case FK_VM_STEP_CODE(OP, FK_VM_ACC_SRC): FK_VM_STRIP_DO(SUF, FK_VM_ACC, FK_VM_SRC, EXPR) break;  \
+    case FK_VM_STEP_CODE(OP, FK_VM_SRC_ACC): FK_VM_STRIP_DO(SUF, FK_VM_SRC, FK_VM_ACC, EXPR) break;  \
+    case FK_VM_STEP_CODE(OP, FK_VM_ACC_ACC): FK_VM_STRIP_DO(SUF, FK_VM_ACC, FK_VM_ACC, EXPR) break;
+#define FK_VM_UNARY_STEP(SUF, OP, EXPR)                                                              \
+    case FK_VM_STEP_CODE(OP, 0): FK_VM_STRIP_DO(SUF, FK_VM_ACC, FK_VM_ACC, EXPR) break;
 
 typedef void fk_vm_blocks_fn(const fk_plan_vm *vm, fk_vm_sources *src, const int64_t *step,
                              char *const *out, const uintptr_t *flip, fk_vm_drain *dr, int64_t blocks,
                              const char *ctx);
 
 /* the baseline's two-operand SSE forms write their first source (tied to the output) */
-FK_VM_FORM(f32_base, , float, int32_t, 16, "movaps %1, %0\n\taddps %2, %0", "movaps %1, %0\n\tmulps %2, %0")
-FK_VM_FORM(f64_base, , double, int64_t, 16, "movapd %1, %0\n\taddpd %2, %0", "movapd %1, %0\n\tmulpd %2, %0")
+FK_VM_FORM(f32_base, , float, int32_t, 16, "=&x", "x", "movaps %1, %0\n\taddps %2, %0", "movaps %1, %0\n\tmulps %2, %0",
+           "movaps %1, %0\n\tmaxps %2, %0", "movaps %1, %0\n\tminps %2, %0")
+FK_VM_FORM(f64_base, , double, int64_t, 16, "=&x", "x", "movapd %1, %0\n\taddpd %2, %0", "movapd %1, %0\n\tmulpd %2, %0",
+           "movapd %1, %0\n\tmaxpd %2, %0", "movapd %1, %0\n\tminpd %2, %0")
 #if FK_HAVE_ISA_V4
-FK_VM_FORM(f32_v3, FK_ISA_V3, float, int32_t, 32, "vaddps %2, %1, %0", "vmulps %2, %1, %0")
-FK_VM_FORM(f64_v3, FK_ISA_V3, double, int64_t, 32, "vaddpd %2, %1, %0", "vmulpd %2, %1, %0")
-FK_VM_FORM(f32_v4, FK_ISA_V4, float, int32_t, 64, "vaddps %2, %1, %0", "vmulps %2, %1, %0")
-FK_VM_FORM(f64_v4, FK_ISA_V4, double, int64_t, 64, "vaddpd %2, %1, %0", "vmulpd %2, %1, %0")
+FK_VM_FORM(f32_v3, FK_ISA_V3, float, int32_t, 32, "=x", "xm", "vaddps %2, %1, %0", "vmulps %2, %1, %0",
+           "vmaxps %2, %1, %0", "vminps %2, %1, %0")
+FK_VM_FORM(f64_v3, FK_ISA_V3, double, int64_t, 32, "=x", "xm", "vaddpd %2, %1, %0", "vmulpd %2, %1, %0",
+           "vmaxpd %2, %1, %0", "vminpd %2, %1, %0")
+FK_VM_FORM(f32_v4, FK_ISA_V4, float, int32_t, 64, "=x", "xm", "vaddps %2, %1, %0", "vmulps %2, %1, %0",
+           "vmaxps %2, %1, %0", "vminps %2, %1, %0")
+FK_VM_FORM(f64_v4, FK_ISA_V4, double, int64_t, 64, "=x", "xm", "vaddpd %2, %1, %0", "vmulpd %2, %1, %0",
+           "vmaxpd %2, %1, %0", "vminpd %2, %1, %0")
 /* fk_vm_blocks_f32 / _f64: the widest form the CPU runs */
 #define FK_VM_PICK(T)                                                                                \
     FK_ISA_PICK(fk_vm_blocks_##T, (const fk_plan_vm *vm, fk_vm_sources *src, const int64_t *step,     \
@@ -310,14 +354,15 @@ static void fk_vm_run_range(const fk_plan_vm *vm, char *const *bases, const char
     fk_vm_blocks_fn *blocks_fn = vm->dtype == FK_F64 ? fk_vm_blocks_f64 : fk_vm_blocks_f32;
     fk_vm_sources src, staged;
     fk_vm_drain dr;
-    int64_t step[FK_VM_MAX_SOURCES], no_step[FK_VM_MAX_SOURCES] = {0};
-    char *out[FK_VM_MAX_SLOTS], *no_out[FK_VM_MAX_SLOTS] = {0};
+    int64_t step[FK_VM_MAX_SOURCES], no_step[FK_VM_MAX_SOURCES];   /* no_*: set for a partial block */
+    char *out[FK_VM_MAX_SLOTS], *no_out[FK_VM_MAX_SLOTS];
     uintptr_t flip[FK_VM_MAX_SLOTS];
     dr.n = 0;
     for (int s = 0; s < n_src; s++) {
         staged.p[s] = blk + (int64_t)s * FK_VM_BLOCK_BYTES;
-        step[s] = 0;
+        step[s] = no_step[s] = 0;
     }
+    for (int s = 0; s < vm->n_slots; s++) no_out[s] = NULL;
     int64_t cut = end;                           /* segments end at row ends when a row is read */
     for (int s = 0; s < vm->n_slots; s++) {
         if (vm->slot_kind[s] == FK_VM_LASTROW) cut = vm->row_len;
