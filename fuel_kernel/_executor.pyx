@@ -743,6 +743,7 @@ cdef extern from *:
     ctypedef struct fk_plan_vm:
         int32_t dtype
         int32_t n_slots, n_regs, n_code, n_steps
+        uint32_t streamed
         int64_t row_len
         int32_t slot_kind[16]
         int32_t slot_base[16]
@@ -1089,6 +1090,22 @@ cdef class PlanProgram:
             if step.rows_index < 0:
                 return
             fk_plan_vm_bind_row(&vm, c, &self.rows[step.rows_index])
+        vm.streamed = 0               # outputs only chain STOREs write and no instruction reads
+        for c in range(vm.n_code):
+            if vm.code[c].op == FK_VM_ROW:
+                continue
+            for k in range(vm.code[c].first_step, vm.code[c].first_step + vm.code[c].n_steps):
+                if vm.step[k].code == FK_VM_STORE * 4 and vm.step[k].arg < vm.n_slots:
+                    vm.streamed |= (<uint32_t>1) << vm.step[k].arg
+        for c in range(vm.n_code):
+            if vm.code[c].op == FK_VM_ROW:
+                for k in range(vm.code[c].nargs):
+                    vm.streamed &= ~((<uint32_t>1) << vm.code[c].arg[k])
+                continue
+            for k in range(vm.code[c].first_step, vm.code[c].first_step + vm.code[c].n_steps):
+                if vm.step[k].code != FK_VM_STORE * 4 and vm.step[k].code % 4 != FK_VM_ACC_ACC and \
+                        not FK_VM_NEG * 4 <= vm.step[k].code <= FK_VM_RELU * 4:
+                    vm.streamed &= ~((<uint32_t>1) << vm.step[k].arg)
         self.vms = <fk_plan_vm *>grow(self.vms, &self.vms_capacity, self.n_vms + 1, sizeof(fk_plan_vm))
         self.vms[self.n_vms] = vm
         group.vm_index = self.n_vms

@@ -84,6 +84,8 @@ typedef struct {
 typedef struct {
     int32_t dtype;                   /* FK_F32 or FK_F64 */
     int32_t n_slots, n_regs, n_code, n_steps;
+    uint32_t streamed;               /* output slots only chain STOREs write and nothing reads: stored
+                                      * from registers straight to the output (FK_VM_STREAM_BYTES) */
     int64_t row_len;                 /* the group's last-axis extent (FK_VM_LASTROW slots) */
     int32_t slot_kind[FK_VM_MAX_SLOTS];
     int32_t slot_base[FK_VM_MAX_SLOTS];
@@ -126,6 +128,14 @@ static inline void fk_vm_drain_lines(const fk_vm_drain *dr, int64_t lo, int64_t 
 #endif
 }
 
+/* 16 bytes to p (16-byte aligned), non-temporal where SSE2 has it */
+typedef long long fk_vm_q __attribute__((vector_size(16)));
+#if defined(__x86_64__) && defined(__SSE2__)
+#define FK_VM_STREAM_16(p, q) _mm_stream_si128((__m128i *)(p), (__m128i)(q))
+#else
+#define FK_VM_STREAM_16(p, q) memcpy((p), &(q), 16)
+#endif
+
 /* r = a OP b by the instruction TEMPLATE (output %0, first source %1, second %2) on x86-64, and
  * FK_VM_PICK_ASM: r = a CMP b ? a : b by x86's MAXPS / MINPS (the second source when either is NaN
  * or on ties; SEL elsewhere).  The constraints RC and BC let VEX forms write any register and read
@@ -155,6 +165,14 @@ static inline void fk_vm_drain_lines(const fk_vm_drain *dr, int64_t lo, int64_t 
     }                                                                                                \
     ATTR static inline __attribute__((always_inline)) void fk_vm_st_##SUF(char *p, fk_vm_v_##SUF v) { \
         memcpy(p, &v, sizeof v);                                                                     \
+    }                                                                                                \
+    /* v to p (16-byte aligned) by non-temporal stores of its 16-byte parts */                       \
+    ATTR static inline __attribute__((always_inline)) void fk_vm_stream_##SUF(char *p, fk_vm_v_##SUF v) { \
+        for (int h = 0; h < VB / 16; h++) {                                                          \
+            fk_vm_q part;                                                                            \
+            memcpy(&part, (const char *)&v + 16 * h, 16);                                            \
+            FK_VM_STREAM_16(p + 16 * h, part);                                                       \
+        }                                                                                            \
     }                                                                                                \
     ATTR static inline __attribute__((always_inline)) fk_vm_i_##SUF fk_vm_bits_##SUF(fk_vm_v_##SUF v) { \
         return (fk_vm_i_##SUF)v;                                                                     \
@@ -197,7 +215,7 @@ static inline void fk_vm_drain_lines(const fk_vm_drain *dr, int64_t lo, int64_t 
      * next step reads never touches memory.  Lines [lo, hi) of *dr drain a share before each strip. */ \
     ATTR static inline __attribute__((always_inline)) void fk_vm_chain_##SUF(                        \
             const fk_plan_vm *vm, const fk_vm_insn *in, const fk_vm_sources *at, const fk_vm_drain *dr, \
-            int64_t lo, int64_t hi, const int *ahead, int n_ahead) {                                 \
+            int64_t lo, int64_t hi, const int *ahead, int n_ahead, uint32_t direct, char *const *to) { \
         const fk_vm_i_##SUF sign = (fk_vm_i_##SUF){0} + (IT)((uint64_t)1 << (8 * sizeof(IT) - 1));    \
         const fk_vm_v_##SUF zero = {0};                                                              \
         const fk_vm_step *first = &vm->step[in->first_step], *end = first + in->n_steps;             \
@@ -217,7 +235,12 @@ static inline void fk_vm_drain_lines(const fk_vm_drain *dr, int64_t lo, int64_t 
                     FK_VM_STRIP_DO(SUF, FK_VM_SRC, FK_VM_SRC, a)                                     \
                     break;                                                                           \
                 case FK_VM_STEP_CODE(FK_VM_STORE, 0):                                                \
-                    FK_VM_STRIP_STORE(SUF, p)                                                        \
+                    if ((direct >> st->arg) & 1u) {                                                  \
+                        char *q = to[st->arg] + j;                                                   \
+                        FK_VM_STRIP_STREAM(SUF, q)                                                   \
+                    } else {                                                                         \
+                        FK_VM_STRIP_STORE(SUF, p)                                                    \
+                    }                                                                                \
                     break;                                                                           \
                 FK_VM_BINARY_STEPS(SUF, FK_VM_ADD, fk_vm_add_##SUF(a, b))                            \
                 FK_VM_BINARY_STEPS(SUF, FK_VM_SUB, a - b)                                            \
@@ -243,15 +266,21 @@ static inline void fk_vm_drain_lines(const fk_vm_drain *dr, int64_t lo, int64_t 
         const int64_t bytes = FK_VM_BLOCK_BYTES, es = (int64_t)sizeof(T);                            \
         fk_vm_sources at = *src;                                                                     \
         int ahead[FK_VM_MAX_SLOTS], n_ahead = 0;     /* the slots read from memory block by block */ \
-        for (int s = 0; s < vm->n_slots; s++)                                                        \
+        uint32_t direct = 0;                         /* the streamed slots with an aligned output */ \
+        char *to[FK_VM_MAX_SLOTS];                                                                   \
+        for (int s = 0; s < vm->n_slots; s++) {                                                      \
             if (step[s] != 0 && vm->slot_kind[s] == FK_VM_FULL) ahead[n_ahead++] = s;                \
+            to[s] = out[s];                                                                          \
+            if (((vm->streamed >> s) & 1u) && out[s] != NULL && ((uintptr_t)out[s] & 15u) == 0)      \
+                direct |= 1u << s;                                                                   \
+        }                                                                                            \
         for (int64_t b = 0; b < blocks; b++) {                                                       \
             for (int c = 0; c < vm->n_code; c++) {                                                   \
                 const fk_vm_insn *in = &vm->code[c];                                                 \
                 const int64_t lo = (int64_t)c * FK_VM_BLOCK_LINES / vm->n_code,                      \
                               hi = (int64_t)(c + 1) * FK_VM_BLOCK_LINES / vm->n_code;                \
                 if (in->op == FK_VM_CHAIN) {                                                         \
-                    fk_vm_chain_##SUF(vm, in, &at, dr, lo, hi, ahead, n_ahead);                      \
+                    fk_vm_chain_##SUF(vm, in, &at, dr, lo, hi, ahead, n_ahead, direct, to);          \
                     continue;                                                                        \
                 }                                                                                    \
                 if (dr->n) fk_vm_drain_lines(dr, lo, hi);                                            \
@@ -266,14 +295,15 @@ static inline void fk_vm_drain_lines(const fk_vm_drain *dr, int64_t lo, int64_t 
             }                                                                                        \
             dr->n = 0;                                                                               \
             for (int s = 0; s < vm->n_slots; s++) {                                                  \
-                char *to = out[s] != NULL ? out[s] + b * bytes : NULL;                               \
-                if (to == NULL || vm->slot_kind[s] != FK_VM_OUT) continue;                           \
-                if (((uintptr_t)to & 15u) != 0) {                                                    \
-                    memcpy(to, at.p[s], (size_t)bytes);                                              \
+                char *dst = out[s] != NULL ? to[s] : NULL;                                           \
+                if (dst != NULL) to[s] += bytes;                                                     \
+                if (dst == NULL || vm->slot_kind[s] != FK_VM_OUT || ((direct >> s) & 1u)) continue;  \
+                if (((uintptr_t)dst & 15u) != 0) {                                                   \
+                    memcpy(dst, at.p[s], (size_t)bytes);                                             \
                     continue;                                                                        \
                 }                                                                                    \
                 dr->src[dr->n] = at.p[s];                                                            \
-                dr->dst[dr->n++] = to;                                                               \
+                dr->dst[dr->n++] = dst;                                                              \
                 at.p[s] = (char *)((uintptr_t)at.p[s] ^ flip[s]);                                    \
             }                                                                                        \
             for (int s = 0; s < n_src; s++) at.p[s] += step[s];                                      \
@@ -297,6 +327,11 @@ static inline void fk_vm_drain_lines(const fk_vm_drain *dr, int64_t lo, int64_t 
     FK_VM_LANE(SUF, 4, GA, GB, EXPR) FK_VM_LANE(SUF, 5, GA, GB, EXPR)                                \
     FK_VM_LANE(SUF, 6, GA, GB, EXPR) FK_VM_LANE(SUF, 7, GA, GB, EXPR)
 #define FK_VM_STORE_LANE(SUF, K, p) fk_vm_st_##SUF((p) + (K) * (int64_t)sizeof(fk_vm_v_##SUF), acc##K);
+#define FK_VM_STREAM_LANE(SUF, K, p) fk_vm_stream_##SUF((p) + (K) * (int64_t)sizeof(fk_vm_v_##SUF), acc##K);
+#define FK_VM_STRIP_STREAM(SUF, p)                                                                   \
+    FK_VM_STREAM_LANE(SUF, 0, p) FK_VM_STREAM_LANE(SUF, 1, p) FK_VM_STREAM_LANE(SUF, 2, p)           \
+    FK_VM_STREAM_LANE(SUF, 3, p) FK_VM_STREAM_LANE(SUF, 4, p) FK_VM_STREAM_LANE(SUF, 5, p)           \
+    FK_VM_STREAM_LANE(SUF, 6, p) FK_VM_STREAM_LANE(SUF, 7, p)
 #define FK_VM_STRIP_STORE(SUF, p)                                                                    \
     FK_VM_STORE_LANE(SUF, 0, p) FK_VM_STORE_LANE(SUF, 1, p) FK_VM_STORE_LANE(SUF, 2, p)              \
     FK_VM_STORE_LANE(SUF, 3, p) FK_VM_STORE_LANE(SUF, 4, p) FK_VM_STORE_LANE(SUF, 5, p)              \
