@@ -58,7 +58,7 @@ enum { FK_VM_FULL = 0, FK_VM_LASTROW = 1, FK_VM_SCALAR = 2, FK_VM_OUT = 3 };
 #define FK_VM_BLOCK_BYTES 1024       /* one block: 256 F32 or 128 F64 elements */
 #define FK_VM_BLOCK_LINES (FK_VM_BLOCK_BYTES / 64)
 #define FK_VM_STRIP 8                /* vectors a chain step works on at once (its accumulator) */
-#define FK_VM_AHEAD_BYTES 2048       /* how far ahead a chain prefetches the inputs it streams */
+#define FK_VM_AHEAD_BYTES 4096       /* how far ahead a chain prefetches the inputs it streams */
 #define FK_VM_MAX_SLOTS 16
 #define FK_VM_MAX_REGS 16
 #define FK_VM_MAX_SOURCES (FK_VM_MAX_SLOTS + FK_VM_MAX_REGS)
@@ -212,51 +212,66 @@ typedef long long fk_vm_q __attribute__((vector_size(16)));
     }                                                                                                \
     /* The steps of chain instruction `in` on the block at *at, FK_VM_STRIP vectors at a time: the    \
      * accumulator stays in registers from a LOAD through every step after it, so a value only the   \
-     * next step reads never touches memory.  Lines [lo, hi) of *dr drain a share before each strip. */ \
-    ATTR static inline __attribute__((always_inline)) void fk_vm_chain_##SUF(                        \
+     * next step reads never touches memory.  The steps are threaded code: each is its handler's     \
+     * address and its source's block, found once per block, and each handler jumps to the next     \
+     * (one indirect jump per step, from its own site).  A STORE into a slot of `direct` goes to     \
+     * to[slot] by non-temporal stores.  Lines [lo, hi) of *dr drain a share before each strip. */   \
+    ATTR static __attribute__((noinline)) void fk_vm_chain_##SUF(                                   \
             const fk_plan_vm *vm, const fk_vm_insn *in, const fk_vm_sources *at, const fk_vm_drain *dr, \
             int64_t lo, int64_t hi, const int *ahead, int n_ahead, uint32_t direct, char *const *to) { \
+        static const void *const handler[FK_VM_STEP_CODE(FK_VM_STORE, 0) + 1] = {                    \
+            [FK_VM_STEP_CODE(FK_VM_LOAD, 0)] = &&fk_vm_LOAD, [FK_VM_STEP_CODE(FK_VM_STORE, 0)] = &&fk_vm_STORE, \
+            FK_VM_BINARY_HANDLERS(FK_VM_ADD) FK_VM_BINARY_HANDLERS(FK_VM_SUB)                        \
+            FK_VM_BINARY_HANDLERS(FK_VM_MUL) FK_VM_BINARY_HANDLERS(FK_VM_DIV)                        \
+            FK_VM_BINARY_HANDLERS(FK_VM_MAXIMUM) FK_VM_BINARY_HANDLERS(FK_VM_MINIMUM)                \
+            [FK_VM_STEP_CODE(FK_VM_NEG, 0)] = &&fk_vm_FK_VM_NEG, [FK_VM_STEP_CODE(FK_VM_ABS, 0)] = &&fk_vm_FK_VM_ABS, \
+            [FK_VM_STEP_CODE(FK_VM_SQR, 0)] = &&fk_vm_FK_VM_SQR, [FK_VM_STEP_CODE(FK_VM_RELU, 0)] = &&fk_vm_FK_VM_RELU}; \
+        struct { const void *handler; char *p; } thread[FK_VM_MAX_STEPS + 1];                        \
         const fk_vm_i_##SUF sign = (fk_vm_i_##SUF){0} + (IT)((uint64_t)1 << (8 * sizeof(IT) - 1));    \
         const fk_vm_v_##SUF zero = {0};                                                              \
-        const fk_vm_step *first = &vm->step[in->first_step], *end = first + in->n_steps;             \
+        const fk_vm_step *first = &vm->step[in->first_step];                                         \
         const int64_t strip = FK_VM_STRIP * VB, n_strips = FK_VM_BLOCK_BYTES / strip;                \
         fk_vm_v_##SUF acc0 = zero, acc1 = zero, acc2 = zero, acc3 = zero;                            \
         fk_vm_v_##SUF acc4 = zero, acc5 = zero, acc6 = zero, acc7 = zero;                            \
+        for (int i = 0; i < in->n_steps; i++) {                                                      \
+            const int arg = first[i].arg;                                                            \
+            const int streamed = first[i].code == FK_VM_STEP_CODE(FK_VM_STORE, 0) && ((direct >> arg) & 1u); \
+            thread[i].handler = streamed ? &&fk_vm_STREAM : handler[first[i].code];                  \
+            thread[i].p = streamed ? to[arg] : at->p[arg];                                           \
+        }                                                                                            \
+        thread[in->n_steps].handler = &&fk_vm_END;                                                   \
+        thread[in->n_steps].p = NULL;                                                                \
         for (int64_t k = 0; k < n_strips; k++) {                                                     \
             const int64_t j = k * strip;                                                             \
             if (dr->n) fk_vm_drain_lines(dr, lo + (hi - lo) * k / n_strips, lo + (hi - lo) * (k + 1) / n_strips); \
             for (int f = 0; f < n_ahead; f++)                                                        \
                 for (int64_t l = 0; l < strip; l += 64)                                              \
                     __builtin_prefetch(at->p[ahead[f]] + j + FK_VM_AHEAD_BYTES + l, 0, 3);           \
-            for (const fk_vm_step *st = first; st < end; st++) {                                     \
-                char *p = at->p[st->arg] + j;                                                        \
-                switch (st->code) {                                                                  \
-                case FK_VM_STEP_CODE(FK_VM_LOAD, 0):                                                 \
-                    FK_VM_STRIP_DO(SUF, FK_VM_SRC, FK_VM_SRC, a)                                     \
-                    break;                                                                           \
-                case FK_VM_STEP_CODE(FK_VM_STORE, 0):                                                \
-                    if ((direct >> st->arg) & 1u) {                                                  \
-                        char *q = to[st->arg] + j;                                                   \
-                        FK_VM_STRIP_STREAM(SUF, q)                                                   \
-                    } else {                                                                         \
-                        FK_VM_STRIP_STORE(SUF, p)                                                    \
-                    }                                                                                \
-                    break;                                                                           \
-                FK_VM_BINARY_STEPS(SUF, FK_VM_ADD, fk_vm_add_##SUF(a, b))                            \
-                FK_VM_BINARY_STEPS(SUF, FK_VM_SUB, a - b)                                            \
-                FK_VM_BINARY_STEPS(SUF, FK_VM_MUL, fk_vm_mul_##SUF(a, b))                            \
-                FK_VM_BINARY_STEPS(SUF, FK_VM_DIV, a / b)                                            \
-                FK_VM_BINARY_STEPS(SUF, FK_VM_MAXIMUM, fk_vm_max_##SUF(a, b))                        \
-                FK_VM_BINARY_STEPS(SUF, FK_VM_MINIMUM, fk_vm_min_##SUF(a, b))                        \
-                /* FK_U_NEG_F -(x) and FK_U_ABS_F fabs: the sign bit alone (NaN too) */              \
-                FK_VM_UNARY_STEP(SUF, FK_VM_NEG, (fk_vm_v_##SUF)(fk_vm_bits_##SUF(a) ^ sign))        \
-                FK_VM_UNARY_STEP(SUF, FK_VM_ABS, (fk_vm_v_##SUF)(fk_vm_bits_##SUF(a) & ~sign))       \
-                FK_VM_UNARY_STEP(SUF, FK_VM_SQR, a * a)                                              \
-                /* FK_U_RELU_F: x > 0 ? x : (NaN x ? x : +0) */                                     \
-                FK_VM_UNARY_STEP(SUF, FK_VM_RELU, (fk_vm_v_##SUF)(fk_vm_bits_##SUF(a) & ((a > zero) | (a != a)))) \
-                default: break;                                                                      \
-                }                                                                                    \
-            }                                                                                        \
+            __typeof__(&thread[0]) t = thread;                                                       \
+            char *p = t->p + j;                                                                      \
+            goto *t->handler;                                                                        \
+        fk_vm_LOAD:                                                                                  \
+            FK_VM_STRIP_DO(SUF, FK_VM_SRC, FK_VM_SRC, a)                                             \
+            FK_VM_NEXT                                                                               \
+        fk_vm_STORE:                                                                                 \
+            FK_VM_STRIP_STORE(SUF, p)                                                                \
+            FK_VM_NEXT                                                                               \
+        fk_vm_STREAM:                                                                                \
+            FK_VM_STRIP_STREAM(SUF, p)                                                               \
+            FK_VM_NEXT                                                                               \
+            FK_VM_BINARY_STEPS(SUF, FK_VM_ADD, fk_vm_add_##SUF(a, b))                                \
+            FK_VM_BINARY_STEPS(SUF, FK_VM_SUB, a - b)                                                \
+            FK_VM_BINARY_STEPS(SUF, FK_VM_MUL, fk_vm_mul_##SUF(a, b))                                \
+            FK_VM_BINARY_STEPS(SUF, FK_VM_DIV, a / b)                                                \
+            FK_VM_BINARY_STEPS(SUF, FK_VM_MAXIMUM, fk_vm_max_##SUF(a, b))                            \
+            FK_VM_BINARY_STEPS(SUF, FK_VM_MINIMUM, fk_vm_min_##SUF(a, b))                            \
+            /* FK_U_NEG_F -(x) and FK_U_ABS_F fabs: the sign bit alone (NaN too) */                  \
+            FK_VM_UNARY_STEP(SUF, FK_VM_NEG, (fk_vm_v_##SUF)(fk_vm_bits_##SUF(a) ^ sign))            \
+            FK_VM_UNARY_STEP(SUF, FK_VM_ABS, (fk_vm_v_##SUF)(fk_vm_bits_##SUF(a) & ~sign))           \
+            FK_VM_UNARY_STEP(SUF, FK_VM_SQR, a * a)                                                  \
+            /* FK_U_RELU_F: x > 0 ? x : (NaN x ? x : +0), i.e. x unless x <= 0 (false for NaN) */    \
+            FK_VM_UNARY_STEP(SUF, FK_VM_RELU, (fk_vm_v_##SUF)(fk_vm_bits_##SUF(a) & ~(a <= zero)))   \
+        fk_vm_END:;                                                                                  \
         }                                                                                            \
     }                                                                                                \
     ATTR static void fk_vm_blocks_##SUF(const fk_plan_vm *vm, fk_vm_sources *src,                    \
@@ -336,13 +351,21 @@ typedef long long fk_vm_q __attribute__((vector_size(16)));
     FK_VM_STORE_LANE(SUF, 0, p) FK_VM_STORE_LANE(SUF, 1, p) FK_VM_STORE_LANE(SUF, 2, p)              \
     FK_VM_STORE_LANE(SUF, 3, p) FK_VM_STORE_LANE(SUF, 4, p) FK_VM_STORE_LANE(SUF, 5, p)              \
     FK_VM_STORE_LANE(SUF, 6, p) FK_VM_STORE_LANE(SUF, 7, p)
-/* a binary op's three steps (EXPR of a, b) and a unary op's one (EXPR of a) */
+/* a binary op's three handlers (EXPR of a, b) and a unary op's one (EXPR of a), each ending in a jump
+ * to the next step's handler */
+#define FK_VM_NEXT                                                                                   \
+    t++;                                                                                             \
+    p = t->p + j;                                                                                    \
+    goto *t->handler;
 #define FK_VM_BINARY_STEPS(SUF, OP, EXPR)                                                            \
-    case FK_VM_STEP_CODE(OP, FK_VM_ACC_SRC): FK_VM_STRIP_DO(SUF, FK_VM_ACC, FK_VM_SRC, EXPR) break;  \
-    case FK_VM_STEP_CODE(OP, FK_VM_SRC_ACC): FK_VM_STRIP_DO(SUF, FK_VM_SRC, FK_VM_ACC, EXPR) break;  \
-    case FK_VM_STEP_CODE(OP, FK_VM_ACC_ACC): FK_VM_STRIP_DO(SUF, FK_VM_ACC, FK_VM_ACC, EXPR) break;
+    fk_vm_##OP##_0: FK_VM_STRIP_DO(SUF, FK_VM_ACC, FK_VM_SRC, EXPR) FK_VM_NEXT                      \
+    fk_vm_##OP##_1: FK_VM_STRIP_DO(SUF, FK_VM_SRC, FK_VM_ACC, EXPR) FK_VM_NEXT                      \
+    fk_vm_##OP##_2: FK_VM_STRIP_DO(SUF, FK_VM_ACC, FK_VM_ACC, EXPR) FK_VM_NEXT
 #define FK_VM_UNARY_STEP(SUF, OP, EXPR)                                                              \
-    case FK_VM_STEP_CODE(OP, 0): FK_VM_STRIP_DO(SUF, FK_VM_ACC, FK_VM_ACC, EXPR) break;
+    fk_vm_##OP: FK_VM_STRIP_DO(SUF, FK_VM_ACC, FK_VM_ACC, EXPR) FK_VM_NEXT
+#define FK_VM_BINARY_HANDLERS(OP)                                                                    \
+    [FK_VM_STEP_CODE(OP, FK_VM_ACC_SRC)] = &&fk_vm_##OP##_0, [FK_VM_STEP_CODE(OP, FK_VM_SRC_ACC)] = &&fk_vm_##OP##_1, \
+    [FK_VM_STEP_CODE(OP, FK_VM_ACC_ACC)] = &&fk_vm_##OP##_2,
 
 typedef void fk_vm_blocks_fn(const fk_plan_vm *vm, fk_vm_sources *src, const int64_t *step,
                              char *const *out, const uintptr_t *flip, fk_vm_drain *dr, int64_t blocks,
