@@ -1007,6 +1007,28 @@ def test_vector_program_chain_forms_give_the_unfused_bytes(dtype, shape, tiles, 
     check_every_thread_count(plan, arrays, expected)
 
 
+@pytest.mark.parametrize("dtype", (F32, F64), ids=lambda d: d.short_name)
+def test_vector_program_outputs_read_back_give_the_unfused_bytes(dtype, rng):
+    """A chain STORE into an output goes straight to the caller's array (non-temporal) only when
+    nothing reads that output back; an output a later chain step or a row function reads from its
+    block (o: read by the member after the next and by EXP) is staged as before.  Both kinds, and
+    outputs read only through the accumulator (n), give the unfused bytes on 1, 2 and 3 threads."""
+    shape = (5, 1000)
+    g = fg.Graph()
+    x, y, row = g.input(shape, dtype), g.input(shape, dtype), g.input(shape[-1:], dtype)
+    o = g.mul(x, row)
+    q = g.mul(g.add(o, y), o)                    # o read from its block by a chain step
+    r = g.add(g.exp(o), q)                       # and by a row function
+    n = g.neg(x)
+    m = g.abs(g.sub(n, y))                       # n read only through the accumulator
+    arrays = [special_values(v.shape, dtype, rng) for v in (x, y, row)]
+    plan, got, expected = fused_and_unfused(g, [o, q, r, n, m], arrays)
+    assert all(same_bytes(a, b) for a, b in zip(got, expected))
+    notes = vector_notes(plan)
+    assert notes and all(note.startswith("vector program") for note in notes)
+    check_every_thread_count(plan, arrays, expected)
+
+
 def test_ten_op_expression_is_one_chain_with_one_store(rng):
     """bench_graph's 10-op expression (x in, rows a and b, y out) keeps every intermediate in
     registers: one CHAIN of a LOAD, ten ops and the output's STORE; the unfused bytes over special
