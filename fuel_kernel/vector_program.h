@@ -1,21 +1,29 @@
 /* The vector program of a fused elementwise group: its members as instructions over blocks of
- * FK_VM_BLOCK_BYTES that stay in L1, run by the plan executor (fuel_kernel/_executor.pyx) on every
- * tile after the first.
+ * FK_VM_BLOCK_BYTES that stay in L1 (runs of inline members chained on registers), run by the plan
+ * executor (fuel_kernel/_executor.pyx) on every tile after the first.
  *
  * A group qualifies when the planner (fuel_kernel/graph/planner.py, vector_program) finds every
  * operand of one float dtype (F32 or F64) and each value it reads from outside the group the whole
  * group shape C-contiguous, a last-axis row broadcast over the outer axes, or one broadcast
  * element; its values are then addressed per block, by flat index, and a tile (a contiguous run of
  * flat indices in an elementwise group) is cut at row ends into segments of contiguous blocks.
- * An instruction reads its sources and writes its destination a block at a time: a source is an
- * input's block in memory, a register (a block of the stack array that holds the group's tile
- * values) or a splatted scalar; a destination is a register or the staging block of an output,
- * copied out (non-temporal stores where it is 16-byte aligned) once the block's program has run.
- * Ops with an inline form (FK_VM_ADD .. FK_VM_RELU) are the kernels' scalar definitions
- * (binary_kernels.h.in FK_E_*_FLT, unary_kernels.h.in FK_U_*_F) written on vectors: IEEE per-op
- * arithmetic, selects and sign-bit operations, so every lane gets the bits the kernel gives that
- * element.  Any other member calls its kernel's row function (FK_VM_ROW) on the block, exactly
- * as the tile path calls it on a tile.  Contraction into FMA is off, as in elementwise_kernels.h.
+ * A block's sources are an input's block in memory, a register (a block of the stack array that
+ * holds the group's tile values) or a splatted scalar; an output is written through its staging
+ * block (copied out with non-temporal stores, a share after each instruction of the next block,
+ * where it is 16-byte aligned) or, when only chain STOREs write it and nothing reads it back
+ * (fk_plan_vm.streamed), straight from registers with non-temporal stores.
+ * Instructions run a block at a time.  A CHAIN instruction (a run of inline members) is a list of
+ * steps on an accumulator of FK_VM_STRIP vectors held in registers: LOAD a source, an op with one
+ * source (in either operand order) or with the accumulator alone, STORE it to a source's block;
+ * the block runs a strip of FK_VM_STRIP vectors through every step before the next strip, so a
+ * value the next member alone reads never touches memory (the planner stores only values read
+ * again later, by a ROW instruction or a member after the next, and outputs).  The steps run as
+ * threaded code (a handler address per step, one indirect jump per step from its own site).
+ * Inline ops (FK_VM_ADD .. FK_VM_RELU) are the kernels' scalar definitions (binary_kernels.h.in
+ * FK_E_*_FLT, unary_kernels.h.in FK_U_*_F) written on vectors: IEEE per-op arithmetic, selects
+ * and sign-bit operations, so every lane gets the bits the kernel gives that element.  Any other
+ * member is a ROW instruction: its kernel's row function on the block, exactly as the tile path
+ * calls it on a tile.  Contraction into FMA is off, as in elementwise_kernels.h.
  *
  * One form per vector width (16-byte baseline, 32-byte x86-64-v3, 64-byte x86-64-v4), picked once
  * through FK_ISA_PICK: a single form of 64-byte vectors built for narrower ISAs is lowered to
@@ -101,10 +109,11 @@ typedef struct {
     char *p[FK_VM_MAX_SOURCES];
 } fk_vm_sources;
 
-/* Output blocks computed and not yet stored: each block's outputs are stored with non-temporal
- * stores a share after each instruction of the next block, so the stores drain while it computes
- * (a burst of them at the end of a block stalls the core until the write-combining buffers
- * empty).  A staged output alternates between two blocks, one computed while the other drains. */
+/* Output blocks computed and not yet stored: each block's staged outputs are stored with
+ * non-temporal stores a share after each instruction (each strip of a chain) of the next block,
+ * so the stores drain while it computes (a burst of them at the end of a block stalls the core
+ * until the write-combining buffers empty).  A staged output alternates between two blocks, one
+ * computed while the other drains. */
 typedef struct {
     int n;
     const char *src[FK_VM_MAX_SLOTS];
