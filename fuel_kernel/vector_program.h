@@ -63,7 +63,7 @@ enum { FK_VM_ACC_SRC = 0, FK_VM_SRC_ACC = 1, FK_VM_ACC_ACC = 2 };
 /* what a slot addresses (FK_VM_OUT: a written output; the others are inputs) */
 enum { FK_VM_FULL = 0, FK_VM_LASTROW = 1, FK_VM_SCALAR = 2, FK_VM_OUT = 3 };
 
-#define FK_VM_BLOCK_BYTES 1024       /* one block: 256 F32 or 128 F64 elements */
+#define FK_VM_BLOCK_BYTES 2048       /* one block: 512 F32 or 256 F64 elements */
 #define FK_VM_BLOCK_LINES (FK_VM_BLOCK_BYTES / 64)
 #define FK_VM_STRIP 8                /* vectors a chain step works on at once (its accumulator) */
 #define FK_VM_AHEAD_BYTES 4096       /* how far ahead a chain prefetches the inputs it streams */
