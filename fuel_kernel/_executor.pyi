@@ -8,14 +8,14 @@ from ._dispatch import BindingTable, Kernel, OpParams
 StepOperand = tuple[int, int, int, int, tuple[int, ...], tuple[int, ...], int]
 # A group member's operand may end with tile_axes: the mask of the group's axes it follows.
 GroupOperand = tuple[int, int, int, int, tuple[int, ...], tuple[int, ...], int, int]
-# A group's vector program: (dtype, row_len, slots (kind, base_index, byte_offset), code (opcode,
-# member index, args, post[, pair])).
+# A group's vector program: (dtype, row_len, slots (kind, base_index, byte_offset), code: ("ROW"
+# opcode, member index, args) or ("CHAIN" opcode, first member index, steps (code, form, source))).
 VectorProgram = tuple[int, int, list[tuple[int, int, int]], list[tuple[int, ...] | tuple[Any, ...]]]
 
 VECTOR_OPCODES: dict[str, int]
 VECTOR_SLOTS: dict[str, int]
 VECTOR_LIMITS: dict[str, int]
-VECTOR_POST: dict[str, int]
+VECTOR_FORMS: dict[str, int]
 
 class PlanProgram:
     """The compiled step list of one Plan; any number of threads may run it at once."""

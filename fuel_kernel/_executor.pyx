@@ -725,26 +725,32 @@ cdef extern from *:
 
     enum:
         FK_VM_ADD, FK_VM_SUB, FK_VM_MUL, FK_VM_DIV, FK_VM_MAXIMUM, FK_VM_MINIMUM, FK_VM_NEG, FK_VM_ABS
-        FK_VM_SQR, FK_VM_RELU, FK_VM_ROW, FK_VM_PAIR
+        FK_VM_SQR, FK_VM_RELU, FK_VM_ROW, FK_VM_CHAIN, FK_VM_LOAD, FK_VM_STORE
+        FK_VM_ACC_SRC, FK_VM_SRC_ACC, FK_VM_ACC_ACC
         FK_VM_FULL, FK_VM_LASTROW, FK_VM_SCALAR, FK_VM_OUT
-        FK_VM_MAX_SLOTS, FK_VM_MAX_REGS, FK_VM_MAX_CODE, FK_VM_POST_CLEAR, FK_VM_POST_FLIP
+        FK_VM_MAX_SLOTS, FK_VM_MAX_REGS, FK_VM_MAX_CODE, FK_VM_MAX_STEPS
 
     ctypedef struct fk_vm_insn:
         uint8_t op
-        uint8_t post
-        uint8_t pair
         uint8_t nargs
+        uint16_t first_step, n_steps
         uint8_t arg[8]
         int32_t member
 
+    ctypedef struct fk_vm_step:
+        uint8_t code
+        uint8_t arg
+
     ctypedef struct fk_plan_vm:
         int32_t dtype
-        int32_t n_slots, n_regs, n_code
+        int32_t n_slots, n_regs, n_code, n_steps
+        uint32_t streamed
         int64_t row_len
         int32_t slot_kind[16]
         int32_t slot_base[16]
         int64_t slot_offset[16]
         fk_vm_insn code[64]
+        fk_vm_step step[192]
 
     int fk_plan_run_group(const fk_plan_step *steps, const fk_plan_group *g, const fk_plan_operand *operands,
                           const fk_layout *layouts, const fk_params *params, const fk_params *no_params,
@@ -816,14 +822,18 @@ cdef void *grow(void *array, int64_t *capacity, int64_t needed, size_t item) exc
     return grown
 
 
-# The vector program's instruction codes by op name (the ops with an inline form, and "ROW": a
-# member's row function on the block) and its slot kinds: what the planner's vector_program writes.
+# The vector program's codes by name: the ops with an inline form (chain steps), the
+# instructions "ROW" (a member's row function on the block) and "CHAIN" (steps on registers), the
+# steps "LOAD" and "STORE"; a binary step's operand forms; its slot kinds: what the planner's
+# vector_program writes.
 VECTOR_OPCODES = {"ADD": FK_VM_ADD, "SUB": FK_VM_SUB, "MUL": FK_VM_MUL, "DIV": FK_VM_DIV,
                   "MAXIMUM": FK_VM_MAXIMUM, "MINIMUM": FK_VM_MINIMUM, "NEG": FK_VM_NEG, "ABS": FK_VM_ABS,
-                  "SQR": FK_VM_SQR, "RELU": FK_VM_RELU, "ROW": FK_VM_ROW, "PAIR": FK_VM_PAIR}
+                  "SQR": FK_VM_SQR, "RELU": FK_VM_RELU, "ROW": FK_VM_ROW, "CHAIN": FK_VM_CHAIN,
+                  "LOAD": FK_VM_LOAD, "STORE": FK_VM_STORE}
+VECTOR_FORMS = {"acc, src": FK_VM_ACC_SRC, "src, acc": FK_VM_SRC_ACC, "acc, acc": FK_VM_ACC_ACC}
 VECTOR_SLOTS = {"full": FK_VM_FULL, "row": FK_VM_LASTROW, "scalar": FK_VM_SCALAR, "out": FK_VM_OUT}
-VECTOR_LIMITS = {"slots": FK_VM_MAX_SLOTS, "registers": FK_VM_MAX_REGS, "code": FK_VM_MAX_CODE}
-VECTOR_POST = {"clear": FK_VM_POST_CLEAR, "flip": FK_VM_POST_FLIP}
+VECTOR_LIMITS = {"slots": FK_VM_MAX_SLOTS, "registers": FK_VM_MAX_REGS, "code": FK_VM_MAX_CODE,
+                 "steps": FK_VM_MAX_STEPS}
 
 
 def tile_row_entries(capsule, int n_rows):
@@ -934,9 +944,11 @@ cdef class PlanProgram:
         the calling thread).  A member's optional sixth item, a 'fuel_kernel.tile_row' capsule of
         its kernel (tile_row_entries), lets it call that row function directly on every tile after
         the first.  `program` (planner.vector_program): (dtype, row_len, slots, code), slots
-        (kind, base_index, byte_offset) per VECTOR_SLOTS, code (opcode, member index, args, post)
-        per VECTOR_OPCODES with args indexing the slots, then registers, and post the VECTOR_POST
-        bits of an inline instruction's sign-bit epilogue; the tiles after the first
+        (kind, base_index, byte_offset) per VECTOR_SLOTS, code a list of instructions per
+        VECTOR_OPCODES: ("ROW", member index, args) with args the member's operands as slots, then
+        registers (n_slots + r), or ("CHAIN", first member index, steps), steps (code, form, source)
+        with code an inline op (form per VECTOR_FORMS; 0 for a unary op), LOAD or STORE (form 0;
+        a STORE into a register or an output slot); the tiles after the first
         run it instead of the members (an elementwise group tiled along an axis only; a ROW
         instruction needs its member's row function).  Returns, per member, whether it calls its
         row function directly; vector_program(group) says whether the group runs its program."""
@@ -1059,34 +1071,68 @@ cdef class PlanProgram:
             vm.slot_base[s] = base
             vm.slot_offset[s] = byte_offset
         for c, instruction in enumerate(code):
-            op, member, args, post = instruction[:4]
-            pair = instruction[4] if op == FK_VM_PAIR and len(instruction) == 5 else -1
-            if not FK_VM_ADD <= op <= FK_VM_PAIR or not 0 <= member < n_members or len(instruction) != 4 + (op == FK_VM_PAIR) or \
-                    post & ~(FK_VM_POST_CLEAR | FK_VM_POST_FLIP) or (post and op == FK_VM_ROW) or \
-                    (op == FK_VM_PAIR and not 0 <= pair < 18):
-                raise ValueError(f"vector program instruction {c} names op {op} of member {member}, epilogue {post}")
-            step = &self.steps[first_member + member]
-            if (op == FK_VM_ROW and len(args) != step.n_in + step.n_out) or \
-                    (op != FK_VM_ROW and len(args) != (4 if op == FK_VM_PAIR else 3 if op <= FK_VM_MINIMUM else 2)):
-                raise ValueError(f"vector program instruction {c} has {len(args)} arguments")
+            op, member, args = instruction
+            if op not in (FK_VM_ROW, FK_VM_CHAIN) or not 0 <= member < n_members:
+                raise ValueError(f"vector program instruction {c} names op {op} of member {member}")
             vm.code[c].op = op
-            vm.code[c].post = post
-            vm.code[c].pair = pair if pair >= 0 else 0
             vm.code[c].member = member
+            if op == FK_VM_CHAIN:
+                self._add_chain(&vm, c, args)
+                continue
+            step = &self.steps[first_member + member]
+            if len(args) != step.n_in + step.n_out:
+                raise ValueError(f"vector program instruction {c} has {len(args)} arguments")
             vm.code[c].nargs = len(args)
             for k, a in enumerate(args):
                 if a < 0 or a >= vm.n_slots + FK_VM_MAX_REGS:
                     raise ValueError(f"vector program instruction {c} names source {a}")
                 vm.n_regs = max(vm.n_regs, a - vm.n_slots + 1)
                 vm.code[c].arg[k] = a
-            if op == FK_VM_ROW:
-                if step.rows_index < 0:
-                    return
-                fk_plan_vm_bind_row(&vm, c, &self.rows[step.rows_index])
+            if step.rows_index < 0:
+                return
+            fk_plan_vm_bind_row(&vm, c, &self.rows[step.rows_index])
+        vm.streamed = 0               # outputs only chain STOREs write and no instruction reads
+        for c in range(vm.n_code):
+            if vm.code[c].op == FK_VM_ROW:
+                continue
+            for k in range(vm.code[c].first_step, vm.code[c].first_step + vm.code[c].n_steps):
+                if vm.step[k].code == FK_VM_STORE * 4 and vm.step[k].arg < vm.n_slots:
+                    vm.streamed |= (<uint32_t>1) << vm.step[k].arg
+        for c in range(vm.n_code):
+            if vm.code[c].op == FK_VM_ROW:
+                for k in range(vm.code[c].nargs):
+                    vm.streamed &= ~((<uint32_t>1) << vm.code[c].arg[k])
+                continue
+            for k in range(vm.code[c].first_step, vm.code[c].first_step + vm.code[c].n_steps):
+                if vm.step[k].code != FK_VM_STORE * 4 and vm.step[k].code % 4 != FK_VM_ACC_ACC and \
+                        not FK_VM_NEG * 4 <= vm.step[k].code <= FK_VM_RELU * 4:
+                    vm.streamed &= ~((<uint32_t>1) << vm.step[k].arg)
         self.vms = <fk_plan_vm *>grow(self.vms, &self.vms_capacity, self.n_vms + 1, sizeof(fk_plan_vm))
         self.vms[self.n_vms] = vm
         group.vm_index = self.n_vms
         self.n_vms += 1
+
+    cdef _add_chain(self, fk_plan_vm *vm, int c, object steps):
+        """Check the steps of chain instruction c (add_group) and append them to vm->step."""
+        cdef int form, source
+        if not 1 <= len(steps) <= FK_VM_MAX_STEPS - vm.n_steps:
+            raise ValueError(f"vector program instruction {c} has {len(steps)} steps "
+                             f"(at most {FK_VM_MAX_STEPS} in all)")
+        vm.code[c].first_step = vm.n_steps
+        vm.code[c].n_steps = len(steps)
+        for k, (op, form, source) in enumerate(steps):
+            binary = FK_VM_ADD <= op <= FK_VM_MINIMUM
+            if not (binary or FK_VM_NEG <= op <= FK_VM_RELU or op in (FK_VM_LOAD, FK_VM_STORE)) or \
+                    not 0 <= form <= (FK_VM_ACC_ACC if binary else 0) or (k == 0 and op != FK_VM_LOAD):
+                raise ValueError(f"vector program instruction {c} step {k} is op {op} form {form}")
+            if not 0 <= source < vm.n_slots + FK_VM_MAX_REGS or \
+                    (op == FK_VM_STORE and source < vm.n_slots and vm.slot_kind[source] != FK_VM_OUT):
+                raise ValueError(f"vector program instruction {c} step {k} names source {source}")
+            if op == FK_VM_LOAD or op == FK_VM_STORE or (binary and form != FK_VM_ACC_ACC):
+                vm.n_regs = max(vm.n_regs, source - vm.n_slots + 1)
+            vm.step[vm.n_steps].code = op * 4 + form
+            vm.step[vm.n_steps].arg = source
+            vm.n_steps += 1
 
     cdef bint _direct_rows(self, fk_plan_group *group, fk_plan_step *step, object capsule) except -1:
         """Let `step` (a member just appended) call its row function on tiles: fill its ctx, plan

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 ARENA_ALIGNMENT = 64
 VECTOR_ROW = VECTOR_OPCODES["ROW"]
+VECTOR_CHAIN = VECTOR_OPCODES["CHAIN"]
 TILE_BASE = -1              # a group member's operand in the group's tile buffer (PlanProgram.add_group)
 
 
@@ -312,9 +313,12 @@ class Plan:
                 if self._vector[index]:
                     code = step.vector[3]
                     by_row = sum(1 for instruction in code if instruction[0] == VECTOR_ROW)
+                    steps = [s for instruction in code if instruction[0] == VECTOR_CHAIN for s in instruction[2]]
+                    stores = sum(1 for s in steps if s[0] == VECTOR_OPCODES["STORE"])
                     lines.append(f"    vector program on the tiles after the first: {len(members) - by_row} of "
                                  f"{len(members)} members inline, {by_row} by row function, {len(code)} "
-                                 f"instructions over blocks that stay in L1 ({len(step.vector[2])} arrays)")
+                                 f"instruction{'' if len(code) == 1 else 's'} ({len(steps)} chain steps on registers, {stores} of them "
+                                 f"stores) over blocks that stay in L1 ({len(step.vector[2])} arrays)")
                 else:
                     why = step.vector_note or "a member has no row function"
                     lines.append(f"    not a vector program: {why}")

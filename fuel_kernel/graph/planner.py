@@ -9,7 +9,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Un
 import numpy as np
 
 from .. import _dispatch, ops, route, spec
-from .._executor import VECTOR_LIMITS, VECTOR_OPCODES, VECTOR_POST, manifest_kernels, tile_row_entries
+from .._executor import VECTOR_FORMS, VECTOR_LIMITS, VECTOR_OPCODES, manifest_kernels, tile_row_entries
 from ..errors import NoKernelError
 from ..records import BindingKey
 from ..types import Backend, DType, KernelCaps, OpKind
@@ -527,7 +527,8 @@ def _lay_out(group: "_Group", member_indices: Set[int], steps: List[Any], output
 # ---- vector programs -----------------------------------------------------------------------------
 # The ops a vector program computes inline (fuel_kernel/cpu/vector_program.h: the kernels' scalar
 # definitions on vectors); any other elementwise member calls its kernel's row function there.
-VECTOR_INLINE = {OpKind[name]: code for name, code in VECTOR_OPCODES.items() if name not in ("ROW", "PAIR")}
+VECTOR_INLINE = {OpKind[name]: code for name, code in VECTOR_OPCODES.items()
+                 if name not in ("ROW", "CHAIN", "LOAD", "STORE")}
 # A program that reads a last-axis row runs each row as its own segment, its last block partial
 # (computed whole): rows shorter than this would spend most of each block on nothing.
 VECTOR_MIN_ROW = 64
@@ -563,25 +564,61 @@ def _vector_slot_kind(value: Value, shape: tuple) -> Optional[str]:
     return None
 
 
-def _vector_pairs(code: list, n_slots: int, readers: Dict[int, int], group: "_Group") -> list:
-    """Join an ADD, SUB or MUL (no epilogue) with the ADD, SUB or MUL right after it that is the
-    only reader of its register: one pass computes both, the first result kept in registers
-    (VECTOR_OPCODES["PAIR"]: args a, b, c, dst and the pair code of vector_program.h)."""
-    arith = {VECTOR_OPCODES[name]: k for k, name in enumerate(("ADD", "SUB", "MUL"))}
+def _vector_chains(code: list, n_slots: int) -> list:
+    """The program's instructions from one per member, (opcode, member index, args): each run of
+    inline members becomes one CHAIN instruction whose steps keep the value each computes in the
+    accumulator (vector_program.h: FK_VM_STRIP vectors in registers), so a member reading the
+    value the member before it computed takes it from there.  A value is stored (STORE) only where
+    it is an output slot or some member reads it from its block (a member after the next one, or a
+    ROW member); a member that does not read the accumulator's value starts from a LOAD of its first
+    operand.  A binary member's operands keep their order (VECTOR_FORMS), so every step gives the
+    kernel's bits: SUB, DIV, MAXIMUM and MINIMUM are not symmetric, nor in their NaNs ADD and MUL."""
+    def reads(instruction):
+        op, _, args = instruction
+        return args[:-1]
+
+    def stored(i):
+        """Whether instruction i's destination must reach its block."""
+        d = code[i][2][-1]
+        if d < n_slots:
+            return True
+        for j in range(i + 1, len(code)):
+            if d in reads(code[j]) and (j != i + 1 or code[j][0] == VECTOR_OPCODES["ROW"]):
+                return True
+            if code[j][2][-1] == d:
+                return False
+        return False
+
     out: list = []
-    for instruction in code:
-        op, member, args, post = instruction
-        if out and len(out[-1]) == 4 and out[-1][0] in arith and out[-1][3] == 0 and op in arith:
-            first_op, first_member, first_args, _ = out[-1]
-            r = first_args[-1]
-            value = group.members[first_member].output.buffer.id
-            if r >= n_slots and readers.get(value) == 1 and args[:2].count(r) == 1:
-                position = args.index(r)
-                code_number = arith[first_op] * 6 + arith[op] * 2 + position
-                out[-1] = (VECTOR_OPCODES["PAIR"], member, first_args[:2] + (args[1 - position], args[2]), post,
-                           code_number)
-                continue
-        out.append(instruction)
+    steps: list = []
+    held = None                                # the source whose value the accumulator holds
+    first = 0
+    for i, (op, member, args) in enumerate(code):
+        if op == VECTOR_OPCODES["ROW"]:
+            if steps:
+                out.append((VECTOR_OPCODES["CHAIN"], first, tuple(steps)))
+                steps, held = [], None
+            out.append((op, member, args))
+            continue
+        if not steps:
+            first = member
+        a, b = args[0], args[-2]               # b is a for a unary op
+        if len(args) == 3 and held is not None and b == held and a != held:
+            steps.append((op, VECTOR_FORMS["src, acc"], a))
+        else:
+            if a != held:
+                steps.append((VECTOR_OPCODES["LOAD"], 0, a))
+            if len(args) == 2:
+                steps.append((op, 0, 0))
+            elif b == a:
+                steps.append((op, VECTOR_FORMS["acc, acc"], 0))
+            else:
+                steps.append((op, VECTOR_FORMS["acc, src"], b))
+        held = args[-1]
+        if stored(i):
+            steps.append((VECTOR_OPCODES["STORE"], 0, held))
+    if steps:
+        out.append((VECTOR_OPCODES["CHAIN"], first, tuple(steps)))
     return out
 
 
@@ -592,10 +629,9 @@ def vector_program(group: "_Group") -> Tuple[Optional[tuple], str]:
     reads or writes is addressed by _vector_slot_kind, and every member has an inline form
     (VECTOR_INLINE) or a row function (tile_rows()).  Program: (dtype, row_len, slots, code):
     slots (kind, Value) for the values read from outside and the written outputs; code
-    (opcode, member index, args, post), args the member's operands (inputs, then its output) as
-    slot indices or registers (len(slots) + r) holding the tile values, reused once dead; a NEG or
-    ABS whose input only the instruction before computes (its only reader) is folded into that
-    instruction's post (VECTOR_POST: the sign bit cleared, then flipped, as it stores)."""
+    (opcode, member index, args), args the member's operands (inputs, then its output) as
+    slot indices or registers (len(slots) + r) holding the tile values, reused once dead; each run
+    of inline members is then one CHAIN instruction (_vector_chains), a ROW member its own."""
     if group.head is not None:
         return None, f"it is the epilogue of {group.head.name}"
     if any(m.kernel.op in ROW_OPS for m in group.members):
@@ -610,12 +646,10 @@ def vector_program(group: "_Group") -> Tuple[Optional[tuple], str]:
     rows = tile_rows()
     made = {m.output.buffer.id: k for k, m in enumerate(group.members)}
     last_use: Dict[int, int] = {}
-    readers: Dict[int, int] = {}                 # tile value -> how many member operands read it
     for k, m in enumerate(group.members):
         for v in m.inputs:
             if v.buffer.id in made:
                 last_use[v.buffer.id] = k
-                readers[v.buffer.id] = readers.get(v.buffer.id, 0) + 1
     slots: List[Tuple[str, Value]] = []
     slot_of: Dict[Any, int] = {}
     for v in group.reads:
@@ -673,16 +707,10 @@ def vector_program(group: "_Group") -> Tuple[Optional[tuple], str]:
                 free.append(register_of[out])
         if not inline:
             free.extend(dying)
-        if op in (OpKind.NEG, OpKind.ABS) and code and code[-1][0] != VECTOR_OPCODES["ROW"] and \
-                code[-1][2][-1] == args[0] and args[0] >= len(slots) and readers.get(m.inputs[0].buffer.id) == 1:
-            # the instruction before computes its only input: it applies this member's sign-bit op
-            # as it stores (an ABS clears the sign bit, a NEG flips it)
-            before_op, before_member, before_args, post = code.pop()
-            post = (post | VECTOR_POST["clear"]) & ~VECTOR_POST["flip"] if op == OpKind.ABS else post ^ VECTOR_POST["flip"]
-            code.append((before_op, before_member, before_args[:-1] + (args[-1],), post))
-            continue
-        code.append((VECTOR_OPCODES[op.name] if inline else VECTOR_OPCODES["ROW"], k, tuple(args), 0))
-    code = _vector_pairs(code, len(slots), readers, group)
+        code.append((VECTOR_OPCODES[op.name] if inline else VECTOR_OPCODES["ROW"], k, tuple(args)))
+    code = _vector_chains(code, len(slots))
+    if sum(len(c[2]) for c in code if c[0] == VECTOR_OPCODES["CHAIN"]) > VECTOR_LIMITS["steps"]:
+        return None, f"it needs more than {VECTOR_LIMITS['steps']} chain steps"
     if n_registers > VECTOR_LIMITS["registers"]:
         return None, f"it needs {n_registers} registers (at most {VECTOR_LIMITS['registers']})"
     return (int(next(iter(dtypes))), group.shape[-1], slots, code), ""

@@ -457,10 +457,10 @@ def test_a_ten_op_expression_runs_on_l1_tiles_by_row_functions(rng):
     assert planner.ROW_TILE_MIN_ELEMENTS <= group.tile_elements <= planner.ROW_TILE_MAX_ELEMENTS
     assert group.tile_bytes <= planner.ROW_TILE_BUDGET_BYTES
     assert "10 of 10 members call their row function directly" in plan.explain()
-    # the tiles after the first run as a vector program: ABS and NEG ride on the add before them,
-    # and x*a + b, t*t - a and t*b + x are pairs
+    # the tiles after the first run as a vector program: one chain, every intermediate in registers
     assert vector_note(plan).startswith("vector program on the tiles after the first: 10 of 10 members inline, "
-                                        "0 by row function, 5 instructions")
+                                        "0 by row function, 1 instruction (12 chain steps on registers, 1 of them "
+                                        "stores)")
     for n in (2, 3):                    # the streamed output stored by pool tasks, not drained
         with fk.threads(n):
             assert same_bytes(plan.run(arrays), expected), n
@@ -820,18 +820,20 @@ def test_vector_program_ops_give_the_unfused_bytes(dtype, shape, tiles, rng, mon
 
 
 @pytest.mark.parametrize("dtype", (F32, F64), ids=lambda d: d.short_name)
-def test_vector_program_folds_sign_ops_and_calls_row_functions(dtype, rng, member_calls):
-    """NEG and ABS chains after an op are its sign-bit epilogue (fewer instructions than members);
-    members without an inline form (EXP, GELU, AFFINE, CLAMP, POWI) call their row functions on the
-    blocks (a NEG after one stays an instruction: 19 members, 11 instructions); without row
-    functions the group keeps the tile path.  The unfused bytes everywhere."""
+def test_vector_program_chains_sign_ops_and_calls_row_functions(dtype, rng, member_calls):
+    """A run of inline members is one CHAIN instruction whose sign ops work on the accumulator (no
+    store between them); a value a later member reads from its block is stored (t, read by the
+    MAXIMUM; u * row, read by EXP's row function), an output always.  Members without an inline
+    form (EXP, GELU, AFFINE, CLAMP, POWI) call their row functions on the blocks (19 members, 8
+    instructions); without row functions the group keeps the tile path.  The unfused bytes
+    everywhere."""
     shape = (6, 1000)
     g = fg.Graph()
     x, row = g.input(shape, dtype), g.input(shape[-1:], dtype)
-    t = g.neg(g.abs(g.neg(g.add(x, row))))           # three sign ops folded into the add
-    u = g.abs(g.abs(g.neg(g.neg(g.sub(t, x)))))      # four into the sub
+    t = g.neg(g.abs(g.neg(g.add(x, row))))           # three sign ops on the accumulator
+    u = g.abs(g.abs(g.neg(g.neg(g.sub(t, x)))))      # four more
     v = g.clamp(g.affine(g.gelu(g.exp(g.mul(u, row))), mul=1.5, add=-0.25), min=-2.0, max=3.0)
-    w = g.neg(g.powi(g.maximum(v, t), exp=3))            # a NEG after a row function stays an instruction
+    w = g.neg(g.powi(g.maximum(v, t), exp=3))        # a chain after a row function loads its value
     z = g.abs(g.relu(w))
     arrays = [special_values(shape, dtype, rng), special_values(shape[-1:], dtype, rng)]
     plan, got, expected = fused_and_unfused(g, [u, z], arrays)
@@ -839,10 +841,19 @@ def test_vector_program_folds_sign_ops_and_calls_row_functions(dtype, rng, membe
     (group,) = plan.groups
     note = vector_note(plan)
     if member_calls == "rows":
-        assert note.startswith(f"vector program on the tiles after the first: 14 of 19 members inline, "
-                               f"5 by row function, 11 instructions")
-        assert [c[3] for c in group.vector[3][:2]] == [planner.VECTOR_POST["clear"] | planner.VECTOR_POST["flip"],
-                                                       planner.VECTOR_POST["clear"]]
+        assert note == ("vector program on the tiles after the first: 14 of 19 members inline, 5 by row "
+                        "function, 8 instructions (22 chain steps on registers, 5 of them stores) over blocks "
+                        "that stay in L1 (4 arrays)")
+        op = planner.VECTOR_OPCODES
+        acc_src = planner.VECTOR_FORMS["acc, src"]
+        code = group.vector[3]
+        assert [c[0] for c in code] == [op["CHAIN"]] + [op["ROW"]] * 4 + [op["CHAIN"], op["ROW"], op["CHAIN"]]
+        # slots: x 0, row 1, u 2, z 3; registers from 4 (t in 4, u * row in 5)
+        assert code[0][2] == ((op["LOAD"], 0, 0), (op["ADD"], acc_src, 1), (op["NEG"], 0, 0), (op["ABS"], 0, 0),
+                              (op["NEG"], 0, 0), (op["STORE"], 0, 4), (op["SUB"], acc_src, 0), (op["NEG"], 0, 0),
+                              (op["NEG"], 0, 0), (op["ABS"], 0, 0), (op["ABS"], 0, 0), (op["STORE"], 0, 2),
+                              (op["MUL"], acc_src, 1), (op["STORE"], 0, 5))
+        assert code[5][2] == ((op["LOAD"], 0, 5), (op["MAXIMUM"], acc_src, 4), (op["STORE"], 0, 5))
     else:
         assert note == "not a vector program: exp has no inline form and no row function"
     check_every_thread_count(plan, arrays, expected)
@@ -895,10 +906,11 @@ def test_vector_program_bad_input_writes_nothing(rng):
 
 
 def test_add_group_checks_vector_programs():
-    """A program whose slot lies outside its base, or whose instruction names a bad op, member,
-    epilogue or argument count, is refused; a ROW instruction of a member without a row function
-    leaves the group on the tile path."""
-    from fuel_kernel._executor import VECTOR_OPCODES, VECTOR_SLOTS, PlanProgram
+    """A program whose slot lies outside its base, whose instruction names a bad op, member or
+    argument count, or whose chain step has a bad op, operand form or source (a STORE into an input,
+    a chain not starting with a LOAD, too many steps) is refused; a ROW instruction of a member
+    without a row function leaves the group on the tile path."""
+    from fuel_kernel._executor import VECTOR_FORMS, VECTOR_LIMITS, VECTOR_OPCODES, VECTOR_SLOTS, PlanProgram
     table = fk.bindings()
     neg = table.lookup(fk.OpKind.NEG, [F32, F32], CPU)
     rows = planner.tile_rows()
@@ -907,59 +919,136 @@ def test_add_group_checks_vector_programs():
     operands = [(0, 0, 2048, int(F32), *whole), (1, 0, 2048, int(F32), *whole)]
     slots = [(VECTOR_SLOTS["full"], 0, 0), (VECTOR_SLOTS["out"], 1, 0)]
     member = (neg, 5, "neg", operands, None, rows[neg.kernel_address])
+    op = VECTOR_OPCODES
 
     def add(program, capsule=True):
         p = PlanProgram(table, 3)
         p.add_group(7, "g", shape, 0, 2, 2 * 64 * 4, 2, 0, [member if capsule else member[:5]], program=program)
         return p
 
-    good = (int(F32), 64, slots, [(VECTOR_OPCODES["NEG"], 0, (0, 1), 0)])
+    def chain(*steps):
+        return (int(F32), 64, slots, [(op["CHAIN"], 0, steps)])
+
+    good = chain((op["LOAD"], 0, 0), (op["NEG"], 0, 0), (op["STORE"], 0, 1))
     assert add(good).vector_program(0)
     bad = [(int(F32), 64, [(VECTOR_SLOTS["full"], 0, 64)] + slots[1:], good[3]),   # past base 0's 2048 bytes
            (int(F32), 32, slots, good[3]),                                         # another row length
            (int(fk.DType.F16), 64, slots, good[3]),
-           (int(F32), 64, slots, [(99, 0, (0, 1), 0)]),
-           (int(F32), 64, slots, [(VECTOR_OPCODES["NEG"], 1, (0, 1), 0)]),
-           (int(F32), 64, slots, [(VECTOR_OPCODES["NEG"], 0, (0, 1), 4)]),
-           (int(F32), 64, slots, [(VECTOR_OPCODES["ADD"], 0, (0, 1), 0)]),
-           (int(F32), 64, slots, [(VECTOR_OPCODES["NEG"], 0, (0, 99), 0)])]
+           (int(F32), 64, slots, [(99, 0, good[3][0][2])]),                        # not ROW or CHAIN
+           (int(F32), 64, slots, [(op["NEG"], 0, (0, 1))]),                        # an op is a step
+           (int(F32), 64, slots, [(op["CHAIN"], 1, good[3][0][2])]),               # no member 1
+           (int(F32), 64, slots, [(op["ROW"], 0, (0,))]),                          # NEG has two operands
+           (int(F32), 64, slots, [(op["ROW"], 0, (0, 99))]),
+           chain(),
+           chain((op["NEG"], 0, 0), (op["STORE"], 0, 1)),                          # no LOAD first
+           chain((op["LOAD"], 0, 0), (op["NEG"], 1, 0), (op["STORE"], 0, 1)),      # a unary op's form
+           chain((op["LOAD"], 0, 0), (op["ADD"], 3, 0), (op["STORE"], 0, 1)),
+           chain((op["LOAD"], 0, 0), (op["ROW"], 0, 0), (op["STORE"], 0, 1)),
+           chain((op["LOAD"], 0, 0), (op["STORE"], 0, 0)),                         # into an input slot
+           chain((op["LOAD"], 0, 99), (op["STORE"], 0, 1)),
+           chain((op["LOAD"], 0, 0), *[(op["NEG"], 0, 0)] * VECTOR_LIMITS["steps"], (op["STORE"], 0, 1))]
     for program in bad:
         with pytest.raises(ValueError, match="vector program"):
             add(program)
-    row_program = (int(F32), 64, slots, [(VECTOR_OPCODES["ROW"], 0, (0, 1), 0)])
+    row_program = (int(F32), 64, slots, [(op["ROW"], 0, (0, 1))])
     assert add(row_program).vector_program(0)
     assert not add(row_program, capsule=False).vector_program(0)
-    p = add(row_program)
     x = random_values(shape, F32, np.random.default_rng(3))
-    out = np.empty(shape, np.float32)
-    p.run([x, out, np.empty(512, np.uint8)])
-    assert same_bytes(out, -x)
+    for program, expected in ((row_program, -x), (good, -x),
+                              (chain((op["LOAD"], 0, 0), (op["MUL"], VECTOR_FORMS["acc, acc"], 0),
+                                     (op["SUB"], VECTOR_FORMS["src, acc"], 0), (op["STORE"], 0, 1)), x - x * x)):
+        out = np.empty(shape, np.float32)
+        add(program).run([x, out, np.empty(512, np.uint8)])
+        # tile 0 (rows 0 and 1) runs the member's kernel, the other tiles the program
+        assert same_bytes(out[:2], -x[:2]) and same_bytes(out[2:], expected[2:])
 
 
 @pytest.mark.parametrize("dtype", (F32, F64), ids=lambda d: d.short_name)
-def test_vector_program_pairs_give_the_unfused_bytes(dtype, rng):
-    """Each of the 18 pairs (ADD, SUB or MUL, then ADD, SUB or MUL reading its result as the first
-    or the second operand) runs as one instruction over whole, row and scalar operands and special
-    values, with and without a sign-bit epilogue: the unfused bytes on 1, 2 and 3 threads."""
-    shape = (9, 1000)
-    arith = (fk.OpKind.ADD, fk.OpKind.SUB, fk.OpKind.MUL)
+@pytest.mark.parametrize("shape, tiles", [((9, 1000), "default"), ((3, 7, 5), "small")], ids=str)
+def test_vector_program_chain_forms_give_the_unfused_bytes(dtype, shape, tiles, rng, monkeypatch):
+    """Every binary op as a chain step in each operand form: the accumulator and a register block
+    (a value stored because a member after the next one reads it), that block and the accumulator,
+    the accumulator twice; and against a whole, row and scalar operand in both orders, then a unary
+    op: the unfused bytes over special values on 1, 2 and 3 threads.  Rows of 1000 (whole blocks
+    and a partial one: 1000 is no multiple of a block or of a strip of vectors) and tiles of 24
+    (every block partial)."""
+    if tiles == "small":
+        for name in ("TILE_MIN_ELEMENTS", "TILE_MAX_ELEMENTS", "ROW_TILE_MIN_ELEMENTS", "ROW_TILE_MAX_ELEMENTS"):
+            monkeypatch.setattr(planner, name, 24)
     g = fg.Graph()
     x, y = g.input(shape, dtype), g.input(shape, dtype)
     row, scalar = g.input(shape[-1:], dtype), g.input((), dtype)
+    others = (y, row, scalar) if shape[-1] >= planner.VECTOR_MIN_ROW else (y, scalar)
     outs = []
-    for first in arith:
-        for second in arith:
-            for position, (b, c) in enumerate(((row, y), (scalar, x))):
-                t = g.op(first, x, b)
-                u = g.op(second, t, c) if position == 0 else g.op(second, c, t)
-                outs.append(g.neg(g.abs(u)) if second == fk.OpKind.SUB else u)
+    for op in VECTOR_BINARY:
+        t = g.mul(x, others[-1])                 # stored: the member after the next reads it
+        u = g.add(t, y)
+        v = g.op(op, u, t)                       # acc, register
+        w = g.op(op, t, v)                       # register, acc
+        z = g.op(op, w, w)                       # acc, acc
+        for other in others:
+            z = g.op(op, g.op(op, z, other), other)
+            z = g.op(op, other, z)
+        outs.append(g.relu(z))
     arrays = [special_values(v.shape, dtype, rng) for v in (x, y, row, scalar)]
     plan, got, expected = fused_and_unfused(g, outs, arrays)
-    assert all(same_bytes(a, b) for a, b in zip(got, expected))
-    assert len(plan.groups) == 18
-    for group in plan.groups:
-        (instruction,) = group.vector[3]
-        assert instruction[0] == planner.VECTOR_OPCODES["PAIR"]
-    assert all(n.endswith("1 instructions over blocks that stay in L1 (4 arrays)") or
-               n.endswith("1 instructions over blocks that stay in L1 (3 arrays)") for n in vector_notes(plan))
+    for k, (a, b) in enumerate(zip(got, expected)):
+        assert same_bytes(a, b), VECTOR_BINARY[k]
+    assert len(plan.groups) == len(VECTOR_BINARY)
+    forms = planner.VECTOR_FORMS
+    for group, op in zip(plan.groups, VECTOR_BINARY):
+        (chain,) = group.vector[3]
+        n_slots = len(group.vector[2])
+        code = planner.VECTOR_OPCODES[op.name]
+        steps = set((s[0], s[1], s[2] >= n_slots) for s in chain[2])
+        assert {(code, forms["acc, src"], True), (code, forms["src, acc"], True),
+                (code, forms["acc, acc"], False)} <= steps, op
+        assert sum(s[0] == planner.VECTOR_OPCODES["STORE"] for s in chain[2]) == 2    # t and the output
     check_every_thread_count(plan, arrays, expected)
+
+
+@pytest.mark.parametrize("dtype", (F32, F64), ids=lambda d: d.short_name)
+def test_vector_program_outputs_read_back_give_the_unfused_bytes(dtype, rng):
+    """A chain STORE into an output goes straight to the caller's array (non-temporal) only when
+    nothing reads that output back; an output a later chain step or a row function reads from its
+    block (o: read by the member after the next and by EXP) is staged as before.  Both kinds, and
+    outputs read only through the accumulator (n), give the unfused bytes on 1, 2 and 3 threads."""
+    shape = (5, 1000)
+    g = fg.Graph()
+    x, y, row = g.input(shape, dtype), g.input(shape, dtype), g.input(shape[-1:], dtype)
+    o = g.mul(x, row)
+    q = g.mul(g.add(o, y), o)                    # o read from its block by a chain step
+    r = g.add(g.exp(o), q)                       # and by a row function
+    n = g.neg(x)
+    m = g.abs(g.sub(n, y))                       # n read only through the accumulator
+    arrays = [special_values(v.shape, dtype, rng) for v in (x, y, row)]
+    plan, got, expected = fused_and_unfused(g, [o, q, r, n, m], arrays)
+    assert all(same_bytes(a, b) for a, b in zip(got, expected))
+    notes = vector_notes(plan)
+    assert notes and all(note.startswith("vector program") for note in notes)
+    check_every_thread_count(plan, arrays, expected)
+
+
+def test_ten_op_expression_is_one_chain_with_one_store(rng):
+    """bench_graph's 10-op expression (x in, rows a and b, y out) keeps every intermediate in
+    registers: one CHAIN of a LOAD, ten ops and the output's STORE; the unfused bytes over special
+    values."""
+    shape = (8, 1024)
+    g = fg.Graph()
+    x, a, b = g.input(shape, F32), g.input(shape[-1:], F32), g.input(shape[-1:], F32)
+    t = g.add(g.mul(x, a), b)
+    t = g.maximum(g.sub(g.mul(t, t), a), x)
+    t = g.abs(g.add(g.mul(t, b), x))
+    y = g.minimum(g.neg(t), a)
+    arrays = [special_values(v.shape, F32, rng) for v in (x, a, b)]
+    plan, got, expected = fused_and_unfused(g, y, arrays)
+    assert same_bytes(got, expected)
+    ((chain_op, _, steps),) = plan.groups[0].vector[3]
+    op, forms = planner.VECTOR_OPCODES, planner.VECTOR_FORMS
+    assert chain_op == op["CHAIN"]
+    assert steps == ((op["LOAD"], 0, 0), (op["MUL"], forms["acc, src"], 1), (op["ADD"], forms["acc, src"], 2),
+                     (op["MUL"], forms["acc, acc"], 0), (op["SUB"], forms["acc, src"], 1),
+                     (op["MAXIMUM"], forms["acc, src"], 0), (op["MUL"], forms["acc, src"], 2),
+                     (op["ADD"], forms["acc, src"], 0), (op["ABS"], 0, 0), (op["NEG"], 0, 0),
+                     (op["MINIMUM"], forms["acc, src"], 1), (op["STORE"], 0, 3))
+    check_every_thread_count(plan, arrays, [expected])
