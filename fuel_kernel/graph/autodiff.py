@@ -7,13 +7,15 @@ Each forward op with a gradient has a rule in RULES: (graph, node, output grads,
 need one) -> one gradient Value (or None) per input.  Gradients are kept per buffer: the gradient
 of a view (a transpose, a broadcast, a reshape of a contiguous value) is mapped back to its
 buffer's shape (summed over broadcast axes, permuted back); the gradient of any other view (a
-slice) is scattered into the buffer's gradient by flat index (SCATTER_ADD); the gradients of a
-buffer read by several nodes add up.  An op without a rule, or whose backward op has no kernel for the node's
+slice) is held until the buffer's gradient is read: slices that tile the buffer exactly along one
+axis (q, k and v cut from one projection) are joined by one CONCAT, any others are scattered into
+the buffer's gradient by flat index (SCATTER_ADD); the gradients of a buffer read by several nodes
+add up, in the order the reverse pass reaches them.  An op without a rule, or whose backward op has no kernel for the node's
 dtypes, fails at grad() time with a NoKernelError naming what is missing.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -424,8 +426,11 @@ def grad(graph: Graph, loss: Value, wrt: Union[Value, Iterable[Value]],
     nodes = _path(graph, loss, {w.buffer.id for w in wanted})
     needs_grad = {w.buffer.id for w in wanted} | {o.buffer.id for n in nodes for o in n.outputs}
     grads: Dict[int, Value] = {}
-    _accumulate(graph, grads, loss, seed)
+    held: Dict[int, List[Tuple[Value, Value]]] = {}     # buffer id -> its slices' (view, gradient)
+    _accumulate(graph, grads, held, loss, seed)
     for node in reversed(nodes):
+        for o in node.outputs:
+            _settle(graph, grads, held, o.buffer.id)
         out_grads = [grads.get(o.buffer.id) for o in node.outputs]
         if all(d is None for d in out_grads):
             continue
@@ -436,9 +441,10 @@ def grad(graph: Graph, loss: Value, wrt: Union[Value, Iterable[Value]],
         needs = [v.buffer.id in needs_grad and v.dtype.is_float for v in node.inputs]
         for value, d, need in zip(node.inputs, rule(graph, node, out_grads, needs), needs):
             if need and d is not None:
-                _accumulate(graph, grads, value, d)
+                _accumulate(graph, grads, held, value, d)
     result = []
     for w in wanted:
+        _settle(graph, grads, held, w.buffer.id)
         d = grads.get(w.buffer.id)
         result.append(d if d is not None else _zeros(graph, w))
     return result
@@ -472,23 +478,103 @@ def _path(graph: Graph, loss: Value, sources: set) -> List[Node]:
     return path
 
 
-def _accumulate(graph: Graph, grads: Dict[int, Value], value: Value, d: Value) -> None:
-    """Add the gradient `d` of the view `value` into its buffer's gradient."""
+def _accumulate(graph: Graph, grads: Dict[int, Value], held: Dict[int, List[Tuple[Value, Value]]],
+                value: Value, d: Value) -> None:
+    """Add the gradient `d` of the view `value` into its buffer's gradient: at once for a view that
+    maps back without moving data, else held until the buffer's gradient is read (_settle)."""
     if d.dtype != value.dtype:
         d = graph.cast(d, value.dtype)
     if d.shape != value.shape:
         d = sum_to(graph, d, value.shape)
     key = value.buffer.id
     mapped = view_grad(graph, value, d)
-    if mapped is not None:
-        grads[key] = mapped if key not in grads else graph.add(grads[key], mapped)
+    if mapped is None:
+        held.setdefault(key, []).append((value, d))
         return
-    # any other view (a slice, a strided or reversed window): SCATTER_ADD its elements into the
-    # buffer's gradient so far (zeros for the first), by their flat buffer indices
-    shape = value.buffer.shape
+    _settle(graph, grads, held, key)        # the held slices came first: they are added first
+    grads[key] = mapped if key not in grads else graph.add(grads[key], mapped)
+
+
+def _settle(graph: Graph, grads: Dict[int, Value], held: Dict[int, List[Tuple[Value, Value]]], key: int) -> None:
+    """Add the held slice gradients of buffer `key` into its gradient: one CONCAT when the slices
+    tile the buffer exactly along one axis (each element is then its slice's gradient, added to the
+    gradient so far as SCATTER_ADD would add it), else SCATTER_ADD of each slice by flat buffer index,
+    in the order they came, into the gradient so far (zeros for the first)."""
+    pieces = held.pop(key, None)
+    if not pieces:
+        return
+    joined = _join_slices(graph, pieces)
+    if joined is not None:
+        grads[key] = joined if key not in grads else graph.add(grads[key], joined)
+        return
+    shape = pieces[0][0].buffer.shape
     size = int(np.prod(shape, dtype=np.int64))
-    base = grads[key] if key in grads else graph.constant(np.zeros(shape, value.dtype.numpy))
-    index = view_indices(value).reshape(-1)
-    flat = graph.scatter_add(graph.reshape(base, (size,)), graph.constant(index),
-                             graph.reshape(d, (index.size,)), axis=0)
-    grads[key] = graph.reshape(flat, shape)
+    base = grads[key] if key in grads else graph.constant(np.zeros(shape, pieces[0][0].dtype.numpy))
+    for value, d in pieces:
+        index = view_indices(value).reshape(-1)
+        flat = graph.scatter_add(graph.reshape(base, (size,)), graph.constant(index),
+                                 graph.reshape(d, (index.size,)), axis=0)
+        base = graph.reshape(flat, shape)
+    grads[key] = base
+
+
+def _join_slices(graph: Graph, pieces: List[Tuple[Value, Value]]) -> Optional[Value]:
+    """The buffer's gradient as one CONCAT of the slices' gradients (views of them: no copy before
+    it), when the slices are disjoint and together cover the buffer exactly along one axis of a
+    C-order view of it, either an axis they share (x[:, :768], x[:, 768:]) or one each takes a single
+    index of (q, k, v = x.reshape(S, 3, H, D)[:, i]); None otherwise (2 .. 7 slices: CONCAT's limit)."""
+    if not 2 <= len(pieces) <= 7:
+        return None
+    buffer = pieces[0][0].buffer
+    # each slice in C order of the buffer: its axes longer than 1, by decreasing stride
+    canonical = []
+    for value, d in pieces:
+        axes = [a for a in range(value.ndim) if value.shape[a] > 1]
+        if any(value.strides[a] <= 0 for a in axes):
+            return None
+        axes.sort(key=lambda a: -value.strides[a])
+        canonical.append((value.offset, [value.shape[a] for a in axes], [value.strides[a] for a in axes], axes, d))
+    canonical.sort(key=lambda c: c[0])
+    ndim, strides = len(canonical[0][1]), canonical[0][2]
+    if any(len(c[1]) != ndim or c[2] != strides for c in canonical) or canonical[0][0] != 0:
+        return None
+    size = int(np.prod(buffer.shape, dtype=np.int64))
+    for axis in range(ndim + 1):
+        # along a new axis `axis` (the slices share every extent; offsets step by its stride) ...
+        step = canonical[1][0]
+        parent = canonical[0][1][:axis] + [len(canonical)] + canonical[0][1][axis:]
+        parent_strides = strides[:axis] + [step] + strides[axis:]
+        if (all(c[1] == canonical[0][1] and c[0] == i * step for i, c in enumerate(canonical))
+                and _c_order(parent, parent_strides, size)):
+            return _concat(graph, canonical, axis, True, buffer)
+        # ... or along the existing axis `axis` (the other extents shared; offsets follow on)
+        if axis == ndim:
+            break
+        offset, extents = 0, []
+        for c in canonical:
+            if c[0] != offset or c[1][:axis] + c[1][axis + 1:] != canonical[0][1][:axis] + canonical[0][1][axis + 1:]:
+                break
+            extents.append(c[1][axis])
+            offset += c[1][axis] * strides[axis]
+        else:
+            parent = canonical[0][1][:axis] + [sum(extents)] + canonical[0][1][axis + 1:]
+            if _c_order(parent, strides, size):
+                return _concat(graph, canonical, axis, False, buffer)
+    return None
+
+
+def _c_order(shape: List[int], strides: List[int], size: int) -> bool:
+    """Whether (shape, strides) lays out `size` elements densely in C order."""
+    return int(np.prod(shape, dtype=np.int64)) == size and list(strides) == list(_contiguous_strides(tuple(shape)))
+
+
+def _concat(graph: Graph, canonical: list, axis: int, new_axis: bool, buffer: Any) -> Value:
+    """CONCAT of the slices' gradients, each viewed in the buffer's C order (plus a unit axis at
+    `axis` when they stack along a new one), reshaped to the buffer's shape."""
+    views = []
+    for _, extents, strides, axes, d in canonical:
+        d_strides = [d.strides[a] for a in axes]
+        if new_axis:
+            extents, d_strides = extents[:axis] + [1] + extents[axis:], d_strides[:axis] + [0] + d_strides[axis:]
+        views.append(Value(graph, d.buffer, extents, d_strides, d.offset, d.dtype, d.producer))
+    return graph.reshape(graph.concat(*views, axis=axis), buffer.shape)

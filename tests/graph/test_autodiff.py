@@ -80,6 +80,15 @@ CASES = {
     "slices_of_one_buffer": ([((3, 6), _normal)],
                              lambda g, x: g.mul(g.exp(x[:, 0:3]), g.transpose(x[::-1, 3:], (0, 1)))),
     "strided_window": ([((4, 5), _normal)], lambda g, x: g.sin(x[1::2, ::-2])),
+    # slices whose gradients join by one CONCAT: along an axis they share, along a new axis (the
+    # q, k, v heads of one projection, read transposed), and with a whole read of the same buffer
+    "slices_tile_an_axis": ([((3, 6), _normal)], lambda g, x: g.mul(g.sin(x[:, 4:]), g.exp(x[:, :2]))
+                            + g.cos(x[:, 2:4])),
+    "slices_stack_on_a_new_axis": ([((4, 12), _normal)],
+                                   lambda g, x: _heads_product(g, g.reshape(x, (4, 3, 2, 2)))),
+    "slices_tile_and_a_whole_read": ([((2, 6), _normal)],
+                                     lambda g, x: g.mul(x[:, 3:], g.exp(x[:, :3])) + g.sin(x)[:, 1:4]),
+    "slices_overlap": ([((3, 5), _normal)], lambda g, x: g.mul(g.sin(x[:, :3]), g.exp(x[:, 2:]))),
     "fused_linear": ([((3, 4), _normal), ((4, 5), _normal), ((5,), _normal)],
                      lambda g, x, w, b: g.fused_linear(x, w, b)),
     "conv2d_bias_strided_grouped": ([((2, 4, 5, 6), _normal), ((4, 2, 2, 3), _normal), ((4,), _normal)],
@@ -107,6 +116,12 @@ CASES = {
     "pad_reflect": ([((3, 5), _normal)], lambda g, x: g.pad(x, before=[1, 2], after=[2, 1], mode="reflect")),
     "shared_input": ([((4,), _normal)], lambda g, x: g.mul(g.exp(x), g.sin(x))),
 }
+
+
+def _heads_product(g, x):
+    """q * sin(k) * v for q, k, v = x[:, i] (i = 0, 1, 2), each read with its first two axes swapped."""
+    q, k, v = (g.transpose(x[:, i], (1, 0, 2)) for i in range(3))
+    return g.mul(g.mul(q, g.sin(k)), v)
 
 
 def _loss_graph(name, rng):
@@ -140,6 +155,58 @@ def test_gradient_matches_central_differences(name):
             down[position][index] -= h
             numeric[index] = (forward.run(up) - forward.run(down)) / (2 * h)
         np.testing.assert_allclose(grad, numeric, rtol=2e-6, atol=2e-7, err_msg=f"{name} input {position}")
+
+
+def _plan_ops(plan):
+    return {line.split("(")[0].split()[-1] for line in plan.explain().splitlines() if line.startswith(("step", "    node"))}
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_slices_that_tile_a_buffer_join_by_one_concat(dtype, monkeypatch):
+    """q, k, v cut from one [S, 3, H, D] projection and read transposed: their gradients fill the
+    projection's by one CONCAT of the transposed views (no SCATTER_ADD, no zeros, no copy first),
+    bit for bit what scattering them into zeros gives (NumPy: the products' derivatives)."""
+    from fuel_kernel.graph import autodiff
+    rng = np.random.default_rng(7)
+    x_value = rng.standard_normal((5, 3 * 2 * 4)).astype({"f32": np.float32, "f64": np.float64}[dtype])
+    r_value = rng.standard_normal((2, 5, 4)).astype(x_value.dtype)
+
+    def gradient_plan():
+        g = Graph()
+        x = g.input(x_value.shape, dtype)
+        heads = g.reshape(x, (5, 3, 2, 4))
+        q, k, v = (g.transpose(heads[:, i], (1, 0, 2)) for i in range(3))
+        loss = g.sum(g.mul(g.mul(g.mul(q, k), v), g.constant(r_value)))
+        return g.compile(g.grad(loss, [x])[0])
+    plan = gradient_plan()
+    ops_used = _plan_ops(plan)
+    assert "concat" in ops_used and "scatter_add" not in ops_used and "contiguize" not in ops_used
+    got = plan.run([x_value])
+    qv, kv, vv = (x_value.reshape(5, 3, 2, 4)[:, i].transpose(1, 0, 2) for i in range(3))
+    expected = np.stack([kv * vv * r_value, qv * vv * r_value, qv * kv * r_value], axis=0)  # [3, 2, 5, 4]
+    np.testing.assert_allclose(got, expected.transpose(2, 0, 1, 3).reshape(x_value.shape),
+                               rtol=1e-6 if dtype == "f32" else 1e-14)
+    monkeypatch.setattr(autodiff, "_join_slices", lambda graph, pieces: None)
+    scattered = gradient_plan()
+    assert "scatter_add" in _plan_ops(scattered)
+    np.testing.assert_array_equal(got, scattered.run([x_value]))
+
+
+def test_slices_that_do_not_tile_a_buffer_scatter():
+    """Overlapping slices, a partial cover and a reversed slice keep SCATTER_ADD (into zeros), with
+    the overlap's gradients added (NumPy oracle)."""
+    rng = np.random.default_rng(8)
+    x_value = rng.standard_normal((3, 6))
+    for build, expected in [
+            (lambda g, x: g.add(x[:, :4], x[:, 2:]), lambda: np.c_[np.ones((3, 2)), 2 * np.ones((3, 2)), np.ones((3, 2))]),
+            (lambda g, x: g.add(x[:, :2], x[:, 2:4]), lambda: np.c_[np.ones((3, 4)), np.zeros((3, 2))]),
+            (lambda g, x: g.add(x[:, :3], x[:, :2:-1]), lambda: np.ones((3, 6)))]:
+        g = Graph()
+        x = g.input(x_value.shape, "f64")
+        (dx,) = g.grad(g.sum(build(g, x)), [x])
+        plan = g.compile(dx)
+        assert "scatter_add" in _plan_ops(plan) and "concat" not in _plan_ops(plan)
+        np.testing.assert_array_equal(plan.run([x_value]), expected())
 
 
 def test_cast_passes_the_gradient_through_in_the_input_dtype():
