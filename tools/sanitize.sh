@@ -32,6 +32,14 @@ if [[ "${FK_SANITIZE_REUSE:-0}" != "1" || ! -d "$scratch/fuel_kernel" ]]; then
         > build.log 2>&1) || { tail -40 "$scratch/build.log"; exit 1; }
 fi
 
+# the build must be instrumented: the core names libasan among its needed libraries.  readelf
+# reads the file itself (ldd would also list the runtimes preloaded below, and a `ldd | grep -q`
+# pipeline can fail under pipefail when grep exits before ldd has written everything)
+if [[ "$sanitizers" == *address* ]]; then
+    needed="$(readelf -d "$scratch"/fuel_kernel/_dispatch*.so)"
+    [[ "$needed" == *"libasan"* ]] || { echo "sanitize: the build is not instrumented" >&2; exit 1; }
+fi
+
 logs="$scratch/sanitizer-logs"
 rm -rf "$logs"
 mkdir -p "$logs"
@@ -53,8 +61,6 @@ export FUEL_KERNEL_SANITIZED=1         # tests skip RSS thresholds: ASan's quara
 import fuel_kernel, fuel_kernel._dispatch as d, os, sys
 assert os.path.realpath(d.__file__).startswith(os.path.realpath(sys.argv[1])), d.__file__
 " "$scratch") || { echo "sanitize: fuel_kernel did not import from $scratch" >&2; exit 1; }
-ldd "$scratch"/fuel_kernel/_dispatch*.so | grep -q libasan || \
-    [[ "$sanitizers" != *address* ]] || { echo "sanitize: the build is not instrumented" >&2; exit 1; }
 
 status=0
 (cd "$scratch" && "$python" -m pytest -q -p no:cacheprovider "${@:-tests}") || status=$?
