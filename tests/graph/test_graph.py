@@ -50,6 +50,24 @@ def test_outputs_that_are_views_or_inputs_are_fresh_arrays(rng):
     np.testing.assert_array_equal(transposed, a.T)
 
 
+def test_outputs_start_on_64_byte_boundaries_and_own_their_memory(rng):
+    """Every output of every run (several outputs, odd sizes, a 0-d one; an empty one has no
+    data) starts on a 64-byte boundary, so full-width vector stores never split a cache line, and
+    no two runs share an output buffer."""
+    g = fg.Graph()
+    x = g.input((3, 5), fk.DType.F32)
+    outs = [g.add(x, x), g.sum(x), g.cast(x, fk.DType.F64), g.slice(x, start=(0, 0), stop=(3, 0), step=(1, 1))]
+    plan = g.compile(outs)
+    a = rng.standard_normal((3, 5)).astype(np.float32)
+    first = plan.run([a])
+    second = plan.run([a])
+    for got, again, want in zip(first, second, [a + a, a.sum(dtype=np.float32), a.astype(np.float64), a[:, :0]]):
+        assert (got.size == 0 or got.ctypes.data % 64 == 0) and got.flags.c_contiguous and got.flags.writeable
+        assert got.shape == np.shape(want) and got.dtype == np.asarray(want).dtype
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+        assert got.size == 0 or not np.shares_memory(got, again)
+
+
 def test_plan_validates_inputs_and_never_writes_them(rng):
     g = fg.Graph()
     x = g.input((3, 4), F32)
