@@ -784,8 +784,11 @@ def cross_entropy(logits, targets, ignore_index=-100, smoothing=0.0):
         return np.where(keep, loss, 0), lse
 
 
-def cross_entropy_backward(logits, targets, lse, dloss, ignore_index=-100, smoothing=0.0):
-    """FUSED_SOFTMAX_CROSS_ENTROPY_BACKWARD: dloss_n (exp(x - lse_n) - q), 0 on ignored rows."""
+def cross_entropy_backward(logits, targets, lse, dloss, ignore_index=-100, smoothing=0.0, compute=None):
+    """FUSED_SOFTMAX_CROSS_ENTROPY_BACKWARD: dloss_n (exp(x - lse_n) - q), 0 on ignored rows.
+    `compute` (a NumPy float type) is the precision exp runs in, as the kernel's: where x - lse_n
+    overflows its exp there (past 88.7 in F32, with an lse that is not x's), a zero dloss_n gives
+    NaN (0 * inf) as the kernel does, where an F64 exp would give 0."""
     x = np.asarray(logits)
     n, c = x.shape
     t = np.asarray(targets).astype(np.int64)
@@ -794,7 +797,9 @@ def cross_entropy_backward(logits, targets, lse, dloss, ignore_index=-100, smoot
     rows = np.nonzero(keep)[0]
     q[rows, t[rows]] += 1 - smoothing
     with np.errstate(all="ignore"):
-        g = dloss[:, None] * (np.exp(x - lse[:, None]) - q)
+        z = x - lse[:, None]
+        e = np.exp(z if compute is None else z.astype(compute)).astype(z.dtype)
+        g = dloss[:, None] * (e - q)
     return np.where(keep[:, None], g, 0)
 
 
@@ -823,7 +828,8 @@ def _cross_entropy_backward(inputs, params, out_dtype, out_shape):
     ignore, smoothing = _cross_entropy_params(params)
     if ((t != ignore) & ((t < 0) | (t >= x.shape[1]))).any():
         raise ExpectError(fk.KernelIndexError)
-    return to(cross_entropy_backward(x, t, lse, dloss, ignore, smoothing), out_dtype)
+    compute = np.float64 if D(out_dtype) == D.F64 else np.float32       # F16/BF16 compute in F32
+    return to(cross_entropy_backward(x, t, lse, dloss, ignore, smoothing, compute), out_dtype)
 
 
 # ---- shared by the movement, indexing, attention and conv oracles ------------------------------
