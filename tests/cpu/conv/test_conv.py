@@ -461,18 +461,49 @@ def test_conv2d_backward_input_channel_block_tasks_same_bits_for_every_thread_co
         assert (err <= kernel.precision.max_rel * scale + kernel.precision.max_abs).all(), (layout, err.max())
 
 
-# operands of a call large enough for the input gradient's and CONV_TRANSPOSE2D's tasks (2 images of
-# 64 channels, 20x20, 3x3 taps, padding 1: 2 x 4 tasks), and its refusals, each made on the pool path
+# (N, C, H, W, O, KH, KW, stride, padding, dilation, groups) of weight-gradient calls that run on the
+# pool: one group of 576 rows of dw^T (8 blocks of 72, dy^T packed once for them all), 90 rows
+# (blocks of 8 rows, the last of 2), stride 2 with dilation, and four groups (a task each)
+DW_TASK_SHAPES = [(2, 64, 20, 20, 64, 3, 3, 1, 1, 1, 1), (4, 10, 32, 32, 64, 3, 3, 1, 1, 1, 1),
+                  (2, 32, 30, 30, 48, 3, 3, 2, 1, 2, 1), (2, 64, 24, 24, 64, 3, 3, 1, 1, 1, 4)]
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: d.short_name)
+@pytest.mark.parametrize("shape", DW_TASK_SHAPES, ids=["576-rows", "90-rows", "stride-dilation", "groups"])
+def test_conv2d_backward_weight_row_block_tasks_same_bits_for_every_thread_count(dtype, shape, rng):
+    """The weight-gradient run cuts its own (group, block of dw^T's rows) tasks and starts them all at
+    once, dy^T packed once before them when a group has several blocks: 1, 2, 3 and 7 threads give
+    the bits of the one-thread run, from dense and reversed x, into dense, reversed and channels-last
+    dw, within the claim of the reference."""
+    N, C, H, W, O, KH, KW, stride, padding, dilation, groups = shape
+    OH, OW = conv2d_output_size((H, W), (KH, KW), stride, padding, dilation)
+    kernel = fk.bindings().lookup(BACKWARD_WEIGHT, [dtype] * 3)
+    params = backward_params(H, W, KH, KW, stride, padding, dilation, groups)
+    dy = make_operand((N, O, OH, OW), dtype, "contiguous", rng, special=False)
+    for x_layout, layout in (("contiguous", "contiguous"), ("transposed", "negative"), ("contiguous", "transposed")):
+        x = make_operand((N, C, H, W), dtype, x_layout, rng, special=False)
+        expected, scale = conv2d_backward_weight_reference(x, dy, (KH, KW), stride, padding, dilation, groups)
+        results = threaded_results(lambda out: kernel(x, dy, out=out, params=params), expected.shape, dtype, layout)
+        assert all(r.tobytes() == results[0].tobytes() for r in results[1:]), layout
+        err = np.abs(results[0].astype(np.float64) - expected)
+        assert (err <= kernel.precision.max_rel * scale + kernel.precision.max_abs).all(), (layout, err.max())
+
+
+# a call large enough for the gradients' and CONV_TRANSPOSE2D's tasks (2 images of 64 channels, 20x20,
+# 3x3 taps, padding 1: 2 x 4 tasks; dw: 8 blocks of rows), and its refusals, each made on that path
 LARGE_REFUSALS = ["dtype", "out_shape", "groups", "params", "bias", "readonly", "alias", "self_overlap", "count"]
 
 
-@pytest.mark.parametrize("op", [BACKWARD_INPUT, fk.OpKind.CONV_TRANSPOSE2D], ids=lambda op: op.short_name)
+@pytest.mark.parametrize("op", [BACKWARD_INPUT, BACKWARD_WEIGHT, fk.OpKind.CONV_TRANSPOSE2D],
+                         ids=lambda op: op.short_name)
 @pytest.mark.parametrize("problem", LARGE_REFUSALS)
 def test_refusals_of_calls_cut_into_tasks_leave_the_output_untouched(op, problem, rng):
-    a = rng.standard_normal((2, 64, 20, 20)).astype(np.float32)       # dy, or CONV_TRANSPOSE2D's x
-    w = rng.standard_normal((64, 64, 3, 3)).astype(np.float32)
-    inputs = [a, w]
-    out = np.full((2, 64, 20, 20), 7.0, np.float32)
+    a = rng.standard_normal((2, 64, 20, 20)).astype(np.float32)       # dy, x (dw), or CONV_TRANSPOSE2D's x
+    second = (rng.standard_normal((2, 64, 20, 20)) if op == BACKWARD_WEIGHT     # dy (dw), or w
+              else rng.standard_normal((64, 64, 3, 3))).astype(np.float32)
+    inputs = [a, second]
+    out_shape = (64, 64, 3, 3) if op == BACKWARD_WEIGHT else (2, 64, 20, 20)
+    out = np.full(out_shape, 7.0, np.float32)
     transposed = op == fk.OpKind.CONV_TRANSPOSE2D
     params = fk.params.conv_transpose2d(1, 1, 1) if transposed else backward_params(20, 20, 3, 3, padding=1)
     error = fk.ShapeError
@@ -480,7 +511,7 @@ def test_refusals_of_calls_cut_into_tasks_leave_the_output_untouched(op, problem
         out = out.astype(np.float64)
         error = fk.DTypeError
     elif problem == "out_shape":
-        out = np.full((2, 64, 21, 20), 7.0, np.float32)
+        out = np.full(out_shape[:3] + (out_shape[3] + 1,), 7.0, np.float32)
     elif problem == "groups":
         params = (fk.params.conv_transpose2d(1, 1, 1, groups=3) if transposed
                   else backward_params(20, 20, 3, 3, padding=1, groups=3))
@@ -488,16 +519,16 @@ def test_refusals_of_calls_cut_into_tasks_leave_the_output_untouched(op, problem
         params = fk.params.conv2d(padding=1)
         error = fk.ParamsError
     elif problem == "bias":                         # a bias of the wrong extent (CONV_TRANSPOSE2D), or
-        inputs.append(np.ones(63, np.float32))     # one operand too many (CONV2D_BACKWARD_INPUT)
+        inputs.append(np.ones(63, np.float32))     # one operand too many (the gradients)
         error = fk.ShapeError if transposed else fk.OperandCountError
     elif problem == "readonly":
         out.setflags(write=False)
         error = fk.ReadOnlyError
-    elif problem == "alias":                        # dx overlaps the end of dy
-        big = np.zeros(2 * a.size, np.float32)
-        inputs[0] = big[:a.size].reshape(a.shape)
-        inputs[0][...] = a
-        out = big[a.size // 2:a.size // 2 + out.size].reshape(out.shape)
+    elif problem == "alias":                        # the output overlaps the end of input 1
+        big = np.zeros(second.size + out.size, np.float32)
+        inputs[1] = big[:second.size].reshape(second.shape)
+        inputs[1][...] = second
+        out = big[second.size - 8:second.size - 8 + out.size].reshape(out.shape)
         error = fk.AliasError
     elif problem == "self_overlap":
         out = np.lib.stride_tricks.as_strided(np.full(out.size, 7.0, np.float32), out.shape, (0,) + out.strides[1:])
