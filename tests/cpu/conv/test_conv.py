@@ -2,7 +2,8 @@
 CONV2D_BACKWARD_WEIGHT, CONV1D (CONV2D's siblings on a height-1 view) and CONV_TRANSPOSE2D (the
 input gradient's run plus a bias) against float64 NumPy references: every binding, stride, padding, dilation, groups, bias, strided operands, 0-size and
 1x1 shapes, precision claims, the cost functions' choice by shape, the same bits on 1, 2 and 3
-threads, and error paths that leave the output untouched.  The gradient references are checked
+threads (1, 2, 3 and 7 for the tasks the gradients and CONV_TRANSPOSE2D cut themselves), and error
+paths that leave the output untouched (also on those tasks' path).  The gradient references are checked
 against central finite differences of the forward reference."""
 import numpy as np
 import pytest
