@@ -75,6 +75,25 @@ def _cases(torch, which):
         peers = {"torch": lambda: torch.nn.functional.conv2d(tx, tw, padding=1)} if torch else {}
         return {"fuel_kernel": lambda: k(x, w, out=out, params=p)}, peers
 
+    def conv_grad(op, n, c, hw):
+        """CONV2D's gradients and CONV_TRANSPOSE2D (the input gradient's run): c -> c channels, 3x3, pad 1."""
+        a, w = f32(n, c, hw, hw), f32(c, c, 3, 3) * 0.1
+        ta, tw = (torch.from_numpy(a), torch.from_numpy(w)) if torch else (None, None)
+        if op == "CONV2D_BACKWARD_INPUT":               # a is dy
+            ins, p = (a, w), P.conv2d_backward((hw, hw), 3, 1, 1)
+            peer = lambda: torch.nn.grad.conv2d_input(ta.shape, tw, ta, padding=1)  # noqa: E731
+        elif op == "CONV_TRANSPOSE2D":                  # a is x
+            ins, p = (a, w), P.conv_transpose2d(1, 1, 1)
+            peer = lambda: torch.nn.functional.conv_transpose2d(ta, tw, padding=1)  # noqa: E731
+        else:                                           # CONV2D_BACKWARD_WEIGHT: x, dy
+            dy = f32(n, c, hw, hw)
+            tdy = torch.from_numpy(dy) if torch else None
+            ins, p = (a, dy), P.conv2d_backward((hw, hw), 3, 1, 1)
+            peer = lambda: torch.nn.grad.conv2d_weight(ta, tw.shape, tdy, padding=1)  # noqa: E731
+        k = fk.bindings().lookup(op, [F32] * 3)
+        out = np.empty((c, c, 3, 3) if op == "CONV2D_BACKWARD_WEIGHT" else (n, c, hw, hw), np.float32)
+        return {"fuel_kernel": lambda: k(*ins, out=out, params=p)}, ({"torch": peer} if torch else {})
+
     def attn(b, h, s, d):
         q, kk, v = f32(b, h, s, d), f32(b, h, s, d), f32(b, h, s, d)
         out = np.empty_like(q)
@@ -103,6 +122,11 @@ def _cases(torch, which):
     small = {
         "MATMUL f32 1024 (native)": lambda: matmul(1024),
         "CONV2D f32 8x64x56x56, 3x3": lambda: conv(8, 64, 56),
+        **{f"CONV2D_BACKWARD_INPUT f32 {n}x64x56x56 3x3": (lambda n=n: conv_grad("CONV2D_BACKWARD_INPUT", n, 64, 56))
+           for n in (8, 1, 2, 3)},
+        "CONV_TRANSPOSE2D f32 8x64x56x56, 3x3": lambda: conv_grad("CONV_TRANSPOSE2D", 8, 64, 56),
+        "CONV_TRANSPOSE2D f32 2x64x56x56, 3x3": lambda: conv_grad("CONV_TRANSPOSE2D", 2, 64, 56),
+        "CONV2D_BACKWARD_WEIGHT f32 8x64x56x56": lambda: conv_grad("CONV2D_BACKWARD_WEIGHT", 8, 64, 56),
         "SOFTMAX f32 4096x1024": lambda: softmax(4096, 1024),
         "FLASH_ATTN causal f32 1x8x1024x64": lambda: attn(1, 8, 1024, 64),
         "GELU f32 4M": lambda: unary("GELU", 1 << 22, lambda t: torch.nn.functional.gelu(t, approximate="tanh")),

@@ -468,10 +468,11 @@ SPLIT_RULES = {
     "MATMUL": "MATMUL", "CONV2D": "CONV2D", "FLASH_ATTN": "ATTN",
     # MATMUL_PREPACKED: MATMUL's blocks; its packed B view is cut on columns as B is
     "MATMUL_PREPACKED": "MATMUL",
-    # conv2d backward
+    # conv2d backward.  Their runs cut their own tasks after their checks (parallel.h runs the calls
+    # whole): CONV2D_BACKWARD_INPUT's (image, group, channel block), and CONV_TRANSPOSE2D's, whose kernel
+    # is that run; CONV2D_BACKWARD_WEIGHT's (group, block of dw's rows).  (CONV1D has no rule of its own:
+    # its kernel runs CONV2D's through CONV2D's rules)
     "CONV2D_BACKWARD_INPUT": "CONV2D_BACKWARD_INPUT", "CONV2D_BACKWARD_WEIGHT": "CONV2D_BACKWARD_WEIGHT",
-    # CONV_TRANSPOSE2D: images x blocks of its output channels, as CONV2D_BACKWARD_INPUT's dx (CONV1D has
-    # no rule of its own: its kernel runs CONV2D's through CONV2D's rule)
     "CONV_TRANSPOSE2D": "CONV_TRANSPOSE2D",
     # ---- training
     "PAD_BACKWARD": "MOVEMENT",

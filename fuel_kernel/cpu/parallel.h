@@ -16,12 +16,12 @@
  *   FK_SPLIT_CONV2D_IM2COL  none here: CONV2D's (and CONV1D's) im2col sibling cuts its own tasks of
  *                    (image, group, chunk of output pixels) after its checks (conv_kernels.h.in), so
  *                    that no task repeats another's im2col and none runs alone before the others
- *   FK_SPLIT_CONV2D_BACKWARD_INPUT  images x blocks of dx's channels (groups = 1; images only
- *                    otherwise), each block with w's matching in-channels
- *   FK_SPLIT_CONV_TRANSPOSE2D  the same as CONV2D_BACKWARD_INPUT (its kernel is that run): images x
- *                    blocks of y's channels (groups = 1), each with w's and the bias's matching ones
- *   FK_SPLIT_CONV2D_BACKWARD_WEIGHT  blocks of dw's in-channels with x's (groups = 1; whole
- *                    otherwise: every image adds into every dw element)
+ *   FK_SPLIT_CONV2D_BACKWARD_INPUT, FK_SPLIT_CONV_TRANSPOSE2D  none here: the input-gradient run
+ *                    (CONV_TRANSPOSE2D's kernel is that run) cuts its own tasks of (image, group,
+ *                    block of dx's channels) after its checks (conv_kernels.h.in), so that none runs
+ *                    alone before the others
+ *   FK_SPLIT_CONV2D_BACKWARD_WEIGHT  none here: the weight-gradient run cuts its own tasks of
+ *                    (group, block of dw's rows) after its checks, dy^T packed once for them all
  *   FK_SPLIT_ATTN    batch x kv-head groups x (causal only; top-left only when Sq <= Sk) blocks of
  *                    64-row query blocks, each with the keys up to its last query's diagonal
  *                    (bottom-right aligned on them); FLASH_ATTN's second output
@@ -29,7 +29,7 @@
  *   FK_SPLIT_ATTN_BACKWARD  FLASH_ATTN_BACKWARD: batch x kv heads (each block the query heads of
  *                    one kv head, dq's rows of them, that kv head's whole dk and dv)
  * The blocks are chosen from the shapes alone (a grain of work per task), never from the thread
- * count (but for one thread MATMUL, CONV2D and the CONV2D gradients run whole: their element bits do not
+ * count (but for one thread MATMUL and CONV2D's direct sibling run whole: their element bits do not
  * depend on the blocks, and blocks would repack panels), and
  * each output element is computed by the same serial code whatever thread runs its block, so
  * results are bitwise identical for every thread count.  Blocks never share output
@@ -372,51 +372,6 @@ static int64_t fk_split_plan(fk_split *s) {
         s->chunk[1] = occ;
         break;
     }
-    case FK_SPLIT_CONV2D_BACKWARD_INPUT: case FK_SPLIT_CONV2D_BACKWARD_WEIGHT: case FK_SPLIT_CONV_TRANSPOSE2D: {
-        /* CONV_TRANSPOSE2D [x, w, (b,) y] is the input gradient's call with x as dy */
-        int weight_grad = s->rule == FK_SPLIT_CONV2D_BACKWARD_WEIGHT, transposed = s->rule == FK_SPLIT_CONV_TRANSPOSE2D;
-        const fk_layout *dy = &s->layouts[weight_grad ? 1 : 0], *other = &s->layouts[weight_grad ? 0 : 1];
-        const fk_layout *w = weight_grad ? out : other;
-        int64_t images = weight_grad ? 1 : out->shape[0], ch = out->shape[1], cc = ch, groups;
-        double flops;
-        if (s->ndim != 4 || dy->ndim != 4 || other->ndim != 4 || s->params == NULL) return 1;
-        if (transposed) {
-            if ((s->n_in != 2 && s->n_in != 3) || s->params->kind != FK_PARAMS_CONV_TRANSPOSE2D) return 1;
-            groups = s->params->u.conv_transpose2d.groups;
-        } else {
-            if (s->n_in != 2 || s->params->kind != FK_PARAMS_CONV2D_BACKWARD) return 1;
-            groups = s->params->u.conv2d_backward.groups;
-        }
-        flops = 2.0 * (double)dy->shape[0] * (double)dy->shape[1] * (double)dy->shape[2] * (double)dy->shape[3] *
-                (double)w->shape[1] * (double)w->shape[2] * (double)w->shape[3];
-        if (flops < 2 * FK_SPLIT_FLOPS) return 1;
-        if (fk_num_threads() <= 1) return 1;          /* whole on one thread, as CONV2D */
-        if (weight_grad) {
-            if (groups != 1 || other->shape[1] != ch) return 1;
-            /* at least 4 channel blocks: each packs its own channels' columns, but all of dy */
-            s->axis[0][1] = 1;
-            while (fk_split_div_up(ch, cc) < 4 && cc >= 16 && flops * (double)(cc / 2) / (double)ch >= FK_SPLIT_FLOPS)
-                cc /= 2;
-        } else {
-            if (dy->shape[0] != images) return 1;
-            s->axis[0][0] = 0;
-            if (groups == 1) {
-                if (other->shape[1] != ch) return 1;
-                s->axis[1][1] = 1;
-                if (s->n_in == 3) {                    /* CONV_TRANSPOSE2D's bias follows y's channels */
-                    if (s->layouts[2].ndim != 1 || s->layouts[2].shape[0] != ch) return 1;
-                    s->axis[2][1] = 0;
-                }
-                /* channel blocks only for fewer than 8 images: each block packs all of dy */
-                while (images * fk_split_div_up(ch, cc) < 8 && cc >= 32 &&
-                       flops / (double)images * (double)(cc / 2) / (double)ch >= FK_SPLIT_FLOPS)
-                    cc /= 2;
-            }
-            s->chunk[0] = 1;
-        }
-        s->chunk[1] = cc;
-        break;
-    }
     case FK_SPLIT_ATTN: {
         const fk_layout *q = &s->layouts[0], *kl = &s->layouts[1], *v = &s->layouts[2];
         const fk_flash_attn_params *p;
@@ -607,7 +562,9 @@ static inline __attribute__((always_inline))
 int fk_split_run(fk_kernel_fn kernel, int rule, const fk_storage *inputs, int n_in, fk_storage *outputs,
                  int n_out, const fk_layout *layouts, const fk_params *params) {
     int large = 0;
-    if (rule == FK_SPLIT_CONV2D_IM2COL) return kernel(inputs, n_in, outputs, n_out, layouts, params);
+    if (rule == FK_SPLIT_CONV2D_IM2COL || rule == FK_SPLIT_CONV2D_BACKWARD_INPUT ||
+        rule == FK_SPLIT_CONV_TRANSPOSE2D || rule == FK_SPLIT_CONV2D_BACKWARD_WEIGHT)
+        return kernel(inputs, n_in, outputs, n_out, layouts, params);    /* they cut their own tasks */
     if (n_out >= 1 && n_in >= 1 && n_in + n_out <= FK_MAX_OPERANDS) {
         if (rule <= FK_SPLIT_ROWS_2 || rule == FK_SPLIT_MOVEMENT)
             large = fk_split_holds(&layouts[n_in], 2 * FK_SPLIT_GRAIN);

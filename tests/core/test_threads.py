@@ -184,11 +184,11 @@ def large_shapes(op, rule, n_in):
         return [(3, 96, 128), (128, 200)], (3, 96, 200), None
     if rule in ("CONV2D", "CONV2D_IM2COL"):          # im2col: 2 images x 3 chunks (192, 192, 100 pixels)
         return [(2, 16, 24, 24), (64, 16, 3, 3), (64,)][:n_in], (2, 64, 22, 22), P.conv2d(1, 0, 1, 1)
-    if rule == "CONV2D_BACKWARD_INPUT":              # 2 images x 4 blocks of 16 input channels
+    if rule == "CONV2D_BACKWARD_INPUT":              # its own tasks: 2 images x 4 blocks of 16 input channels
         return [(2, 32, 22, 22), (32, 64, 3, 3)], (2, 64, 24, 24), P.conv2d_backward((24, 24), 3)
-    if rule == "CONV_TRANSPOSE2D":                   # 2 images x 4 blocks of 16 output channels (and bias)
+    if rule == "CONV_TRANSPOSE2D":                   # the same tasks: 2 images x 4 blocks of 16 output channels
         return [(2, 32, 22, 22), (32, 64, 3, 3), (64,)][:n_in], (2, 64, 24, 24), P.conv_transpose2d()
-    if rule == "CONV2D_BACKWARD_WEIGHT":             # 4 blocks of 8 input channels
+    if rule == "CONV2D_BACKWARD_WEIGHT":             # its own tasks: 8 blocks of dw^T's 288 rows
         return [(2, 32, 24, 24), (2, 64, 22, 22)], (64, 32, 3, 3), P.conv2d_backward((24, 24), 3)
     if rule == "ATTN":
         return [(1, 4, 256, 32), (1, 2, 256, 32), (1, 2, 256, 32)], (1, 4, 256, 32), \

@@ -2,7 +2,8 @@
 CONV2D_BACKWARD_WEIGHT, CONV1D (CONV2D's siblings on a height-1 view) and CONV_TRANSPOSE2D (the
 input gradient's run plus a bias) against float64 NumPy references: every binding, stride, padding, dilation, groups, bias, strided operands, 0-size and
 1x1 shapes, precision claims, the cost functions' choice by shape, the same bits on 1, 2 and 3
-threads, and error paths that leave the output untouched.  The gradient references are checked
+threads (1, 2, 3 and 7 for the tasks the gradients and CONV_TRANSPOSE2D cut themselves), and error
+paths that leave the output untouched (also on those tasks' path).  The gradient references are checked
 against central finite differences of the forward reference."""
 import numpy as np
 import pytest
@@ -414,6 +415,142 @@ def test_backward_errors_leave_the_output_untouched(op, problem, rng):
 
 
 
+
+# (N, C, H, W, O, KH, KW, stride, padding, dilation, groups) of input-gradient calls that run on the
+# pool as (image, group, block of dx's channels) tasks: one image of 70 channels (blocks of 17, the
+# last of 2), three images at stride 2 (4 blocks of 16 each), two images of two groups at dilation 2
+# (images x groups x 2 blocks of 16)
+DX_TASK_SHAPES = [(1, 70, 20, 20, 64, 3, 3, 1, 1, 1, 1), (3, 64, 40, 40, 64, 3, 3, 2, 1, 1, 1),
+                  (2, 64, 24, 24, 64, 3, 3, 1, 2, 2, 2)]
+THREAD_COUNTS = (1, 2, 3, 7)
+
+
+def threaded_results(call, out_shape, dtype, layout):
+    """call(out) on 1, 2, 3 and 7 threads into fresh outputs of `layout`; the pool is used exactly when
+    there is more than one thread."""
+    results = []
+    for threads in THREAD_COUNTS:
+        out = (np.full(out_shape[:3] + (2 * out_shape[3],), 7, dtype.numpy)[..., ::2] if layout == "every-other"
+               else output_like(out_shape, dtype, layout))
+        calls = _dispatch._parallel_calls()
+        with fk.threads(threads):
+            assert call(out) is out
+        assert (_dispatch._parallel_calls() > calls) == (threads > 1), threads
+        results.append(out.copy())
+    return results
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: d.short_name)
+@pytest.mark.parametrize("shape", DX_TASK_SHAPES, ids=["1-image", "stride-2", "groups-dilation"])
+def test_conv2d_backward_input_channel_block_tasks_same_bits_for_every_thread_count(dtype, shape, rng):
+    """The input-gradient run cuts its own (image, group, channel block) tasks and starts them all at
+    once: 1, 2, 3 and 7 threads give the bits of the one-thread run, into dense outputs (F32/F64
+    accumulate in place), channels-last and every-other-column ones (through a compute-type slab),
+    from a dense and a channels-last dy, within the claim of the reference."""
+    N, C, H, W, O, KH, KW, stride, padding, dilation, groups = shape
+    OH, OW = conv2d_output_size((H, W), (KH, KW), stride, padding, dilation)
+    kernel = fk.bindings().lookup(BACKWARD_INPUT, [dtype] * 3)
+    params = backward_params(H, W, KH, KW, stride, padding, dilation, groups)
+    w = make_operand((O, C // groups, KH, KW), dtype, "contiguous", rng, special=False)
+    for dy_layout, layout in (("contiguous", "contiguous"), ("transposed", "transposed"),
+                              ("contiguous", "every-other")):
+        dy = make_operand((N, O, OH, OW), dtype, dy_layout, rng, special=False)
+        expected, scale = conv2d_backward_input_reference(dy, w, (H, W), stride, padding, dilation, groups)
+        results = threaded_results(lambda out: kernel(dy, w, out=out, params=params), (N, C, H, W), dtype, layout)
+        assert all(r.tobytes() == results[0].tobytes() for r in results[1:]), layout
+        err = np.abs(results[0].astype(np.float64) - expected)
+        assert (err <= kernel.precision.max_rel * scale + kernel.precision.max_abs).all(), (layout, err.max())
+
+
+# (N, C, H, W, O, KH, KW, stride, padding, dilation, groups) of weight-gradient calls that run on the
+# pool: one group of 576 rows of dw^T (8 blocks of 72, dy^T packed once for them all), 90 rows
+# (blocks of 8 rows, the last of 2), stride 2 with dilation, and four groups (a task each)
+DW_TASK_SHAPES = [(2, 64, 20, 20, 64, 3, 3, 1, 1, 1, 1), (4, 10, 32, 32, 64, 3, 3, 1, 1, 1, 1),
+                  (2, 32, 30, 30, 48, 3, 3, 2, 1, 2, 1), (2, 64, 24, 24, 64, 3, 3, 1, 1, 1, 4)]
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: d.short_name)
+@pytest.mark.parametrize("shape", DW_TASK_SHAPES, ids=["576-rows", "90-rows", "stride-dilation", "groups"])
+def test_conv2d_backward_weight_row_block_tasks_same_bits_for_every_thread_count(dtype, shape, rng):
+    """The weight-gradient run cuts its own (group, block of dw^T's rows) tasks and starts them all at
+    once, dy^T packed once before them when a group has several blocks: 1, 2, 3 and 7 threads give
+    the bits of the one-thread run, from dense and reversed x, into dense, reversed and channels-last
+    dw, within the claim of the reference."""
+    N, C, H, W, O, KH, KW, stride, padding, dilation, groups = shape
+    OH, OW = conv2d_output_size((H, W), (KH, KW), stride, padding, dilation)
+    kernel = fk.bindings().lookup(BACKWARD_WEIGHT, [dtype] * 3)
+    params = backward_params(H, W, KH, KW, stride, padding, dilation, groups)
+    dy = make_operand((N, O, OH, OW), dtype, "contiguous", rng, special=False)
+    for x_layout, layout in (("contiguous", "contiguous"), ("transposed", "negative"), ("contiguous", "transposed")):
+        x = make_operand((N, C, H, W), dtype, x_layout, rng, special=False)
+        expected, scale = conv2d_backward_weight_reference(x, dy, (KH, KW), stride, padding, dilation, groups)
+        results = threaded_results(lambda out: kernel(x, dy, out=out, params=params), expected.shape, dtype, layout)
+        assert all(r.tobytes() == results[0].tobytes() for r in results[1:]), layout
+        err = np.abs(results[0].astype(np.float64) - expected)
+        assert (err <= kernel.precision.max_rel * scale + kernel.precision.max_abs).all(), (layout, err.max())
+
+
+# a call large enough for the gradients' and CONV_TRANSPOSE2D's tasks (2 images of 64 channels, 20x20,
+# 3x3 taps, padding 1: 2 x 4 tasks; dw: 8 blocks of rows), and its refusals, each made on that path
+LARGE_REFUSALS = ["dtype", "out_shape", "groups", "params", "bias", "readonly", "alias", "self_overlap", "count"]
+
+
+@pytest.mark.parametrize("op", [BACKWARD_INPUT, BACKWARD_WEIGHT, fk.OpKind.CONV_TRANSPOSE2D],
+                         ids=lambda op: op.short_name)
+@pytest.mark.parametrize("problem", LARGE_REFUSALS)
+def test_refusals_of_calls_cut_into_tasks_leave_the_output_untouched(op, problem, rng):
+    a = rng.standard_normal((2, 64, 20, 20)).astype(np.float32)       # dy, x (dw), or CONV_TRANSPOSE2D's x
+    second = (rng.standard_normal((2, 64, 20, 20)) if op == BACKWARD_WEIGHT     # dy (dw), or w
+              else rng.standard_normal((64, 64, 3, 3))).astype(np.float32)
+    inputs = [a, second]
+    out_shape = (64, 64, 3, 3) if op == BACKWARD_WEIGHT else (2, 64, 20, 20)
+    out = np.full(out_shape, 7.0, np.float32)
+    transposed = op == fk.OpKind.CONV_TRANSPOSE2D
+    params = fk.params.conv_transpose2d(1, 1, 1) if transposed else backward_params(20, 20, 3, 3, padding=1)
+    error = fk.ShapeError
+    if problem == "dtype":
+        out = out.astype(np.float64)
+        error = fk.DTypeError
+    elif problem == "out_shape":
+        out = np.full(out_shape[:3] + (out_shape[3] + 1,), 7.0, np.float32)
+    elif problem == "groups":
+        params = (fk.params.conv_transpose2d(1, 1, 1, groups=3) if transposed
+                  else backward_params(20, 20, 3, 3, padding=1, groups=3))
+    elif problem == "params":
+        params = fk.params.conv2d(padding=1)
+        error = fk.ParamsError
+    elif problem == "bias":                         # a bias of the wrong extent (CONV_TRANSPOSE2D), or
+        inputs.append(np.ones(63, np.float32))     # one operand too many (the gradients)
+        error = fk.ShapeError if transposed else fk.OperandCountError
+    elif problem == "readonly":
+        out.setflags(write=False)
+        error = fk.ReadOnlyError
+    elif problem == "alias":                        # the output overlaps the end of input 1
+        big = np.zeros(second.size + out.size, np.float32)
+        inputs[1] = big[:second.size].reshape(second.shape)
+        inputs[1][...] = second
+        out = big[second.size - 8:second.size - 8 + out.size].reshape(out.shape)
+        error = fk.AliasError
+    elif problem == "self_overlap":
+        out = np.lib.stride_tricks.as_strided(np.full(out.size, 7.0, np.float32), out.shape, (0,) + out.strides[1:])
+        error = fk.AliasError
+    elif problem == "count":
+        inputs = inputs[:1]
+        error = fk.OperandCountError
+    n = 3 if problem == "count" or (problem == "bias" and not transposed) else len(inputs) + 1
+    kernel = fk.bindings().lookup(op, [fk.DType.F32] * n, fk.Backend.CPU)
+    before = out.copy()
+    with fk.threads(2):
+        with pytest.raises(error):
+            kernel(*inputs, out=out, params=params)
+    np.testing.assert_array_equal(out, before)
+    if problem == "readonly":                       # the same call on a writable output runs on the pool
+        out = out.copy()
+        calls = _dispatch._parallel_calls()
+        with fk.threads(2):
+            kernel(*inputs, out=out, params=params)
+        assert _dispatch._parallel_calls() > calls
+
 # ---- CONV1D -----------------------------------------------------------------------------------------
 CONV1D = fk.OpKind.CONV1D
 CONV1D_CASES = [(dt, bias) for dt in FLOAT_DTYPES for bias in (False, True)]
@@ -680,22 +817,35 @@ def test_conv_transpose2d_agrees_with_torch(rng):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("dtype", [fk.DType.F32, fk.DType.F16])
-def test_conv_transpose2d_same_bits_for_every_thread_count(dtype, rng):
-    """Images x blocks of output channels (groups 1), images only (groups 2): 1, 2 and 3 threads agree."""
-    for groups in (1, 2):
-        x = rng.standard_normal((2 * groups, 32, 20, 20)).astype(dtype.numpy)
-        w = rng.standard_normal((32, 64 // groups, 3, 3)).astype(dtype.numpy)
-        b = rng.standard_normal(64).astype(dtype.numpy)
-        kernel = fk.bindings().lookup(TRANSPOSED, [dtype] * 4)
-        results = []
-        for threads in (1, 2, 3):
-            calls = _dispatch._parallel_calls()
-            with fk.threads(threads):
-                results.append(kernel(x, w, b, params=transposed_params(2, 1, 0, 1, 1, groups)))
-            # one thread runs the call whole (blocks would only repeat the packing of x)
-            assert (_dispatch._parallel_calls() > calls) == (threads > 1), threads
-        assert all(r.tobytes() == results[0].tobytes() for r in results[1:]), groups
+# (N, C, H, W, O, KH, KW, stride, pads_begin, pads_end, dilation, output_padding, groups) run as the input
+# gradient's tasks: one image, stride 2 with output padding, 70 output channels (blocks of 17, the last of
+# 2); three images at dilation 2 with asymmetric pads (one task each); two images of two groups, stride 2,
+# output padding and asymmetric pads (images x groups)
+TRANSPOSED_TASK_SHAPES = [(1, 64, 16, 16, 70, 3, 3, 2, 1, 1, 1, 1, 1), (3, 32, 14, 15, 48, 3, 3, 1, 0, 1, 2, 0, 1),
+                          (2, 64, 12, 12, 64, 4, 4, 2, 1, 2, 1, 1, 2)]
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=lambda d: d.short_name)
+@pytest.mark.parametrize("shape", TRANSPOSED_TASK_SHAPES, ids=["1-image", "dilation", "groups"])
+def test_conv_transpose2d_same_bits_for_every_thread_count(dtype, shape, rng):
+    """The input gradient's (image, group, channel block) tasks, the bias added by each task to its
+    channels: 1, 2, 3 and 7 threads give the one-thread bits, with and without bias, into dense,
+    channels-last and every-other-column outputs, within the claim of the reference."""
+    N, C, H, W, O, KH, KW, stride, pb, pe, dilation, opad, groups = shape
+    params = transposed_params(stride, pb, pe, dilation, opad, groups)
+    x = make_operand((N, C, H, W), dtype, "contiguous", rng, special=False)
+    w = make_operand((C, O // groups, KH, KW), dtype, "contiguous", rng, special=False)
+    b = make_operand((O,), dtype, "negative", rng, special=False)
+    for bias in (None, b):
+        inputs = (x, w) if bias is None else (x, w, bias)
+        kernel = fk.bindings().lookup(TRANSPOSED, [dtype] * (len(inputs) + 1))
+        expected, scale = conv_transpose2d_reference(x, w, bias, stride, pb, pe, dilation, opad, groups)
+        for layout in ("contiguous", "transposed", "every-other"):
+            results = threaded_results(lambda out: kernel(*inputs, out=out, params=params), expected.shape, dtype,
+                                       layout)
+            assert all(r.tobytes() == results[0].tobytes() for r in results[1:]), (bias is None, layout)
+            err = np.abs(results[0].astype(np.float64) - expected)
+            assert (err <= kernel.precision.max_rel * scale + kernel.precision.max_abs).all(), (layout, err.max())
 
 
 def test_conv_transpose2d_dispatch_and_the_graph_builder(rng):
