@@ -107,6 +107,32 @@ def test_half_types_every_value(op):
         assert_same(out, ref.astype(x.dtype), dtype, ulp=k.precision.max_ulp)
 
 
+def _round_f32_to_bf16_bits(y):
+    """F32 values to BF16 bits, to nearest even; a NaN keeps its sign and top payload, made quiet."""
+    b = y.view(np.uint32).astype(np.uint64)
+    rounded = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
+    quiet = ((b >> 16) | 0x40).astype(np.uint16)
+    return np.where(np.isnan(y), quiet, rounded)
+
+
+@pytest.mark.parametrize("op", FLOAT_UNARY, ids=lambda op: op.name)
+def test_bf16_is_the_f32_kernel_rounded_once_bit_for_bit(op):
+    """Every BF16 value, contiguous (whatever loop the CPU takes: one fused loop, F32 chunks, or an
+    AVX2 form with the widening in registers) and at an offset and a stride (the F32 chunks): the
+    BF16 kernel's bits are the F32 kernel's on the widened values, rounded once."""
+    x16 = np.arange(1 << 16, dtype=np.uint16).view(ml_dtypes.bfloat16)
+    x16 = np.concatenate([x16, x16[::-1], x16[:13]])
+    k16 = fk.bindings().lookup(op, [D.BF16, D.BF16])
+    k32 = fk.bindings().lookup(op, [D.F32, D.F32])
+    for view in (x16, x16[5:], x16[::3]):
+        want32 = np.empty(view.size, np.float32)
+        got = np.empty(view.size, ml_dtypes.bfloat16)
+        with np.errstate(all="ignore"):
+            k32(view.astype(np.float32), out=want32)
+            k16(view, out=got)
+        assert np.array_equal(got.view(np.uint16), _round_f32_to_bf16_bits(want32)), op.name
+
+
 def test_trig_huge_arguments_take_the_exact_reduction():
     """|x| past the Cody-Waite range (and mixed into a vector chunk, strided, in place) is exact."""
     x = np.array([1e30, -1e30, 2.0 ** 127, 65536.0, 65537.0, 1e6, 0.5, 3.0e38, 12345.678],
