@@ -894,16 +894,17 @@ FK_V3_INLINE __m256 fk_v3_expm1_reduced(__m256 r) {
     return _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r);
 }
 
-/* fk_expf_scaled, step for step (the two-factor 2^n of integer shifts; GCC's vectorization of the
- * portable function turned its clamp into blends of every later step, 38 instructions a vector) */
-FK_V3_INLINE __m256 fk_v3_expf_scaled(__m256 x, int32_t scale) {
+/* fk_expf_scaled, step for step, with a scale per lane (the two-factor 2^n of integer shifts;
+ * GCC's vectorization of the portable function turned its clamp into blends of every later step,
+ * 38 instructions a vector) */
+FK_V3_INLINE __m256 fk_v3_expf_scaled(__m256 x, __m256i scale) {
     __m256 xc = _mm256_min_ps(fk_v3_set(89.0f), _mm256_max_ps(fk_v3_set(-126.0f), x));   /* NaN passes */
     __m256 k = _mm256_add_ps(_mm256_mul_ps(xc, fk_v3_set(1.44269504088896341f)), fk_v3_set(FK_ROUND_MAGIC));
     __m256 n = _mm256_sub_ps(k, fk_v3_set(FK_ROUND_MAGIC));
     __m256 r = _mm256_fmadd_ps(n, fk_v3_set(-0.693359375f), xc);
     r = _mm256_fmadd_ps(n, fk_v3_set(2.12194440e-4f), r);
     __m256 y = _mm256_add_ps(fk_v3_expm1_reduced(r), fk_v3_set(1.0f));
-    __m256i ni = _mm256_sub_epi32(_mm256_castps_si256(k), _mm256_set1_epi32(0x4B400000 - scale));
+    __m256i ni = _mm256_add_epi32(_mm256_sub_epi32(_mm256_castps_si256(k), _mm256_set1_epi32(0x4B400000)), scale);
     __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
     __m256i bias = _mm256_set1_epi32(127);
     y = _mm256_mul_ps(y, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23)));
@@ -929,7 +930,7 @@ FK_V3_INLINE __m256 fk_v3_expf_normal(__m256 x) {
 }
 /* fk_fast_expf: the short form where every lane allows it */
 FK_V3_INLINE __m256 fk_v3_expf(__m256 x) {
-    return fk_v3_expf_off_normal(x) ? fk_v3_expf_scaled(x, 0) : fk_v3_expf_normal(x);
+    return fk_v3_expf_off_normal(x) ? fk_v3_expf_scaled(x, _mm256_setzero_si256()) : fk_v3_expf_normal(x);
 }
 
 /* fk_fast_erff */
