@@ -894,6 +894,45 @@ FK_V3_INLINE __m256 fk_v3_expm1_reduced(__m256 r) {
     return _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r);
 }
 
+/* fk_expf_scaled, step for step, with a scale per lane (the two-factor 2^n of integer shifts;
+ * GCC's vectorization of the portable function turned its clamp into blends of every later step,
+ * 38 instructions a vector) */
+FK_V3_INLINE __m256 fk_v3_expf_scaled(__m256 x, __m256i scale) {
+    __m256 xc = _mm256_min_ps(fk_v3_set(89.0f), _mm256_max_ps(fk_v3_set(-126.0f), x));   /* NaN passes */
+    __m256 k = _mm256_add_ps(_mm256_mul_ps(xc, fk_v3_set(1.44269504088896341f)), fk_v3_set(FK_ROUND_MAGIC));
+    __m256 n = _mm256_sub_ps(k, fk_v3_set(FK_ROUND_MAGIC));
+    __m256 r = _mm256_fmadd_ps(n, fk_v3_set(-0.693359375f), xc);
+    r = _mm256_fmadd_ps(n, fk_v3_set(2.12194440e-4f), r);
+    __m256 y = _mm256_add_ps(fk_v3_expm1_reduced(r), fk_v3_set(1.0f));
+    __m256i ni = _mm256_add_epi32(_mm256_sub_epi32(_mm256_castps_si256(k), _mm256_set1_epi32(0x4B400000)), scale);
+    __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
+    __m256i bias = _mm256_set1_epi32(127);
+    y = _mm256_mul_ps(y, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23)));
+    y = _mm256_mul_ps(y, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23)));
+    return fk_v3_keep_nan(x, y);
+}
+/* Lanes where fk_v3_expf_normal is not fk_fast_expf: x outside [-87, 88], or NaN (a movemask) */
+FK_V3_INLINE int fk_v3_expf_off_normal(__m256 x) {
+    return _mm256_movemask_ps(_mm256_or_ps(_mm256_cmp_ps(x, fk_v3_set(-87.0f), _CMP_NGE_UQ),
+                                           _mm256_cmp_ps(x, fk_v3_set(88.0f), _CMP_NLE_UQ)));
+}
+/* fk_fast_expf(x) for x in [-87, 88] (no NaN): there the clamp does nothing and n = round(x log2e)
+ * is in [-126, 127], so 2^n is one normal float and y 2^n rounds the exact product once, as
+ * y 2^n1 (exact) 2^n2 does: the same bits in 19 instructions instead of 25 */
+FK_V3_INLINE __m256 fk_v3_expf_normal(__m256 x) {
+    __m256 k = _mm256_add_ps(_mm256_mul_ps(x, fk_v3_set(1.44269504088896341f)), fk_v3_set(FK_ROUND_MAGIC));
+    __m256 n = _mm256_sub_ps(k, fk_v3_set(FK_ROUND_MAGIC));
+    __m256 r = _mm256_fmadd_ps(n, fk_v3_set(-0.693359375f), x);
+    r = _mm256_fmadd_ps(n, fk_v3_set(2.12194440e-4f), r);
+    __m256 y = _mm256_add_ps(fk_v3_expm1_reduced(r), fk_v3_set(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_sub_epi32(_mm256_castps_si256(k), _mm256_set1_epi32(0x4B400000 - 127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+/* fk_fast_expf: the short form where every lane allows it */
+FK_V3_INLINE __m256 fk_v3_expf(__m256 x) {
+    return fk_v3_expf_off_normal(x) ? fk_v3_expf_scaled(x, _mm256_setzero_si256()) : fk_v3_expf_normal(x);
+}
+
 /* fk_fast_erff */
 FK_V3_INLINE __m256 fk_v3_erff(__m256 x) {
     __m256 ac = fk_v3_min_nonneg(fk_v3_abs(x), 3.99f);
