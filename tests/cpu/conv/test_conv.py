@@ -355,6 +355,18 @@ def test_conv2d_backward_params_round_trip():
                           "dilation": (1, 1), "groups": 4}
 
 
+SHARED_REFUSALS = ("self_overlap", "count")
+
+
+def shared_refusal(problem, inputs, out):
+    """(inputs, out, the error expected) for a refusal every conv call makes alike: an output whose
+    rows overlap each other, or an operand missing."""
+    if problem == "self_overlap":
+        return inputs, np.lib.stride_tricks.as_strided(np.full(out.size, 7.0, np.float32), out.shape,
+                                                       (0,) + out.strides[1:]), fk.AliasError
+    return inputs[:1], out, fk.OperandCountError
+
+
 BACKWARD_PROBLEMS = ["dtype", "out_shape", "input_size", "kernel_size", "groups", "no_params", "conv2d_params",
                      "rank", "batch", "readonly", "alias", "self_overlap", "count"]
 
@@ -401,12 +413,8 @@ def test_backward_errors_leave_the_output_untouched(op, problem, rng):
         inputs[1] = big[:inputs[1].size].reshape(inputs[1].shape)
         out = big[8:8 + out.size].reshape(out.shape)
         error = fk.AliasError
-    elif problem == "self_overlap":
-        out = np.lib.stride_tricks.as_strided(np.full(out.size, 7.0, np.float32), out.shape, (0,) + out.strides[1:])
-        error = fk.AliasError
-    elif problem == "count":
-        inputs = inputs[:1]
-        error = fk.OperandCountError
+    elif problem in SHARED_REFUSALS:
+        inputs, out, error = shared_refusal(problem, inputs, out)
     kernel = fk.bindings().lookup(op, [fk.DType.F32] * 2 + [fk.DType.F32], fk.Backend.CPU)
     before = out.copy()
     with pytest.raises(error):
@@ -531,12 +539,8 @@ def test_refusals_of_calls_cut_into_tasks_leave_the_output_untouched(op, problem
         inputs[1][...] = second
         out = big[second.size - 8:second.size - 8 + out.size].reshape(out.shape)
         error = fk.AliasError
-    elif problem == "self_overlap":
-        out = np.lib.stride_tricks.as_strided(np.full(out.size, 7.0, np.float32), out.shape, (0,) + out.strides[1:])
-        error = fk.AliasError
-    elif problem == "count":
-        inputs = inputs[:1]
-        error = fk.OperandCountError
+    elif problem in SHARED_REFUSALS:
+        inputs, out, error = shared_refusal(problem, inputs, out)
     n = 3 if problem == "count" or (problem == "bias" and not transposed) else len(inputs) + 1
     kernel = fk.bindings().lookup(op, [fk.DType.F32] * n, fk.Backend.CPU)
     before = out.copy()
