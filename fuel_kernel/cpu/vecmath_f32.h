@@ -1057,7 +1057,7 @@ FK_V3_INLINE __m128i fk_v3_bf16_round(__m256 f) {
 /* o[i] = F(a[i]) for i < n (a == o allowed); the tail through an 8-lane buffer */
 /* AVX2 forms of the cheap unary ops, for BF16 rows on CPUs without AVX-512 (fk_v3_map_bf16 keeps
  * the widening and rounding in registers): each is the F32 expression's own IEEE operation (RELU:
- * x where x > 0 or x is NaN, else +0), so the same bits */
+ * x where x > 0 or x is NaN, else +0), so the same BF16 bits */
 FK_V3_INLINE __m256 fk_v3_sqr(__m256 x) { return _mm256_mul_ps(x, x); }
 FK_V3_INLINE __m256 fk_v3_sqrt(__m256 x) { return _mm256_sqrt_ps(x); }
 FK_V3_INLINE __m256 fk_v3_rsqrt(__m256 x) { return _mm256_div_ps(fk_v3_set(1.0f), _mm256_sqrt_ps(x)); }
@@ -1065,6 +1065,9 @@ FK_V3_INLINE __m256 fk_v3_recip(__m256 x) { return _mm256_div_ps(fk_v3_set(1.0f)
 FK_V3_INLINE __m256 fk_v3_relu(__m256 x) { return _mm256_and_ps(x, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_NLE_UQ)); }
 FK_V3_INLINE __m256 fk_v3_floor(__m256 x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC); }
 FK_V3_INLINE __m256 fk_v3_ceil(__m256 x) { return _mm256_round_ps(x, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC); }
+/* ROUND (half to even): a NaN comes out quiet here where the F32 function passes a signaling one
+ * through, and the BF16 rounding quiets it either way: the same BF16 bits */
+FK_V3_INLINE __m256 fk_v3_round(__m256 x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 
 #define fk_v3_map_f32(F, a, o, n)                                                                  \
     do {                                                                                           \
