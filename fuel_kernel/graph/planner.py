@@ -14,7 +14,7 @@ from ..errors import NoKernelError
 from ..records import BindingKey
 from ..types import Backend, DType, KernelCaps, OpKind
 from .fused import _fused_by_id, _fused_lock, _params_key
-from .plan import ARENA_ALIGNMENT, Plan, pack_by_lifetime
+from .plan import ARENA_ALIGNMENT, Plan, _aligned_empty, pack_by_lifetime
 from .values import Buffer, Node, Value, _contiguous_strides
 
 
@@ -760,9 +760,9 @@ def _constant_view(value: Value) -> np.ndarray:
 
 def _aligned_bytes(nbytes: int) -> np.ndarray:
     """A zeroed U8 array of nbytes starting on a 64-byte boundary."""
-    raw = np.zeros(nbytes + ARENA_ALIGNMENT, dtype=np.uint8)
-    shift = -int(raw.ctypes.data) % ARENA_ALIGNMENT
-    return raw[shift:shift + nbytes]
+    array = _aligned_empty((nbytes,), np.uint8)
+    array.fill(0)
+    return array
 
 
 def _time_prepacked(prepacked: Any, chosen: Any, a: Value, b: np.ndarray, packed: np.ndarray,
