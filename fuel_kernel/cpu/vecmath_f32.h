@@ -946,39 +946,71 @@ FK_V3_INLINE __m256 fk_v3_erff(__m256 x) {
     return fk_v3_keep_nan(x, y);
 }
 
-/* fk_fast_gelu_erff */
-FK_V3_INLINE __m256 fk_v3_gelu_erff(__m256 x) {
-    __m256 zc = fk_v3_min_nonneg(fk_v3_abs(x), 15.5f);
-    __m256 xc = fk_v3_copysign(zc, x);
-    __m256i k;
-    __m256 u = _mm256_sub_ps(zc, fk_v3_interval(zc, &k));
-    __m256 r;
-    if (_mm256_testz_si256(k, _mm256_set1_epi32(8))) {
+/* fk_fast_gelu_erff on N vectors x[0..N) into y[0..N) (N a constant where inlined), each step
+ * for every vector before the next step: one vector at a time, the two chains of dependent FMAs (R
+ * and exp, ~60 cycles) filled Zen 2's FP scheduler and the loop ran latency-bound at ~44 cycles a
+ * vector.  One test on all N vectors' intervals picks the lookup. */
+FK_V3_INLINE void fk_v3_gelu_erff_n(const __m256 *x, __m256 *y, const int N) {
+    __m256 zc[N], xc[N], u[N], r[N];
+    __m256i k[N], any = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int v = 0; v < N; v++) {
+        zc[v] = fk_v3_min_nonneg(fk_v3_abs(x[v]), 15.5f);
+        xc[v] = fk_v3_copysign(zc[v], x[v]);
+        u[v] = _mm256_sub_ps(zc[v], fk_v3_interval(zc[v], &k[v]));
+        any = _mm256_or_si256(any, k[v]);
+    }
+    if (_mm256_testz_si256(any, _mm256_set1_epi32(8))) {
         /* every lane's interval below 8 (|x| < 7.5: all but the far tails): the low half of each row
          * alone, one permute per coefficient instead of two and a blend; the same coefficients */
-        r = _mm256_permutevar8x32_ps(_mm256_loadu_ps(fk_gelu_erf_tab[0]), k);
+#pragma GCC unroll 4
+        for (int v = 0; v < N; v++) r[v] = _mm256_permutevar8x32_ps(_mm256_loadu_ps(fk_gelu_erf_tab[0]), k[v]);
         for (int j = 1; j <= FK_GELU_ERF_DEGREE; j++)
-            r = _mm256_fmadd_ps(r, u, _mm256_permutevar8x32_ps(_mm256_loadu_ps(fk_gelu_erf_tab[j]), k));
+#pragma GCC unroll 4
+            for (int v = 0; v < N; v++)
+                r[v] = _mm256_fmadd_ps(r[v], u[v], _mm256_permutevar8x32_ps(_mm256_loadu_ps(fk_gelu_erf_tab[j]), k[v]));
     } else {
-        r = fk_v3_lookup(fk_gelu_erf_tab[0], k);
-        for (int j = 1; j <= FK_GELU_ERF_DEGREE; j++) r = _mm256_fmadd_ps(r, u, fk_v3_lookup(fk_gelu_erf_tab[j], k));
+#pragma GCC unroll 4
+        for (int v = 0; v < N; v++) r[v] = fk_v3_lookup(fk_gelu_erf_tab[0], k[v]);
+        for (int j = 1; j <= FK_GELU_ERF_DEGREE; j++)
+#pragma GCC unroll 4
+            for (int v = 0; v < N; v++) r[v] = _mm256_fmadd_ps(r[v], u[v], fk_v3_lookup(fk_gelu_erf_tab[j], k[v]));
     }
-    __m256 zn = _mm256_mul_ps(fk_v3_set(-0.5f), zc);
-    __m256 w = _mm256_mul_ps(zn, zc), wl = _mm256_fmsub_ps(zn, zc, w);
-    __m256 m = _mm256_fmadd_ps(w, fk_v3_set(1.44269504088896341f), fk_v3_set(FK_ROUND_MAGIC));
-    __m256 n = _mm256_sub_ps(m, fk_v3_set(FK_ROUND_MAGIC));
-    __m256 e = fk_v3_expm1_reduced(_mm256_fmadd_ps(n, fk_v3_set(2.12194440e-4f),
-                                                   _mm256_fmadd_ps(n, fk_v3_set(-0.693359375f), w)));
-    /* 2^(n + 64) from the rounding sum's bits, as fk_pow2i_f32(ni + 64) */
-    __m256i ni = _mm256_sub_epi32(_mm256_castps_si256(m), _mm256_set1_epi32(0x4B400000 - 64 - 127));
-    __m256 scale = _mm256_castsi256_ps(_mm256_slli_epi32(ni, 23));
-    __m256 q = _mm256_mul_ps(_mm256_fmadd_ps(r, _mm256_add_ps(e, _mm256_fmadd_ps(e, wl, wl)), r), scale);
-    __m256 m64 = fk_v3_set(FK_TWO_POW_M64);
-    __m256 pos = _mm256_fnmadd_ps(xc, _mm256_mul_ps(q, m64), x);
-    __m256 neg = _mm256_mul_ps(_mm256_mul_ps(xc, q), m64);
-    __m256 y = _mm256_blendv_ps(neg, pos, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GT_OQ));
-    return fk_v3_keep_nan(x, y);
+    __m256 w[N], wl[N], m[N], t[N], e[N];
+#pragma GCC unroll 4
+    for (int v = 0; v < N; v++) {
+        __m256 zn = _mm256_mul_ps(fk_v3_set(-0.5f), zc[v]);
+        w[v] = _mm256_mul_ps(zn, zc[v]);
+        wl[v] = _mm256_fmsub_ps(zn, zc[v], w[v]);
+        m[v] = _mm256_fmadd_ps(w[v], fk_v3_set(1.44269504088896341f), fk_v3_set(FK_ROUND_MAGIC));
+        __m256 n = _mm256_sub_ps(m[v], fk_v3_set(FK_ROUND_MAGIC));
+        t[v] = _mm256_fmadd_ps(n, fk_v3_set(2.12194440e-4f), _mm256_fmadd_ps(n, fk_v3_set(-0.693359375f), w[v]));
+        e[v] = fk_v3_set(fk_expf_p[0]);
+    }
+    /* fk_v3_expm1_reduced's steps, across the vectors */
+    for (int j = 1; j < 6; j++)
+#pragma GCC unroll 4
+        for (int v = 0; v < N; v++) e[v] = _mm256_fmadd_ps(e[v], t[v], fk_v3_set(fk_expf_p[j]));
+#pragma GCC unroll 4
+    for (int v = 0; v < N; v++) {
+        e[v] = _mm256_fmadd_ps(e[v], _mm256_mul_ps(t[v], t[v]), t[v]);
+        /* 2^(n + 64) from the rounding sum's bits, as fk_pow2i_f32(ni + 64) */
+        __m256i ni = _mm256_sub_epi32(_mm256_castps_si256(m[v]), _mm256_set1_epi32(0x4B400000 - 64 - 127));
+        __m256 scale = _mm256_castsi256_ps(_mm256_slli_epi32(ni, 23));
+        __m256 q = _mm256_mul_ps(_mm256_fmadd_ps(r[v], _mm256_add_ps(e[v], _mm256_fmadd_ps(e[v], wl[v], wl[v])), r[v]), scale);
+        __m256 m64 = fk_v3_set(FK_TWO_POW_M64);
+        __m256 pos = _mm256_fnmadd_ps(xc[v], _mm256_mul_ps(q, m64), x[v]);
+        __m256 neg = _mm256_mul_ps(_mm256_mul_ps(xc[v], q), m64);
+        y[v] = fk_v3_keep_nan(x[v], _mm256_blendv_ps(neg, pos, _mm256_cmp_ps(x[v], _mm256_setzero_ps(), _CMP_GT_OQ)));
+    }
 }
+FK_V3_INLINE __m256 fk_v3_gelu_erff(__m256 x) {
+    __m256 y;
+    fk_v3_gelu_erff_n(&x, &y, 1);
+    return y;
+}
+/* fk_v3_gelu_erff on 4 vectors side by side */
+FK_V3_INLINE void fk_v3_gelu_erff4(const __m256 *x, __m256 *y) { fk_v3_gelu_erff_n(x, y, 4); }
 
 /* fk_v4_powi_direct's steps on 8 lanes, less the terms a low part still exactly zero adds (bl before
  * the first squaring, rl before the second product; bl_zero and rl_zero are constants once
@@ -1080,6 +1112,18 @@ FK_V3_INLINE __m256 fk_v3_round(__m256 x) { return _mm256_round_ps(x, _MM_FROUND
             for (int64_t j_ = 0; j_ < (n) - i_; j_++) (o)[i_ + j_] = t_[j_];                       \
         }                                                                                          \
     } while (0)
+/* fk_v3_map_f32 for a function F4 of 4 vectors side by side (F on single vectors for the rest) */
+#define fk_v3_map4_f32(F4, F, a, o, n)                                                             \
+    do {                                                                                           \
+        int64_t i4_ = 0;                                                                           \
+        for (; i4_ + 32 <= (n); i4_ += 32) {                                                       \
+            __m256 x4_[4], y4_[4];                                                                 \
+            for (int v_ = 0; v_ < 4; v_++) x4_[v_] = _mm256_loadu_ps((a) + i4_ + 8 * v_);          \
+            F4(x4_, y4_);                                                                          \
+            for (int v_ = 0; v_ < 4; v_++) _mm256_storeu_ps((o) + i4_ + 8 * v_, y4_[v_]);          \
+        }                                                                                          \
+        fk_v3_map_f32(F, (a) + i4_, (o) + i4_, (n) - i4_);                                         \
+    } while (0)
 #define fk_v3_map_bf16(F, a, o, n)                                                                 \
     do {                                                                                           \
         int64_t i_ = 0;                                                                            \
@@ -1092,6 +1136,20 @@ FK_V3_INLINE __m256 fk_v3_round(__m256 x) { return _mm256_round_ps(x, _MM_FROUND
             _mm_storeu_si128((__m128i *)t_, fk_v3_bf16_round(F(fk_v3_bf16_widen(_mm_loadu_si128((const __m128i *)t_))))); \
             for (int64_t j_ = 0; j_ < (n) - i_; j_++) (o)[i_ + j_] = t_[j_];                       \
         }                                                                                          \
+    } while (0)
+/* fk_v3_map_bf16 for a function F4 of 4 vectors side by side (F on single vectors for the rest) */
+#define fk_v3_map4_bf16(F4, F, a, o, n)                                                            \
+    do {                                                                                           \
+        int64_t i4_ = 0;                                                                           \
+        for (; i4_ + 32 <= (n); i4_ += 32) {                                                       \
+            __m256 x4_[4], y4_[4];                                                                 \
+            for (int v_ = 0; v_ < 4; v_++)                                                         \
+                x4_[v_] = fk_v3_bf16_widen(_mm_loadu_si128((const __m128i *)((a) + i4_ + 8 * v_))); \
+            F4(x4_, y4_);                                                                          \
+            for (int v_ = 0; v_ < 4; v_++)                                                         \
+                _mm_storeu_si128((__m128i *)((o) + i4_ + 8 * v_), fk_v3_bf16_round(y4_[v_]));      \
+        }                                                                                          \
+        fk_v3_map_bf16(F, (a) + i4_, (o) + i4_, (n) - i4_);                                        \
     } while (0)
 #endif /* FK_HAVE_ISA_V4 */
 
