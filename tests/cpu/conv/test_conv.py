@@ -100,6 +100,61 @@ def test_conv2d_im2col_pixel_chunk_tasks_same_bits_for_every_thread_count(dtype,
             assert (err <= kernel.precision.max_rel * scale + kernel.precision.max_abs).all(), err.max()
 
 
+# Shapes whose extra plane columns (Wq - OW, Wq = OW + (KW-1)*dw/sw) are at most 1/8 of Wq, so the
+# im2col sibling packs its B panels from padded, stride-phase planes (conv_kernels.h.in):
+# (N, C, H, W, O, KH, KW, stride, padding, dilation, groups)
+PLANE_SHAPES = [(2, 5, 12, 30, 6, 3, 3, 1, 1, 1, 1),              # Wq 32 for OW 30
+                (1, 4, 15, 40, 6, 3, 3, 2, 1, 1, 1),              # stride 2: two phases per axis
+                (1, 4, 13, 60, 4, 5, 3, (3, 2), 2, (1, 3), 2),    # phases of stride 3 x 2, dilation 3
+                (2, 6, 9, 24, 4, 1, 1, 1, 0, 1, 2),               # 1x1: dense F32/F64 x is read in place
+                (1, 4, 10, 40, 6, 2, 2, 2, 0, 1, 1),              # 2x2 patches: four phases, one tap each
+                (1, 3, 20, 64, 4, 7, 7, 2, 3, 1, 1)]              # a ResNet stem: Wq 35 for OW 32
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=[d.short_name for d in FLOAT_DTYPES])
+def test_conv2d_im2col_from_padded_planes(dtype, rng):
+    """Shapes that take the padded-plane packing, every layout of x and w, strided outputs, bias,
+    against the reference within the claim, and the same bits on 1 and 3 threads."""
+    for i, (N, C, H, W, O, KH, KW, stride, padding, dilation, groups) in enumerate(PLANE_SHAPES):
+        for bias in (False, True):
+            dts = [dtype] * (4 if bias else 3)
+            kernel, = [k for k in fk.bindings().alternatives(fk.OpKind.CONV2D, dts) if k.source == "im2col"]
+            claim = kernel.precision
+            for layout in LAYOUTS:
+                x = make_operand((N, C, H, W), dtype, layout, rng, special=False)
+                w = make_operand((O, C // groups, KH, KW), dtype, "contiguous" if i % 2 else layout, rng, special=False)
+                b = make_operand((O,), dtype, "offset", rng, special=False) if bias else None
+                expected, scale = reference(x, w, b, stride, padding, dilation, groups)
+                results = []
+                for threads in (1, 3):
+                    if layout == "transposed":
+                        out = np.full(expected.shape[:1] + expected.shape[2:] + expected.shape[1:2], 7,
+                                      dtype=dtype.numpy).transpose(0, 3, 1, 2)
+                    else:
+                        out = np.full(expected.shape, 7, dtype=dtype.numpy)
+                    with fk.threads(threads):
+                        run(kernel, x, w, b, out, stride, padding, dilation, groups)
+                    results.append(out.copy())
+                err = np.abs(results[0].astype(np.float64) - expected)
+                assert (err <= claim.max_rel * scale + claim.max_abs).all(), (i, bias, layout, err.max())
+                assert results[1].tobytes() == results[0].tobytes(), (i, bias, layout)
+
+
+def test_conv2d_im2col_planes_in_batches_of_images(rng):
+    """Images whose planes pass FK_CONV_PLANE_ELEMS (4M elements: 160 channels of 132 x 132) go one
+    batch at a time: three images in one call give the bits of each image alone."""
+    x = rng.standard_normal((3, 160, 130, 130)).astype(np.float32)
+    w = (rng.standard_normal((8, 160, 3, 3)) * 0.1).astype(np.float32)
+    kernel, = [k for k in fk.bindings().alternatives(fk.OpKind.CONV2D, [fk.DType.F32] * 3) if k.source == "im2col"]
+    whole = run(kernel, x, w, None, np.empty((3, 8, 130, 130), np.float32), 1, 1, 1, 1)
+    for n in range(3):
+        alone = run(kernel, x[n:n + 1], w, None, np.empty((1, 8, 130, 130), np.float32), 1, 1, 1, 1)
+        assert alone.tobytes() == whole[n:n + 1].tobytes(), n
+    expected, scale = reference(x[2:, :, :20, :20], w, None, 1, 1, 1, 1)
+    inner = (Ellipsis, slice(0, 19), slice(0, 19))     # outputs that read no column or row past 20
+    assert (np.abs(whole[2:][inner] - expected[inner]) <= 1e-5 * scale[inner]).all()
+
+
 def test_dispatch_allocates_from_params(rng):
     x = rng.standard_normal((1, 2, 9, 9)).astype(np.float32)
     w = rng.standard_normal((4, 2, 3, 3)).astype(np.float32)
