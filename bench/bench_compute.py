@@ -137,6 +137,29 @@ def cases():
                baseline=baseline, skipped=skipped,
                target="fk <= 1.5x torch" if torch is not None else "torch absent: no peer")
 
+    # ---- CONV2D at ResNet's shapes: 3x3, 1x1 (both ways) and the stride-2 3x3 --------------------
+    # (N, C, H, O, kernel, stride, padding): 8 images of 56x56, one CONV2D each, against torch conv2d
+    for n, c, h, o, kk, st, pd in ((8, 64, 56, 64, 3, 1, 1), (8, 256, 56, 64, 1, 1, 0), (8, 64, 56, 256, 1, 1, 0),
+                                   (8, 128, 56, 128, 3, 2, 1)):
+        xr = rng.standard_normal((n, c, h, h)).astype(np.float32)
+        wr = rng.standard_normal((o, c, kk, kk)).astype(np.float32)
+        oh = (h + 2 * pd - kk) // st + 1
+        orr = np.empty((n, o, oh, oh), np.float32)
+        pr = fk.params.conv2d(stride=st, padding=pd)
+        kr = route_picked(fk.OpKind.CONV2D, [F32] * 3, (xr, wr, orr), params=pr)
+        contenders = {f"fk route-picked ({kr.source})(out=)": lambda kr=kr, xr=xr, wr=wr, orr=orr, pr=pr: kr(xr, wr, out=orr, params=pr)}
+        skipped = {}
+        if torch is not None:
+            xt, wt = torch.from_numpy(xr), torch.from_numpy(wr)
+            contenders["torch conv2d"] = lambda xt=xt, wt=wt, st=st, pd=pd: torch.nn.functional.conv2d(xt, wt, stride=st, padding=pd)
+        else:
+            skipped["torch"] = torch_missing
+        flops = 2 * n * o * oh * oh * c * kk * kk
+        yield Case(name=f"fk: CONV2D {n}x{c}x{h}x{h} * {o}x{kk}x{kk} stride {st} pad {pd} [{note}]",
+                   contenders=contenders, baseline="torch conv2d" if torch is not None else next(iter(contenders)),
+                   skipped=skipped, rate=(flops / 1e9, "GFLOP"),
+                   target="fk <= 1.0x torch" if torch is not None else "torch absent: no peer")
+
     # ---- CONV2D_BACKWARD_INPUT and _WEIGHT, 8x64x56x56, 64 3x3 filters, stride 1, padding 1 -------
     yield from conv2d_backward_cases(rng, note, torch, torch_missing)
 
