@@ -182,6 +182,19 @@ FK_VM_INLINE float fk_fast_logf(float x) {
     return fk_keep_nan(x, r);
 }
 
+/* ---- softplus --------------------------------------------------------------------------------------
+ * log(1 + exp(x)) for x <= 20 (callers pass larger x through, as torch's softplus does): e = exp(x),
+ * u = 1 + e, log1p(e) = log(u) * e / (u - 1) (the quotient corrects u's rounding; exactly e when u
+ * rounds to 1, where log1p(e) = e to within e/2 of an ulp).  Measured against F64 over every F32
+ * x <= 20: at most 3 ulp.  NaN passes through; -inf gives +0. */
+FK_VM_INLINE float fk_fast_softplusf(float x) {
+    float e = fk_fast_expf(x);
+    float u = 1.0f + e;
+    float d = u - 1.0f;
+    float r = fk_fast_logf(u) * (e / (d == 0.0f ? 1.0f : d));
+    return fk_keep_nan(x, d == 0.0f ? e : r);
+}
+
 /* ---- sin, cos -----------------------------------------------------------------------------------
  * x = j pi/2 + r, j = round(x 2/pi), |r| <= pi/4 (a hair more when x 2/pi rounds the other way),
  * r by a three-part pi/2 (Cody-Waite) with one fma per part: the first part has 24 bits, so
@@ -355,7 +368,11 @@ FK_VM_INLINE float fk_fast_geluf(float x) {
     /* sigmoid(w) from t = exp(-|w|), with the low part: exp(-|wh| -+ wl) */
     float u = fk_expf_dd_scaled(-fabsf(wh), x < 0.0f ? wl : -wl, 64);   /* t * 2^64 */
     float d = 1.0f + u * FK_TWO_POW_M64;
-    float y = x >= 0.0f ? x / d : (x * u / d) * FK_TWO_POW_M64;
+    /* one division for both sides, the numerator chosen first (two divisions bounded the vector
+     * loop: AVX-512 divides 16 floats in about 16 cycles, half of GELU's time) */
+    uint32_t pos = 0u - (uint32_t)(x >= 0.0f);                 /* a bit blend: GCC splits ?: back into two divisions */
+    float q = fk_bits_f32((fk_f32_bits(x) & pos) | (fk_f32_bits(x * u) & ~pos)) / d;
+    float y = x >= 0.0f ? q : q * FK_TWO_POW_M64;
     y = wh < -120.0f ? -0.0f : y;                              /* -inf included */
     return fk_keep_nan(x, y);
 }

@@ -110,7 +110,7 @@ def test_causal_conv1d_special_values(dtype):
 
 # ---- SELECTIVE_SCAN ------------------------------------------------------------------------------
 SCAN_SHAPES = [(2, 3, 7, 4), (1, 1, 1, 1), (1, 2, 1, 16), (2, 4, 33, 8), (0, 2, 5, 3), (2, 0, 5, 3),
-               (2, 3, 0, 3), (1, 2, 4, 0), (1, 3, 200, 16)]
+               (2, 3, 0, 3), (1, 2, 4, 0), (1, 3, 200, 16), (2, 37, 9, 5)]   # 37: two groups of 16 lanes and 5
 
 
 def scan_inputs(shape, dtype, layouts, rng, softplus):
@@ -138,9 +138,40 @@ def test_selective_scan_binding(dtype, rng):
                 state = make_operand((b, d, n), dtype, "negative", rng, values=np.full((b, d, n), 7.0))
                 assert k(*inputs, out=(y, state), params=fk.params.selective_scan(softplus)) == (y, state)
                 want_y, want_h, mag_y, mag_h = oracles.selective_scan(*(f64(v) for v in inputs), softplus)
-                chain = 4 * length + n + 8
+                chain = (12 if softplus else 6) * length + n + 8
                 check(y, want_y, mag_y, dtype, chain, (shape, layouts, softplus, "y"))
                 check(state, want_h, mag_h, dtype, chain, (shape, layouts, softplus, "state"))
+
+
+@pytest.mark.parametrize("dtype", (fk.DType.F32, fk.DType.BF16))
+def test_selective_scan_channels_do_not_depend_on_their_lane_group(dtype):
+    """The F32 recurrence runs 16 channels side by side: each channel alone, and channels taken from
+    the middle of a call (another lane position), give the bits of the whole call."""
+    rng = np.random.default_rng(5)
+    inputs = scan_inputs((2, 37, 23, 6), dtype, ["contiguous"] * 6, rng, True)
+    params = fk.params.selective_scan(True)
+    y, h = fk.dispatch(SCAN, inputs, params=params)
+    for lo, hi in ((0, 1), (5, 6), (36, 37), (3, 30), (17, 37)):
+        part = [inputs[0][:, lo:hi], inputs[1][:, lo:hi], inputs[2][lo:hi], inputs[3], inputs[4], inputs[5][lo:hi]]
+        y_part, h_part = fk.dispatch(SCAN, part, params=params)
+        np.testing.assert_array_equal(y_part.view(np.uint16 if dtype == fk.DType.BF16 else np.uint32),
+                                      y[:, lo:hi].view(np.uint16 if dtype == fk.DType.BF16 else np.uint32))
+        np.testing.assert_array_equal(h_part, h[:, lo:hi])
+
+
+def test_selective_scan_softplus_within_3_ulp():
+    """fk_fast_softplusf's bound, seen through the scan: with one step, u = 1, B = 1, A = 0, C = 0 and
+    D = 0, the state is dt = softplus(delta) itself (h = 1 * 0 + dt * 1 * 1)."""
+    x = np.concatenate([np.linspace(-104, 20, 200001), [-np.inf, -88.7, -20, -1e-30, 0, 1e-30, 0.5, 19.99, 20]])
+    x = x.astype(np.float32)
+    d = x.size
+    one, zero = np.ones((1, d, 1), np.float32), np.zeros((1, 1, 1), np.float32)
+    _, h = fk.dispatch(SCAN, [one, x.reshape(1, d, 1), np.zeros((d, 1), np.float32), np.ones((1, 1, 1), np.float32),
+                              zero, np.zeros(d, np.float32)], params=fk.params.selective_scan(True))
+    want = np.log1p(np.exp(x.astype(np.float64)))
+    ulp = np.spacing(want.astype(np.float32)).astype(np.float64)
+    got = h.reshape(d).astype(np.float64)
+    assert (np.abs(got - want) <= 3 * ulp).all(), float(np.max(np.abs(got - want) / ulp))
 
 
 def test_selective_scan_reference_is_the_recurrence():
