@@ -14,7 +14,9 @@ NumPy from 3 --quick runs):
                                                           fk_fast_expf there, not vectorized, was 3.3-5.1x)
 Measured 2026-12-03 on a 2-core Intel Xeon VM (AVX-512), one pinned core, 3 runs: SELECTIVE_SCAN
 0.115-0.120x (1.35-1.40 ms; 17.5 ms, 1.47-1.57x, before its F32 recurrence ran 16 channels side by side
-in vectors with a vector softplus).
+in vectors with a vector softplus); CAUSAL_CONV1D silu f32 0.235-0.247x (1.96-2.05 ms), bf16
+0.232-0.239x (before: 8.67 ms, 1.04x, and 1.005x: a libm expf per output and a tap loop per output;
+now a pass per tap over the row and the vector SILU function).
   SSD_CHUNK_SCAN f32 L512 H8 P64 N64 Q64     0.46-0.54x
 """
 import numpy as np
