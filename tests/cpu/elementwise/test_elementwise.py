@@ -661,3 +661,32 @@ def test_tiled_walk_variants(dtype, rng):
         with np.errstate(all="ignore"):
             expected = (a.astype(compute_dtype(dtype)) + b.astype(compute_dtype(dtype))).astype(nd)
         assert_same(out, expected, dtype)
+
+
+def test_powi_bf16_small_exponents_every_input_and_layout():
+    """BF16 POWI for 2 <= exp <= 8 multiplies in F32 and rounds once: within 1 ulp of the F64 power
+    on every BF16 input (inf, NaN, zeros and subnormals included), the same bits contiguous, strided
+    and reversed."""
+    x = np.arange(1 << 16, dtype=np.uint16).view(ml_dtypes.bfloat16)
+    k = fk.bindings().lookup(Op.POWI, [D.BF16] * 2)
+    for exp in range(2, 9):
+        params = fk.params.powi(exp)
+        got = np.empty_like(x)
+        k(x, out=got, params=params)
+        with np.errstate(all="ignore"):
+            want = np.power(x.astype(np.float64), exp)
+        g = got.astype(np.float64)
+        assert (np.isnan(g) == np.isnan(want)).all(), exp
+        rounded = want.astype(ml_dtypes.bfloat16).astype(np.float64)      # inf where it overflows
+        fin = np.isfinite(rounded)
+        assert (g[~fin & ~np.isnan(want)] == rounded[~fin & ~np.isnan(want)]).all(), exp
+        ulp = np.spacing(np.abs(rounded[fin]).astype(ml_dtypes.bfloat16)).astype(np.float64)
+        assert (np.abs(g[fin] - want[fin]) <= ulp).all(), exp
+        wide = np.zeros(2 * x.size, x.dtype)
+        wide[::2] = x
+        strided = np.empty_like(wide)
+        k(wide[::2], out=strided[1::2], params=params)
+        reversed_out = np.empty_like(x)
+        k(x[::-1], out=reversed_out, params=params)
+        np.testing.assert_array_equal(strided[1::2].view(np.uint16), got.view(np.uint16))
+        np.testing.assert_array_equal(reversed_out[::-1].view(np.uint16), got.view(np.uint16))
