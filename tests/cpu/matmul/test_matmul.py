@@ -448,3 +448,20 @@ def test_graph_grouped_matmul_heads_an_epilogue(rng):
     ref = matmul_reference(a, b) + bias
     np.testing.assert_allclose(plain, 0.5 * ref * (1 + np.tanh(np.sqrt(2 / np.pi) * (ref + 0.044715 * ref ** 3))),
                                rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("m, k, n", [(5, 7, 9), (3, 8, 8), (17, 300, 72), (8, 259, 131), (1, 2304, 64), (33, 513, 7)])
+def test_native_transposed_b_packs_the_same_values(m, k, n, rng):
+    """B as a weight's transposed view (w.T, a gradient's dY W^T) is packed by 8 x 8 register
+    transposes: the product has the bits of the same B copied contiguous, and is right."""
+    native = {kern.source: kern for kern in fk.bindings().alternatives(fk.OpKind.MATMUL, [fk.DType.F32] * 3,
+                                                                          fk.Backend.CPU)}["native"]
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    from_view, from_copy = np.empty((m, n), np.float32), np.empty((m, n), np.float32)
+    native(a, w.T, out=from_view)
+    native(a, np.ascontiguousarray(w.T), out=from_copy)
+    np.testing.assert_array_equal(from_view.view(np.uint32), from_copy.view(np.uint32))
+    want = a.astype(np.float64) @ w.T.astype(np.float64)
+    scale = np.abs(a).astype(np.float64) @ np.abs(w.T).astype(np.float64)
+    assert (np.abs(from_view - want) <= 2.0 ** -24 * (k + 2) * scale).all()
