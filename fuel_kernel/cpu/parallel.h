@@ -60,6 +60,18 @@ enum {
 #define FK_SPLIT_GRAIN 32768               /* elements (element-visits for reductions) per task */
 #define FK_SPLIT_FLOPS (4.0 * 1024 * 1024)  /* flops per task below which compute ops stay whole */
 #define FK_SPLIT_TASKS 32                  /* compute ops cut blocks finer until this many tasks */
+/* A float MATMUL (and FUSED_LINEAR) of at least this many rows and FK_SPLIT_FLOPS of work runs on
+ * the pool itself, A and B packed once into panels its tasks share (gemm_core.h.in,
+ * fk_gemm_shared_*), while those panels fit FK_GEMM_SHARED_MAX elements; FK_SPLIT_MATMUL then
+ * leaves such a call whole.  Fewer rows stream B (matmul_kernels.h.in, FK_MM_FEW_ROWS) and keep
+ * the blocks below. */
+#define FK_GEMM_SHARED_MIN_ROWS 8
+#define FK_GEMM_SHARED_MAX ((int64_t)1 << 26)       /* elements: 256 MB of F32 panels */
+static inline int fk_gemm_shared_fits(int64_t rows, int64_t n, int64_t k, int b_prepacked) {
+    double a = ((double)rows + 16.0) * (double)k, b = b_prepacked ? 0.0 : (double)k * ((double)n + 32.0);
+    return rows >= FK_GEMM_SHARED_MIN_ROWS && 2.0 * (double)rows * (double)n * (double)k >= 2 * FK_SPLIT_FLOPS &&
+           a + b <= (double)FK_GEMM_SHARED_MAX;
+}
 
 typedef struct {
     fk_kernel_fn kernel;
@@ -300,6 +312,17 @@ static int64_t fk_split_plan(fk_split *s) {
         kk = A->shape[A->ndim - 1];
         if (A->shape[A->ndim - 2] != m || B->shape[B->ndim - 1] != nn || B->shape[B->ndim - 2] != kk) return 1;
         if (2.0 * (double)numel * (double)kk < 2 * FK_SPLIT_FLOPS) return 1;
+        {
+            int dt = s->inputs[0].dtype;
+            int64_t rows = m;
+            if (s->params->kind == FK_PARAMS_MATMUL && s->params->u.matmul.m_compute.kind == FK_MATMUL_M_ROWS &&
+                s->params->u.matmul.m_compute.value < m)
+                rows = s->params->u.matmul.m_compute.value;
+            /* the float engine runs each product whole on the pool with shared panels */
+            if ((dt == FK_F16 || dt == FK_BF16 || dt == FK_F32 || dt == FK_F64 || dt == FK_F8E4M3 ||
+                 dt == FK_F8E5M2) && fk_gemm_shared_fits(rows, nn, kk, s->inputs[1].dtype == FK_U8))
+                return 1;
+        }
         /* One thread runs the product whole: each block would pack its own A and B panels again
          * (at 128 x 768 x 768, 24 blocks repacked A 12 times: half the time).  Cutting C changes no
          * element's bits (gemm_core.h.in: fk_gemm_kstep_*), so this is the one rule that may look
