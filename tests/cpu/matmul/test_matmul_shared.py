@@ -126,3 +126,31 @@ def test_float8_products_same_bits_for_every_thread_count(output, rng):
     exp = 1.5 * matmul_reference(a, b)
     mag = 1.5 * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)))
     assert (np.abs(got.astype(np.float64) - exp) <= kernel.precision.max_rel * mag + 1e-300).all()
+
+
+@pytest.mark.parametrize("dtype", [D.F32, D.F64, D.BF16], ids=lambda d: d.short_name)
+def test_large_single_block_products_streamed_give_the_same_bits(dtype, rng):
+    """A C of 4 MB or more written in one K block goes to memory by non-temporal stores when its rows
+    start on 64-byte lines (gemm_core.h.in, FK_GEMM_STREAM): the same values as an offset C (plain
+    stores) on 1 and 3 threads, and right against the oracle.  BF16 rounds through a buffer and
+    never streams; it runs the same shape for the comparison."""
+    kernel = native(OP.MATMUL, [dtype] * 3)
+    m, k, n = (1100, 256, 1024) if dtype != D.F64 else (800, 128, 800)   # rows of 4096 and 6400 bytes
+    a = random_values((m, k), dtype, rng, False)
+    b = random_values((k, n), dtype, rng, False)
+    raw = np.zeros(m * n * dtype.numpy.itemsize + 64, np.uint8)
+    start = -raw.ctypes.data % 64
+    aligned = raw[start:start + m * n * dtype.numpy.itemsize].view(dtype.numpy).reshape(m, n)
+    assert aligned.ctypes.data % 64 == 0 and (aligned.nbytes >= 4 << 20 or dtype == D.BF16)
+    shifted_root = np.zeros(m * n + 1, dtype.numpy)
+    shifted = shifted_root[1:].reshape(m, n)                     # rows off the 64-byte lines: plain stores
+    results = []
+    for threads in (1, 3):
+        with fk.threads(threads):
+            kernel(a, b, out=aligned)
+            kernel(a, b, out=shifted)
+        results += [aligned.copy(), shifted.copy()]
+    assert all(r.tobytes() == results[0].tobytes() for r in results[1:])
+    exp = matmul_reference(a, b)
+    mag = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
+    assert (np.abs(results[0].astype(np.float64) - exp) <= kernel.precision.max_rel * mag + 1e-300).all()
