@@ -147,14 +147,17 @@ typedef long long fk_vm_q __attribute__((vector_size(16)));
 
 /* r = a OP b by the instruction TEMPLATE (output %0, first source %1, second %2) on x86-64, and
  * FK_VM_PICK_ASM: r = a CMP b ? a : b by x86's MAXPS / MINPS (the second source when either is NaN
- * or on ties; SEL elsewhere).  The constraints RC and BC let VEX forms write any register and read
+ * or on ties; SEL elsewhere); FK_VM_STREAM_ASM: a whole vector v to p (vector-aligned) by the
+ * non-temporal store TEMPLATE (output %0, v %1).  The constraints RC and BC let VEX forms write any register and read
  * b from memory (SSE's two-operand forms write %0 before reading %2, and would need b aligned). */
 #if defined(__x86_64__)
 #define FK_VM_FIRST_SOURCE(TEMPLATE, RC, BC, r, a, b, OP) __asm__(TEMPLATE : RC(r) : "x"(a), BC(b))
 #define FK_VM_PICK_ASM(TEMPLATE, RC, BC, r, a, b, SEL) __asm__(TEMPLATE : RC(r) : "x"(a), BC(b))
+#define FK_VM_STREAM_ASM(TEMPLATE, p, v) __asm__(TEMPLATE : "=m"(*(p)) : "x"(v))
 #else
 #define FK_VM_FIRST_SOURCE(TEMPLATE, RC, BC, r, a, b, OP) ((r) = (a)OP(b))
 #define FK_VM_PICK_ASM(TEMPLATE, RC, BC, r, a, b, SEL) ((r) = SEL)
+#define FK_VM_STREAM_ASM(TEMPLATE, p, v) memcpy((p), &(v), sizeof(v))
 #endif
 
 /* One form: FK_VM_FORM(name suffix, ISA attribute, element type, its same-width integer, vector
@@ -164,7 +167,7 @@ typedef long long fk_vm_q __attribute__((vector_size(16)));
  * block; NULL: left in the staging block), through *dr where out[s] is 16-byte aligned (the
  * staging block then alternates with the one at src->p[s] ^ flip[s]; src->p[s] is left at the
  * one the next block computes into), else copied at once. */
-#define FK_VM_FORM(SUF, ATTR, T, IT, VB, RC, BC, ADD_ASM, MUL_ASM, MAX_ASM, MIN_ASM)                                            \
+#define FK_VM_FORM(SUF, ATTR, T, IT, VB, RC, BC, ADD_ASM, MUL_ASM, MAX_ASM, MIN_ASM, STREAM_ASM)                                            \
     typedef T fk_vm_v_##SUF __attribute__((vector_size(VB)));                                       \
     typedef IT fk_vm_i_##SUF __attribute__((vector_size(VB)));                                      \
     ATTR static inline __attribute__((always_inline)) fk_vm_v_##SUF fk_vm_ld_##SUF(const char *p) {  \
@@ -182,6 +185,10 @@ typedef long long fk_vm_q __attribute__((vector_size(16)));
             memcpy(&part, (const char *)&v + 16 * h, 16);                                            \
             FK_VM_STREAM_16(p + 16 * h, part);                                                       \
         }                                                                                            \
+    }                                                                                                \
+    /* v to p (VB-byte aligned) by one non-temporal store */                                         \
+    ATTR static inline __attribute__((always_inline)) void fk_vm_stream_wide_##SUF(char *p, fk_vm_v_##SUF v) { \
+        FK_VM_STREAM_ASM(STREAM_ASM, (fk_vm_v_##SUF *)p, v);                                         \
     }                                                                                                \
     ATTR static inline __attribute__((always_inline)) fk_vm_i_##SUF fk_vm_bits_##SUF(fk_vm_v_##SUF v) { \
         return (fk_vm_i_##SUF)v;                                                                     \
@@ -224,7 +231,8 @@ typedef long long fk_vm_q __attribute__((vector_size(16)));
      * next step reads never touches memory.  The steps are threaded code: each is its handler's     \
      * address and its source's block, found once per block, and each handler jumps to the next     \
      * (one indirect jump per step, from its own site).  A STORE into a slot of `direct` goes to     \
-     * to[slot] by non-temporal stores.  Lines [lo, hi) of *dr drain a share before each strip. */   \
+     * to[slot] by non-temporal stores (whole vectors where to[slot] is vector-aligned, as the     \
+     * plan's outputs are).  Lines [lo, hi) of *dr drain a share before each strip. */   \
     ATTR static __attribute__((noinline)) void fk_vm_chain_##SUF(                                   \
             const fk_plan_vm *vm, const fk_vm_insn *in, const fk_vm_sources *at, const fk_vm_drain *dr, \
             int64_t lo, int64_t hi, const int *ahead, int n_ahead, uint32_t direct, char *const *to) { \
@@ -245,7 +253,8 @@ typedef long long fk_vm_q __attribute__((vector_size(16)));
         for (int i = 0; i < in->n_steps; i++) {                                                      \
             const int arg = first[i].arg;                                                            \
             const int streamed = first[i].code == FK_VM_STEP_CODE(FK_VM_STORE, 0) && ((direct >> arg) & 1u); \
-            thread[i].handler = streamed ? &&fk_vm_STREAM : handler[first[i].code];                  \
+            const int wide = streamed && ((uintptr_t)to[arg] & (VB - 1)) == 0;                       \
+            thread[i].handler = wide ? &&fk_vm_STREAM_WIDE : streamed ? &&fk_vm_STREAM : handler[first[i].code]; \
             thread[i].p = streamed ? to[arg] : at->p[arg];                                           \
         }                                                                                            \
         thread[in->n_steps].handler = &&fk_vm_END;                                                   \
@@ -267,6 +276,9 @@ typedef long long fk_vm_q __attribute__((vector_size(16)));
             FK_VM_NEXT                                                                               \
         fk_vm_STREAM:                                                                                \
             FK_VM_STRIP_STREAM(SUF, p)                                                               \
+            FK_VM_NEXT                                                                               \
+        fk_vm_STREAM_WIDE:                                                                           \
+            FK_VM_STRIP_STREAM_WIDE(SUF, p)                                                          \
             FK_VM_NEXT                                                                               \
             FK_VM_BINARY_STEPS(SUF, FK_VM_ADD, fk_vm_add_##SUF(a, b))                                \
             FK_VM_BINARY_STEPS(SUF, FK_VM_SUB, a - b)                                                \
@@ -356,6 +368,11 @@ typedef long long fk_vm_q __attribute__((vector_size(16)));
     FK_VM_STREAM_LANE(SUF, 0, p) FK_VM_STREAM_LANE(SUF, 1, p) FK_VM_STREAM_LANE(SUF, 2, p)           \
     FK_VM_STREAM_LANE(SUF, 3, p) FK_VM_STREAM_LANE(SUF, 4, p) FK_VM_STREAM_LANE(SUF, 5, p)           \
     FK_VM_STREAM_LANE(SUF, 6, p) FK_VM_STREAM_LANE(SUF, 7, p)
+#define FK_VM_STREAM_WIDE_LANE(SUF, K, p) fk_vm_stream_wide_##SUF((p) + (K) * (int64_t)sizeof(fk_vm_v_##SUF), acc##K);
+#define FK_VM_STRIP_STREAM_WIDE(SUF, p)                                                              \
+    FK_VM_STREAM_WIDE_LANE(SUF, 0, p) FK_VM_STREAM_WIDE_LANE(SUF, 1, p) FK_VM_STREAM_WIDE_LANE(SUF, 2, p) \
+    FK_VM_STREAM_WIDE_LANE(SUF, 3, p) FK_VM_STREAM_WIDE_LANE(SUF, 4, p) FK_VM_STREAM_WIDE_LANE(SUF, 5, p) \
+    FK_VM_STREAM_WIDE_LANE(SUF, 6, p) FK_VM_STREAM_WIDE_LANE(SUF, 7, p)
 #define FK_VM_STRIP_STORE(SUF, p)                                                                    \
     FK_VM_STORE_LANE(SUF, 0, p) FK_VM_STORE_LANE(SUF, 1, p) FK_VM_STORE_LANE(SUF, 2, p)              \
     FK_VM_STORE_LANE(SUF, 3, p) FK_VM_STORE_LANE(SUF, 4, p) FK_VM_STORE_LANE(SUF, 5, p)              \
@@ -382,18 +399,18 @@ typedef void fk_vm_blocks_fn(const fk_plan_vm *vm, fk_vm_sources *src, const int
 
 /* the baseline's two-operand SSE forms write their first source (tied to the output) */
 FK_VM_FORM(f32_base, , float, int32_t, 16, "=&x", "x", "movaps %1, %0\n\taddps %2, %0", "movaps %1, %0\n\tmulps %2, %0",
-           "movaps %1, %0\n\tmaxps %2, %0", "movaps %1, %0\n\tminps %2, %0")
+           "movaps %1, %0\n\tmaxps %2, %0", "movaps %1, %0\n\tminps %2, %0", "movntps %1, %0")
 FK_VM_FORM(f64_base, , double, int64_t, 16, "=&x", "x", "movapd %1, %0\n\taddpd %2, %0", "movapd %1, %0\n\tmulpd %2, %0",
-           "movapd %1, %0\n\tmaxpd %2, %0", "movapd %1, %0\n\tminpd %2, %0")
+           "movapd %1, %0\n\tmaxpd %2, %0", "movapd %1, %0\n\tminpd %2, %0", "movntpd %1, %0")
 #if FK_HAVE_ISA_V4
 FK_VM_FORM(f32_v3, FK_ISA_V3, float, int32_t, 32, "=x", "xm", "vaddps %2, %1, %0", "vmulps %2, %1, %0",
-           "vmaxps %2, %1, %0", "vminps %2, %1, %0")
+           "vmaxps %2, %1, %0", "vminps %2, %1, %0", "vmovntps %1, %0")
 FK_VM_FORM(f64_v3, FK_ISA_V3, double, int64_t, 32, "=x", "xm", "vaddpd %2, %1, %0", "vmulpd %2, %1, %0",
-           "vmaxpd %2, %1, %0", "vminpd %2, %1, %0")
+           "vmaxpd %2, %1, %0", "vminpd %2, %1, %0", "vmovntpd %1, %0")
 FK_VM_FORM(f32_v4, FK_ISA_V4, float, int32_t, 64, "=x", "xm", "vaddps %2, %1, %0", "vmulps %2, %1, %0",
-           "vmaxps %2, %1, %0", "vminps %2, %1, %0")
+           "vmaxps %2, %1, %0", "vminps %2, %1, %0", "vmovntps %1, %0")
 FK_VM_FORM(f64_v4, FK_ISA_V4, double, int64_t, 64, "=x", "xm", "vaddpd %2, %1, %0", "vmulpd %2, %1, %0",
-           "vmaxpd %2, %1, %0", "vminpd %2, %1, %0")
+           "vmaxpd %2, %1, %0", "vminpd %2, %1, %0", "vmovntpd %1, %0")
 /* fk_vm_blocks_f32 / _f64: the widest form the CPU runs */
 #define FK_VM_PICK(T)                                                                                \
     FK_ISA_PICK(fk_vm_blocks_##T, (const fk_plan_vm *vm, fk_vm_sources *src, const int64_t *step,     \
