@@ -4,7 +4,7 @@
 #define FUEL_KERNEL_CORE_SCRATCH_H
 #include <stddef.h>
 
-#define FK_SCRATCH_KEEP_MAX ((size_t)32 << 20)   /* the largest block a thread keeps: 32 MiB */
+#define FK_SCRATCH_KEEP_MAX ((size_t)64 << 20)   /* the largest block a thread keeps: 64 MiB */
 
 void *fk_scratch_alloc(size_t bytes);            /* NULL with FK_ERR_NO_MEMORY set on failure */
 void fk_scratch_free(void *p);
