@@ -148,8 +148,9 @@ typedef long long fk_vm_q __attribute__((vector_size(16)));
 /* r = a OP b by the instruction TEMPLATE (output %0, first source %1, second %2) on x86-64, and
  * FK_VM_PICK_ASM: r = a CMP b ? a : b by x86's MAXPS / MINPS (the second source when either is NaN
  * or on ties; SEL elsewhere); FK_VM_STREAM_ASM: a whole vector v to p (vector-aligned) by the
- * non-temporal store TEMPLATE (output %0, v %1).  The constraints RC and BC let VEX forms write any register and read
- * b from memory (SSE's two-operand forms write %0 before reading %2, and would need b aligned). */
+ * non-temporal store TEMPLATE (output %0, v %1).  The constraints RC and BC let VEX forms write
+ * any register and read b from memory (SSE's two-operand forms write %0 before reading %2, and
+ * would need b aligned). */
 #if defined(__x86_64__)
 #define FK_VM_FIRST_SOURCE(TEMPLATE, RC, BC, r, a, b, OP) __asm__(TEMPLATE : RC(r) : "x"(a), BC(b))
 #define FK_VM_PICK_ASM(TEMPLATE, RC, BC, r, a, b, SEL) __asm__(TEMPLATE : RC(r) : "x"(a), BC(b))
@@ -231,8 +232,8 @@ typedef long long fk_vm_q __attribute__((vector_size(16)));
      * next step reads never touches memory.  The steps are threaded code: each is its handler's     \
      * address and its source's block, found once per block, and each handler jumps to the next     \
      * (one indirect jump per step, from its own site).  A STORE into a slot of `direct` goes to     \
-     * to[slot] by non-temporal stores (whole vectors where to[slot] is vector-aligned, as the     \
-     * plan's outputs are).  Lines [lo, hi) of *dr drain a share before each strip. */   \
+     * to[slot] by non-temporal stores (whole vectors where to[slot] is vector-aligned, as the      \
+     * plan's outputs are).  Lines [lo, hi) of *dr drain a share before each strip. */               \
     ATTR static __attribute__((noinline)) void fk_vm_chain_##SUF(                                   \
             const fk_plan_vm *vm, const fk_vm_insn *in, const fk_vm_sources *at, const fk_vm_drain *dr, \
             int64_t lo, int64_t hi, const int *ahead, int n_ahead, uint32_t direct, char *const *to) { \

@@ -8,7 +8,7 @@
  * two are freed) turns a steady run of calls into no allocations at all.  The limit is 64 MiB: the
  * shared GEMM panels of a 2048 x 2048 x 2048 F32 product are 32 MiB and a line, and under a 32 MiB
  * limit every call faulted them in afresh: the packing job took 4.1-4.9 ms of a 16-18 ms call on
- * 16 threads, and 7.3-8.7 ms on 2 threads where 2.4-2.7 ms once the block is kept.
+ * 16 threads, and 7.3-8.7 ms on 2 threads (2.4-2.7 ms once the block is kept).
  *
  * The rules: a block from fk_scratch_alloc may be given back with fk_scratch_free or with plain
  * free() (it is an ordinary posix_memalign block; free() just skips the keeping).  A kept block is
