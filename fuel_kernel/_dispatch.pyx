@@ -65,6 +65,7 @@ cdef extern from "table.h" nogil:
     const char *fk_backend_name(int backend)
 
 cdef extern from "pool.h" nogil:
+    int fk_parallel_for(int64_t n_tasks, fk_task_fn fn, void *context)
     int fk_get_num_threads()
     int fk_set_num_threads(int n)
     int fk_affinity_cpus()
@@ -1539,6 +1540,38 @@ def _workers_started():
 def _parallel_calls():
     """How many times kernels have cut a call into several tasks, in this process so far."""
     return fk_pool_calls()
+
+
+cdef extern from *:
+    """
+    static void fk_pool_probe_task(void *context, int64_t task) {
+        __atomic_fetch_add((int64_t *)context + task, 1, __ATOMIC_RELAXED);
+    }
+    static inline int64_t fk_pool_probe_runs(const int64_t *counts, int64_t task) {
+        return __atomic_load_n(counts + task, __ATOMIC_RELAXED);
+    }
+    """
+    void fk_pool_probe_task(void *context, int64_t task) noexcept nogil
+    int64_t fk_pool_probe_runs(const int64_t *counts, int64_t task) nogil
+
+
+def _pool_task_runs(sizes):
+    """Run one pool job per entry of `sizes` (its task count), each task counting its own runs;
+    returns how many tasks ran other than exactly once, over all the jobs (the pool's tests)."""
+    cdef int64_t n, t, wrong = 0
+    cdef int64_t *counts
+    for n in sizes:
+        if n < 1 or n > (1 << 24):
+            raise ValueError(f"a job of 1 to 2**24 tasks, got {n}")
+        counts = <int64_t *>calloc(n, sizeof(int64_t))
+        if counts == NULL:
+            raise MemoryError()
+        with nogil:
+            fk_parallel_for(n, fk_pool_probe_task, counts)
+        for t in range(n):
+            wrong += fk_pool_probe_runs(counts, t) != 1
+        free(counts)
+    return wrong
 
 
 # ---- diagnostics ----------------------------------------------------------------------------------

@@ -11,14 +11,17 @@
  * on the thread count (fuel_kernel/cpu/parallel.h does).  The caller runs tasks too.
  *
  * Jobs.  A job is published by filling the job fields and then bumping `generation` (which the
- * sleeping workers wait on).  Tasks are claimed from one 64-bit word holding (job number, next
- * task) by compare-and-swap, so a worker that wakes late, after its job is over, can never claim a
- * task of the next job by mistake: its swap names the old job and fails.  The caller waits only
- * for the job's tasks to finish (`remaining`), never for every worker to show up, so one worker
- * that the OS has not scheduled yet costs nothing.  Job fields change only after every task of
- * the job is finished, and a task is claimed only while unfinished, so a claimed task always reads
- * its own job's fields.  Workers spin briefly between jobs (a plan calls kernels back to back) and
- * then sleep on a condition variable.
+ * sleeping workers wait on).  Tasks are claimed from one 64-bit word holding (job number, tasks
+ * not yet claimed) by compare-and-swap, counting down: a worker that wakes late, after its job is
+ * over, finds that count at 0 (or the next job's number) and claims nothing.  It reads no job
+ * field before its swap succeeds: the fields of an exhausted job may already be the next job's
+ * (an earlier form compared the claimed index with the next job's task count, so a late worker
+ * could run a task of the next job under the old job's number; that task ran twice and `remaining`
+ * went below 0, and the caller waited for ever).  A successful swap means the job still had an
+ * unclaimed task, so it is not over and its fields are still its own.  The caller waits only for
+ * the job's tasks to finish (`remaining`), never for every worker to show up, so one worker that
+ * the OS has not scheduled yet costs nothing.  Workers spin briefly between jobs (a plan calls
+ * kernels back to back) and then sleep on a condition variable.
  *
  * Sharing.  One job runs at a time.  A second Python thread that calls a kernel while the pool is
  * busy, and a task that itself calls a kernel, run their tasks serially on their own thread:
@@ -39,14 +42,14 @@
 #include "pool.h"
 
 #define FK_POOL_SPIN 20000                /* pause iterations before a worker or waiter sleeps */
-#define FK_POOL_MAX_TASKS ((int64_t)1 << 31)   /* a job's task index fits the claim word's low half */
+#define FK_POOL_MAX_TASKS ((int64_t)1 << 31)   /* a job's task count fits the claim word's low half */
 
 /* The three words every thread touches live on cache lines of their own: the spinning workers
  * read `generation` without end, and each task claims through `claim` and finishes through
  * `remaining`; sharing a line would make every claim evict it from every spinning core. */
 typedef struct {
     _Alignas(64) atomic_uint_fast64_t generation;   /* bumped once per job: sleepers wait for it */
-    _Alignas(64) atomic_uint_fast64_t claim;        /* job number << 32 | next unclaimed task */
+    _Alignas(64) atomic_uint_fast64_t claim;        /* job number << 32 | tasks not yet claimed */
     _Alignas(64) atomic_int_fast64_t remaining;     /* tasks of the current job not yet finished */
     _Alignas(64) pthread_mutex_t lock;              /* guards sleeping, waking, starting workers */
     pthread_mutex_t busy;                 /* held by the thread whose job the pool is running */
@@ -76,20 +79,17 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-/* Claim and run tasks of job `job` until none is left. */
+/* Claim and run tasks of job `job` until none is left.  The job's fields are read only once a
+ * claim has succeeded (see "Jobs" above). */
 static void run_tasks(uint_fast64_t job) {
     uint_fast64_t word = atomic_load_explicit(&g_pool.claim, memory_order_acquire);
     for (;;) {
-        int64_t task = (int64_t)(word & 0xffffffffu);
-        fk_task_fn fn;
-        void *context;
-        if ((word >> 32) != (job & 0xffffffffu) || task >= g_pool.n_tasks) return;
-        fn = g_pool.fn;
-        context = g_pool.context;
-        if (!atomic_compare_exchange_weak_explicit(&g_pool.claim, &word, word + 1, memory_order_acq_rel,
+        int64_t left = (int64_t)(word & 0xffffffffu);
+        if ((word >> 32) != (job & 0xffffffffu) || left == 0) return;
+        if (!atomic_compare_exchange_weak_explicit(&g_pool.claim, &word, word - 1, memory_order_acq_rel,
                                                    memory_order_acquire))
             continue;                     /* `word` now holds the current value: look again */
-        fn(context, task);
+        g_pool.fn(g_pool.context, g_pool.n_tasks - left);
         /* seq_cst with the waiter's flag store and `remaining` load: one of the two sees the other */
         if (atomic_fetch_sub(&g_pool.remaining, 1) == 1 && atomic_load(&g_pool.sleeping_waiter)) {
             pthread_mutex_lock(&g_pool.lock);
@@ -208,7 +208,7 @@ int fk_parallel_for(int64_t n_tasks, fk_task_fn fn, void *context) {
     g_pool.n_tasks = n_tasks;
     atomic_store_explicit(&g_pool.remaining, n_tasks, memory_order_relaxed);
     atomic_store_explicit(&g_pool.n_working, threads - 1, memory_order_relaxed);
-    atomic_store_explicit(&g_pool.claim, (job & 0xffffffffu) << 32, memory_order_release);
+    atomic_store_explicit(&g_pool.claim, (job & 0xffffffffu) << 32 | (uint_fast64_t)n_tasks, memory_order_release);
     pthread_mutex_lock(&g_pool.lock);     /* a worker between its check and its wait sees this */
     atomic_store_explicit(&g_pool.generation, job, memory_order_release);
     pthread_cond_broadcast(&g_pool.wake);

@@ -91,6 +91,36 @@ def test_child_process_after_fork_runs_threaded_kernels():
     assert answer == b"1"
 
 
+POOL_JOBS = """
+import fuel_kernel as fk
+from fuel_kernel import _dispatch
+import numpy as np
+rng = np.random.default_rng(5)
+wrong = 0
+with fk.threads(16):                  # more threads than cores: workers wake late, mid-publication
+    for _ in range(1500):
+        sizes = np.stack([rng.integers(2, 8, 100), rng.integers(16, 200, 100)], 1).ravel()
+        wrong += _dispatch._pool_task_runs(sizes.tolist())
+print(wrong)
+"""
+
+
+def test_every_pool_task_runs_exactly_once_and_the_caller_returns():
+    """300,000 jobs on 16 threads, a few tasks then many: each task runs once and every job ends.
+    A worker that woke late for a finished job once read the next job's task count before
+    claiming, ran one of its tasks under the old job's number (twice in all), and left the
+    caller waiting for ever on a count below zero: the run here hung within a few seconds."""
+    try:
+        result = subprocess.run([sys.executable, "-c", POOL_JOBS], capture_output=True, text=True,
+                                cwd=os.getcwd(), timeout=240)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a pool job never finished")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "0", "tasks ran other than once"
+    with pytest.raises(ValueError):
+        _dispatch._pool_task_runs([0])
+
+
 def test_python_threads_share_the_pool():
     rng = np.random.default_rng(0)
     a = rng.standard_normal((384, 256)).astype(np.float32)
