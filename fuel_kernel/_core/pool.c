@@ -139,7 +139,8 @@ static void reset_after_fork(void) {
 static void register_atfork(void) { pthread_atfork(NULL, NULL, reset_after_fork); }
 
 /* Start workers until `wanted` run (fewer if the system refuses threads); called holding busy.
- * A new worker starts having seen the current generation: it joins the next job. */
+ * A new worker starts having seen no job: it looks at once at the latest one, which the caller is
+ * about to replace (a finished job has no task left to claim), then waits for the next. */
 static int ensure_workers(int wanted) {
     pthread_once(&g_atfork_once, register_atfork);
     if (wanted > FK_POOL_MAX_THREADS - 1) wanted = FK_POOL_MAX_THREADS - 1;
