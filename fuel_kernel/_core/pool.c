@@ -28,7 +28,8 @@
  * never a deadlock, never more threads than the setting.
  *
  * fork().  A child process has none of its parent's workers: an atfork handler resets the pool to
- * "no workers started" with fresh locks, and the child starts its own on its first large call.
+ * "no workers started" with fresh locks and no job open (one forked in the middle of another
+ * thread's job is closed), and the child starts its own workers on its first large call.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE                       /* sched_getaffinity, CPU_COUNT */
@@ -133,6 +134,10 @@ static void reset_after_fork(void) {
     g_pool.n_started = 0;
     atomic_store(&g_pool.n_working, 0);
     atomic_store(&g_pool.sleeping_waiter, 0);
+    /* a job another thread of the parent was running has no thread here to finish it: close it, so
+     * that the child's first workers (which look at the latest job as they start) claim nothing */
+    atomic_store(&g_pool.claim, (atomic_load(&g_pool.generation) & 0xffffffffu) << 32);
+    atomic_store(&g_pool.remaining, 0);
     tls_in_job = 0;
 }
 

@@ -121,6 +121,50 @@ def test_every_pool_task_runs_exactly_once_and_the_caller_returns():
         _dispatch._pool_task_runs([0])
 
 
+def test_a_child_forked_during_a_pool_job_runs_its_own_jobs():
+    """fork() while another thread runs pool jobs: the child starts with none of the parent's
+    workers, and its own jobs run each task once and return (the parent's job in flight is closed
+    in the child, so the child's new workers cannot claim one of its tasks)."""
+    import signal
+    import time
+    stop = threading.Event()
+
+    def busy():
+        with fk.threads(4):
+            while not stop.is_set():
+                _dispatch._pool_task_runs([200] * 20)
+
+    worker = threading.Thread(target=busy)
+    worker.start()
+    failures = []
+    try:
+        for _ in range(20):
+            time.sleep(0.01)
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    if _dispatch._workers_started() != 0:     # the parent's workers are not here
+                        os._exit(3)
+                    with fk.threads(4):
+                        os._exit(0 if _dispatch._pool_task_runs([64] * 200) == 0 else 1)
+                finally:
+                    os._exit(2)
+            deadline = time.monotonic() + 60
+            while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            if done[0] == 0:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                failures.append("hung")
+            elif os.waitstatus_to_exitcode(done[1]) != 0:
+                failures.append(os.waitstatus_to_exitcode(done[1]))
+    finally:
+        stop.set()
+        worker.join(timeout=120)
+    assert not failures, ("children that failed (1: a task ran other than once, 3: it counted "
+                          f"the parent's workers): {failures}")
+
+
 def test_python_threads_share_the_pool():
     rng = np.random.default_rng(0)
     a = rng.standard_normal((384, 256)).astype(np.float32)
