@@ -2225,11 +2225,10 @@ def _nf4_matmul(inputs, params, out_dtype, out_shape):
     skip_infinite_values(values)
     return Accumulated(to(values, out_dtype), magnitude, max(k, 1))
 # ---- state-space models: CAUSAL_CONV1D, SELECTIVE_SCAN, SSD_CHUNK_SCAN (accumulate) --------------
+@_at_infinity
 def silu(a):
-    """a / (1 + exp(-a)), the form the kernels evaluate, with silu(-inf) = -0 (the limit, as the
-    kernels and the SILU op give it)."""
-    with np.errstate(all="ignore"):
-        return np.where(a == -np.inf, -0.0, a / (1 + np.exp(-a))).astype(a.dtype)
+    """a / (1 + exp(-a)), the form the kernels evaluate; -0 at -inf, as the kernels and the SILU op."""
+    return a / (1 + np.exp(-a))
 
 
 def causal_conv1d(x, w, bias, activation="none"):

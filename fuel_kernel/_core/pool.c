@@ -137,7 +137,6 @@ static void reset_after_fork(void) {
     /* a job another thread of the parent was running has no thread here to finish it: close it, so
      * that the child's first workers (which look at the latest job as they start) claim nothing */
     atomic_store(&g_pool.claim, (atomic_load(&g_pool.generation) & 0xffffffffu) << 32);
-    atomic_store(&g_pool.remaining, 0);
     tls_in_job = 0;
 }
 

@@ -8,9 +8,11 @@ into several blocks).  Each binding runs one large case per layout in LAYOUTS (i
 round-robin over the bindings of an op), through the fuzz suite's checker (tests/fuzzing.py).
 """
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -125,8 +127,6 @@ def test_a_child_forked_during_a_pool_job_runs_its_own_jobs():
     """fork() while another thread runs pool jobs: the child starts with none of the parent's
     workers, and its own jobs run each task once and return (the parent's job in flight is closed
     in the child, so the child's new workers cannot claim one of its tasks)."""
-    import signal
-    import time
     stop = threading.Event()
 
     def busy():
