@@ -481,27 +481,50 @@ FK_VM_INLINE float fk_fast_powif(float x, int32_t n) {
 
 /* x ** n for 3 <= n <= FK_POWI_SMALL_MAX by binary powering with the running power in two floats,
  * straight on x (fk_powi_small runs it on x's mantissa).  For x = 0 or 2^-9 <= |x| <= 2^9 every product and error
- * term stays normal (|x^n| <= 2^72, error terms >= 2^-122), so the error-free steps are exact and the
- * one rounding gives fk_powi_small's bound (<= 0.5 ulp plus the low part's own rounding); a zero
- * keeps the sign of its product. */
+ * term stays normal (|x^n| <= 2^72, error terms >= 2^-122), so the error-free steps are exact.  The
+ * last step (a product, or a squaring when n is a power of two) is one fma of the high parts plus
+ * the low terms, so the result rounds once: <= 0.5 ulp plus the low terms' own rounding.  Terms of
+ * a low part still exactly zero are left out (bl before the first squaring, rl before the first
+ * product): a signed zero added to a nonzero or +0 sum changes no bit.  A zero x gives the zero
+ * of its power's sign (fk_powi_zero: the steps' signed zeros would lose it for some n, as -0 ** 7). */
 #define FK_POWI_DIRECT_MIN 0x3B000000u                          /* 2^-9 as bits */
 #define FK_POWI_DIRECT_MAX 0x44000000u                          /* 2^9 */
-FK_VM_INLINE float fk_powi_direct(float x, int n) {
-    float bh = x, bl = 0.0f, rh = 1.0f, rl = 0.0f;
+FK_VM_INLINE float fk_powi_direct_nonzero(float x, int n) {
+    float bh = x, bl = 0.0f, rh = 0.0f, rl = 0.0f;
+    int started = 0, bl_zero = 1, rl_zero = 1;
 #pragma GCC unroll 4
     for (int bit = 0; bit < 4; bit++) {
+        int rest = n >> (bit + 1);                              /* the bits above this one */
         if ((n >> bit) & 1) {
-            float ph = rh * bh;
-            rl = fmaf(rh, bh, -ph) + (rh * bl + rl * bh);
-            rh = ph;
+            if (!started) {
+                rh = bh;
+                rl = bl;
+                rl_zero = bl_zero;
+                started = 1;
+            } else {
+                float low = rl_zero ? rh * bl : rh * bl + rl * bh;
+                if (rest == 0) return fmaf(rh, bh, low);
+                float ph = rh * bh;
+                rl = fmaf(rh, bh, -ph) + low;
+                rl_zero = 0;
+                rh = ph;
+            }
         }
-        if (n >> (bit + 1)) {
+        if (rest) {
+            float bb = 2.0f * bh * bl;
+            if (rest == 1 && !started) return bl_zero ? bh * bh : fmaf(bh, bh, bb);   /* n = 2^(bit+1) */
             float sh = bh * bh;
-            bl = fmaf(bh, bh, -sh) + 2.0f * bh * bl;
+            bl = bl_zero ? fmaf(bh, bh, -sh) : fmaf(bh, bh, -sh) + bb;
+            bl_zero = 0;
             bh = sh;
         }
     }
-    return rh == 0.0f ? rh : rh + rl;
+    return rh + rl;                                             /* not reached for n in [3, 15] */
+}
+/* +-0 ** n: x itself for an odd n, else +0 */
+FK_VM_INLINE float fk_powi_zero(float x, int n) { return (n & 1) ? x : 0.0f; }
+FK_VM_INLINE float fk_powi_direct(float x, int n) {
+    return x == 0.0f ? fk_powi_zero(x, n) : fk_powi_direct_nonzero(x, n);
 }
 /* x ** n for a small positive n (a constant once inlined: the kernel picks one loop per n) where the
  * pow core would take a log and an exp.  x = m 2^e with 1 <= |m| < 2; m^n by binary powering with
@@ -777,48 +800,67 @@ FK_V4_INLINE __m512 fk_v4_gelu_erff(__m512 x) {
 }
 
 /* fk_powi_direct for a constant n in [3, FK_POWI_SMALL_MAX] on lanes it serves, none zero: the same
- * steps, less the product by the running power's initial 1 and the zero terms it adds (they change
- * no bit of a nonzero result) */
+ * steps (the low parts' zero terms left out, the last step one fma) */
 FK_V4_INLINE __m512 fk_v4_powi_direct(__m512 x, int n) {
     __m512 bh = x, bl = _mm512_setzero_ps(), rh = x, rl = bl;
-    int started = 0;
+    int started = 0, bl_zero = 1, rl_zero = 1;
 #pragma GCC unroll 4
     for (int bit = 0; bit < 4; bit++) {
+        int rest = n >> (bit + 1);
         if ((n >> bit) & 1) {
             if (!started) {
                 rh = bh;
                 rl = bl;
+                rl_zero = bl_zero;
                 started = 1;
             } else {
+                __m512 low = _mm512_mul_ps(rh, bl);
+                if (!rl_zero) low = _mm512_add_ps(low, _mm512_mul_ps(rl, bh));
+                if (rest == 0) return _mm512_fmadd_ps(rh, bh, low);
                 __m512 ph = _mm512_mul_ps(rh, bh);
-                rl = _mm512_add_ps(_mm512_fmsub_ps(rh, bh, ph), _mm512_add_ps(_mm512_mul_ps(rh, bl), _mm512_mul_ps(rl, bh)));
+                rl = _mm512_add_ps(_mm512_fmsub_ps(rh, bh, ph), low);
+                rl_zero = 0;
                 rh = ph;
             }
         }
-        if (n >> (bit + 1)) {
+        if (rest) {
+            __m512 bb = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(2.0f), bh), bl);
+            if (rest == 1 && !started) return bl_zero ? _mm512_mul_ps(bh, bh) : _mm512_fmadd_ps(bh, bh, bb);
             __m512 sh = _mm512_mul_ps(bh, bh);
-            bl = _mm512_add_ps(_mm512_fmsub_ps(bh, bh, sh), _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(2.0f), bh), bl));
+            bl = bl_zero ? _mm512_fmsub_ps(bh, bh, sh) : _mm512_add_ps(_mm512_fmsub_ps(bh, bh, sh), bb);
+            bl_zero = 0;
             bh = sh;
         }
     }
     return _mm512_add_ps(rh, rl);
 }
-/* fk_powi_small_row per vector instead of per chunk: a vector whose every lane is in
- * [2^-9, 2^9] takes fk_v4_powi_direct, any other fk_powi_small lane by lane (a zero too).  Each lane
- * gets the bits the portable row gives it (fk_powi_direct and fk_powi_small agree where the first
- * serves: the second runs the same steps on the mantissa, scaled exactly), and a vector needs one
- * pass instead of a check pass and a compute pass (POWI(3) in L2: 2.5x PyTorch's x*x*x before) */
+/* fk_powi_small_row per vector instead of per chunk: a vector whose every lane is 0 or in
+ * [2^-9, 2^9] takes fk_v4_powi_direct on x (zeros as fk_powi_zero), any other fk_powi_small's steps: the mantissa m (vgetmantps, to
+ * [1, 2) with x's sign; a zero or inf lane +-1, as the portable bit arithmetic gives), the exponent
+ * e (vgetexpps, subnormals included; -inf for a zero and +inf for inf, clamped like any e n), and
+ * m^n 2^(e n) by vscalefps, which rounds once where the portable two power-of-two factors do (the
+ * first is exact: 1 <= |m^n| < 256 and 2^(e n / 2) keeps the product normal or makes it overflow
+ * where the whole does).  Each lane gets the portable row's bits (fk_powi_direct and fk_powi_small
+ * agree where the first serves: the second runs the same steps on the mantissa, scaled exactly), one
+ * pass and no lane-by-lane code (POWI(3) in L2: 2.5x PyTorch's x*x*x before; a vector with a lane
+ * out of range, as a zero from a ReLU, went lane by lane, 10x the cost). */
 FK_V4_INLINE __mmask16 fk_v4_powi_direct_ok(__m512 v) {
     __m512i a = _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff));
     return _mm512_cmple_epu32_mask(_mm512_sub_epi32(a, _mm512_set1_epi32((int)FK_POWI_DIRECT_MIN)),
                                    _mm512_set1_epi32((int)(FK_POWI_DIRECT_MAX - FK_POWI_DIRECT_MIN)));
 }
 FK_V4_INLINE __m512 fk_v4_powi_small(__m512 v, int k) {
-    if (fk_v4_powi_direct_ok(v) == 0xFFFF) return fk_v4_powi_direct(v, k);
-    float t[16];
-    _mm512_storeu_ps(t, v);
-    for (int l = 0; l < 16; l++) t[l] = fk_powi_small(t[l], k);
-    return _mm512_loadu_ps(t);
+    __mmask16 ok = fk_v4_powi_direct_ok(v);
+    if (ok == 0xFFFF) return fk_v4_powi_direct(v, k);
+    __mmask16 zero = _mm512_fpclass_ps_mask(v, 0x02 | 0x04);
+    if ((__mmask16)(ok | zero) == 0xFFFF)
+        return _mm512_mask_mov_ps(fk_v4_powi_direct(v, k), zero, (k & 1) ? v : _mm512_setzero_ps());
+    __mmask16 zero_or_inf = _mm512_fpclass_ps_mask(v, 0x02 | 0x04 | 0x08 | 0x10);
+    __m512 m = _mm512_getmant_ps(v, _MM_MANT_NORM_1_2, _MM_MANT_SIGN_src);
+    m = _mm512_mask_mov_ps(m, zero_or_inf, fk_v4_copysign(_mm512_set1_ps(1.0f), v));
+    __m512 en = _mm512_mul_ps(_mm512_getexp_ps(v), _mm512_set1_ps((float)k));
+    en = _mm512_min_ps(_mm512_set1_ps(254.0f), _mm512_max_ps(_mm512_set1_ps(-252.0f), en));
+    return fk_v4_keep_nan(v, _mm512_scalef_ps(fk_v4_powi_direct(m, k), en));
 }
 FK_V4_INLINE void fk_v4_powi_small_row(const float *x, float *y, int64_t n, int k) {
     int64_t i = 0;
@@ -1121,16 +1163,13 @@ FK_V3_INLINE void fk_v3_gelu_erff_n(const __m256 *x, __m256 *y, const int N) {
 }
 FK_V3_ONE_AND_FOUR(gelu_erff)
 
-/* fk_v4_powi_direct's steps on 8 lanes, less the terms a low part still exactly zero adds (bl before
- * the first squaring, rl before the second product; bl_zero and rl_zero are constants once
- * unrolled).  Such a term is a signed zero added to a sum that is nonzero or +0 (an fma's exact
- * error that cancels is +0), so it changes no bit; and the lanes served have rh nonzero, so the
- * final rh + rl does not see a low part's sign either. */
+/* fk_powi_direct's steps on 8 lanes (as fk_v4_powi_direct) */
 FK_V3_INLINE __m256 fk_v3_powi_direct(__m256 x, int n) {
     __m256 bh = x, bl = _mm256_setzero_ps(), rh = x, rl = bl;
     int started = 0, bl_zero = 1, rl_zero = 1;
 #pragma GCC unroll 4
     for (int bit = 0; bit < 4; bit++) {
+        int rest = n >> (bit + 1);
         if ((n >> bit) & 1) {
             if (!started) {
                 rh = bh;
@@ -1138,38 +1177,45 @@ FK_V3_INLINE __m256 fk_v3_powi_direct(__m256 x, int n) {
                 rl_zero = bl_zero;
                 started = 1;
             } else {
+                __m256 low = _mm256_mul_ps(rh, bl);
+                if (!rl_zero) low = _mm256_add_ps(low, _mm256_mul_ps(rl, bh));
+                if (rest == 0) return _mm256_fmadd_ps(rh, bh, low);
                 __m256 ph = _mm256_mul_ps(rh, bh);
-                __m256 low = rl_zero ? _mm256_mul_ps(rh, bl)
-                                     : _mm256_add_ps(_mm256_mul_ps(rh, bl), _mm256_mul_ps(rl, bh));
                 rl = _mm256_add_ps(_mm256_fmsub_ps(rh, bh, ph), low);
                 rl_zero = 0;
                 rh = ph;
             }
         }
-        if (n >> (bit + 1)) {
+        if (rest) {
+            __m256 bb = _mm256_mul_ps(_mm256_mul_ps(fk_v3_set(2.0f), bh), bl);
+            if (rest == 1 && !started) return bl_zero ? _mm256_mul_ps(bh, bh) : _mm256_fmadd_ps(bh, bh, bb);
             __m256 sh = _mm256_mul_ps(bh, bh);
-            __m256 err = _mm256_fmsub_ps(bh, bh, sh);
-            bl = bl_zero ? err : _mm256_add_ps(err, _mm256_mul_ps(_mm256_mul_ps(fk_v3_set(2.0f), bh), bl));
+            bl = bl_zero ? _mm256_fmsub_ps(bh, bh, sh) : _mm256_add_ps(_mm256_fmsub_ps(bh, bh, sh), bb);
             bl_zero = 0;
             bh = sh;
         }
     }
     return _mm256_add_ps(rh, rl);
 }
-/* fk_v4_powi_small_row on 8 lanes: a vector whose every lane is in [2^-9, 2^9] takes
- * fk_v3_powi_direct, any other fk_powi_small lane by lane; the portable row's bits.  (The portable
+/* fk_v4_powi_small_row on 8 lanes: a vector whose every lane is 0 or in [2^-9, 2^9] takes
+ * fk_v3_powi_direct (zeros as fk_powi_zero), any other fk_powi_small lane by lane; the portable
+ * row's bits.  (The portable
  * row checks chunks of 256 in a pass of their own: POWI(3) in L2 ran 2.7x PyTorch's x*x*x that way
  * on a Zen 2 core.)  The range test is fk_powi_direct_ok's unsigned one, as a signed compare of
- * the biased difference. */
+ * the biased difference, or'd with a zero test. */
 FK_V3_INLINE int fk_v3_powi_direct_all(__m256 v) {
     __m256i a = _mm256_and_si256(_mm256_castps_si256(v), _mm256_set1_epi32(0x7fffffff));
     __m256i d = _mm256_xor_si256(_mm256_sub_epi32(a, _mm256_set1_epi32((int)FK_POWI_DIRECT_MIN)),
                                  _mm256_set1_epi32((int)0x80000000u));
     __m256i limit = _mm256_set1_epi32((int)((FK_POWI_DIRECT_MAX - FK_POWI_DIRECT_MIN) ^ 0x80000000u));
-    return _mm256_testz_si256(_mm256_cmpgt_epi32(d, limit), _mm256_cmpgt_epi32(d, limit));
+    __m256i out = _mm256_andnot_si256(_mm256_cmpeq_epi32(a, _mm256_setzero_si256()), _mm256_cmpgt_epi32(d, limit));
+    return _mm256_testz_si256(out, out);
 }
 FK_V3_INLINE __m256 fk_v3_powi_small(__m256 v, int k) {
-    if (fk_v3_powi_direct_all(v)) return fk_v3_powi_direct(v, k);
+    if (fk_v3_powi_direct_all(v)) {
+        __m256 zero = _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_EQ_OQ);
+        return _mm256_blendv_ps(fk_v3_powi_direct(v, k), (k & 1) ? v : _mm256_setzero_ps(), zero);
+    }
     float t[8];
     _mm256_storeu_ps(t, v);
     for (int l = 0; l < 8; l++) t[l] = fk_powi_small(t[l], k);
