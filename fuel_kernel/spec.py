@@ -920,7 +920,7 @@ CPU_KERNELS["conv"] += tuple(
 # ADD, MUL, MAXIMUM, MINIMUM on BOOL; key [T, T, T] (cpu/binary_kernels.h.in)
 CLAIMS["BINARY_HALF"] = Claim(0, "computed in F32, rounded once: correctly rounded")
 CLAIMS["BINARY_POW"] = Claim(1, "C pow; <= 1 ulp of the correctly rounded result")
-CLAIMS["BINARY_POW32"] = Claim(2, "vectorized exp2(y log2|x|) in two-float precision, C pow special cases")
+CLAIMS["BINARY_POW32"] = Claim(1, "vectorized exp2(y log2|x|) in F64, one rounding (<= 0.51 ulp), C pow specials")
 CLAIMS["BINARY_POW_HALF"] = Claim(1, "the F32 pow, rounded once")
 # POW: F32 computes in vecmath_f32.h, F16/BF16 through it; F64 is C pow; integers are exact
 _BINARY_POW = {d.name: ("EXACT" if d.kind != "float" else "BINARY_POW" if d.ctype == "double"
@@ -1049,7 +1049,7 @@ CLAIMS.update({
                                    "floats, R piecewise"),
     "UNARY_ERF_F32": Claim(1, "vectorized: piecewise polynomial, x + x p below 1, 1 - erfc above"),
     "UNARY_POWI_F32": Claim(1, "vectorized: exact for exp 1, 2, -1; two-float powers for 3..8; else "
-                               "two-float exp2(exp log2|x|)"),
+                               "exp2(exp log2|x|) in F64"),
     "UNARY_LIBM_F64": Claim(2, "C library in F64 (glibc documents <= 2 ulp for tanh, erf)"),
     "UNARY_COMPOSED_F64": Claim(4, "composed from C library calls in F64"),
     # The negative tail of GELU is ill-conditioned in its inner argument (relative error grows like
@@ -1311,9 +1311,12 @@ def check() -> None:
     check_kernel_tables()
 
 
+CLAIM_NOTES_MAX = 95          # fk_precision.notes holds FK_NOTES_LEN (96) bytes with the NUL
+
+
 def check_kernel_tables() -> None:
-    """Raise ValueError if a CPU kernel table names an unknown op, dtype or claim, or gives an op
-    a signature with the wrong operand count."""
+    """Raise ValueError if a CPU kernel table names an unknown op, dtype or claim, gives an op a
+    signature with the wrong operand count, or uses a claim whose notes the table would cut."""
     ops = {op.name: op for op in OPS}
     dtypes = set(ALL_DTYPES)
     for family, groups in CPU_KERNELS.items():
@@ -1322,6 +1325,9 @@ def check_kernel_tables() -> None:
             for claim in claims:
                 if claim not in CLAIMS:
                     raise ValueError(f"spec: CPU_KERNELS[{family!r}] names an unknown claim {claim!r}")
+                if len(CLAIMS[claim].notes.encode()) > CLAIM_NOTES_MAX:
+                    raise ValueError(f"spec: claim {claim!r} has notes longer than the table's "
+                                     f"{CLAIM_NOTES_MAX} bytes (fk_precision.notes would cut them)")
             for name in group.ops:
                 op = ops.get(name)
                 if op is None:

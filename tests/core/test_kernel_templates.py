@@ -91,6 +91,17 @@ def test_spec_check_refuses_a_bad_table(monkeypatch, bad, message):
         spec.check()
 
 
+def test_spec_check_refuses_claim_notes_the_table_would_cut(monkeypatch):
+    notes = "x" * (spec.CLAIM_NOTES_MAX + 1)
+    monkeypatch.setitem(spec.CLAIMS, "LONG_NOTES", spec.Claim(1, notes))
+    monkeypatch.setitem(spec.CPU_KERNELS, "bad", (
+        spec.KernelRows(("NEG",), spec.same(("F32",), 2), "fk_x", "LONG_NOTES", "c", "0"),))
+    with pytest.raises(ValueError, match="notes longer"):
+        spec.check()
+    monkeypatch.setitem(spec.CLAIMS, "LONG_NOTES", spec.Claim(1, notes[:-1]))
+    spec.check()
+
+
 def test_rendered_headers_are_fresh_and_untracked():
     if not imports_this_tree():
         pytest.skip(f"the rendered headers are build outputs of a source tree; this run tests the "
