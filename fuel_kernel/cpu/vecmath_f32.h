@@ -2,9 +2,10 @@
  * (tanh form), GELU (erf form), erf, rsqrt, pow and integer pow.  F16 and BF16 kernels call the
  * same functions on the widened value and round the F32 result once; F64 kernels use the C library.
  *
- * Every function is branch-free inline code (selects and table lookups, no calls; fmaf is one
- * instruction in the x86-64-v3/v4 builds and the exactly rounded C fmaf in the baseline build, so
- * every build returns the same bits), which GCC vectorizes inside the FK_MV_COMPUTE loops of
+ * Every function is branch-free inline code (selects and table lookups, no calls; fmaf and fma are
+ * one instruction in the x86-64-v3/v4 builds and the exactly rounded C functions in the baseline
+ * build, so every build returns the same bits; pow alone computes in F64 vectors, which its 1-ulp
+ * claim needs), which GCC vectorizes inside the FK_MV_COMPUTE loops of
  * elementwise_kernels.h (the table lookups of erf and GELU_ERF as gathers, so their baseline-build
  * loops stay scalar).
  * The one exception is sin/cos of |x| > FK_TRIG_FAST_MAX (rare): the kernels send those elements
@@ -383,80 +384,86 @@ FK_VM_INLINE float fk_fast_geluf(float x) {
 FK_VM_INLINE float fk_rsqrtf(float x) { return 1.0f / sqrtf(x); }
 
 /* ---- pow ------------------------------------------------------------------------------------------
- * |x|^y = 2^(y log2|x|) with log2|x| as a two-float value (relative error ~2^-40) and the product
- * y log2|x| carried in two floats into exp2, so the result's error stays near one ulp even when
- * y log2|x| is near +-150.
- * log: x = 2^e m, m in [sqrt(1/2), sqrt 2), f = m - 1, s = f / (2 + f) in two floats (the division
- * remainder is exact with fma), ln m = 2s + 2s^3/3 + s^5 Q(s^2) (Taylor to s^15: |s| < 0.172),
- * the first two terms in two floats; then times log2(e) in two floats and plus e (exact). */
-FK_VM_INLINE void fk_log2_dd(float x, float *hi, float *lo) {
-    int sub = x < 1.17549435e-38f;
-    float xs = sub ? x * 8388608.0f : x;
-    uint32_t t = fk_f32_bits(xs) - 0x3f3504f3u;
-    float e = (float)((int32_t)t >> 23) - (sub ? 23.0f : 0.0f);
-    float f = fk_bits_f32((t & 0x007fffffu) + 0x3f3504f3u) - 1.0f;
-    float dh = 2.0f + f, dl = f - (dh - 2.0f);                 /* 2 + f exactly */
-    float sh = f / dh;
-    float rem = fmaf(-sh, dh, f);
-    rem = fmaf(-sh, dl, rem);
-    float sl = rem * (0.5f - 0.5f * sh);                        /* 1/(2+f) = (1-s)/2; s = sh + sl */
-    float zh = sh * sh, zl = fmaf(sh, sh, -zh);
-    float s3h = zh * sh, s3l = fmaf(zh, sh, -s3h) + zl * sh;   /* sh^3 */
-    float q2 = 1.333333333e-01f;                                /* 2/15 */
-    q2 = fmaf(q2, zh, 1.538461538e-01f);
-    q2 = fmaf(q2, zh, 1.818181818e-01f);
-    q2 = fmaf(q2, zh, 2.222222222e-01f);
-    q2 = fmaf(q2, zh, 2.857142857e-01f);
-    q2 = fmaf(q2, zh, 4.000000000e-01f);
-    float tail = s3h * zh * q2;                                 /* 2 s^5/5 + ... + 2 s^15/15 */
-    /* 2/3 s^3 in two floats */
-    float ch = 6.666666865e-01f * s3h;
-    float cl = fmaf(6.666666865e-01f, s3h, -ch) + (6.666666865e-01f * s3l + -1.986821552e-08f * s3h);
-    float h = 2.0f * sh + ch;                                   /* |2 sh| > |ch| */
-    float l = (ch - (h - 2.0f * sh)) + (cl + 2.0f * sl + 2.0f * zh * sl + tail);
-    float nh = h + l, nl = l - (nh - h);                        /* ln m = nh + nl */
-    float mh = nh * 1.442695022e+00f;
-    float ml = fmaf(nh, 1.442695022e+00f, -mh) + (nh * 1.925963034e-08f + nl * 1.442695022e+00f);
-    float th = e + mh;                                          /* e = 0 or |e| >= 1 > |mh| */
-    *hi = th;
-    *lo = (mh - (th - e)) + ml;
+ * |x|^y = 2^(y log2|x|) computed in F64 and rounded to F32 once: log2|x| to a relative 2^-38,
+ * the product y log2|x| in F64, exp2 to a relative 2^-37, so the F32 result is within 0.51 ulp
+ * (|y log2|x|| <= 150 where the result is neither 0 nor inf).  Both halves are table-driven with
+ * 16 entries, which AVX-512 looks up in registers (vpermt2pd, fk_v4_powf); the portable form here
+ * runs the same F64 operations in the same order, so every build returns the same bits.
+ * log2: a = 2^k z with z in [0.699, 1.398) (a's F64 bits less those of 0.69921875: the top 4
+ * mantissa bits pick the interval j, the exponent bits k); r = z invc_j - 1 (one fma, |r| < 0.0297;
+ * invc_j = 1/c_j of the interval's centre, exactly 1 on the interval holding 1, so that r is exact
+ * and log2 relative there); log2 a = (k + logc_j) + r P(r), logc_j = -log2(invc_j) rounded to F64
+ * and P a degree-5 fit of log2(1 + r)/r (relative 2^-38.2).
+ * exp2: t = n/16 + r, n = round(16 t) by the 1.5 2^52 shift, |r| <= 1/32; 2^t = 2^(n >> 4)
+ * T_(n & 15) (1 + r Q(r)), T_j = 2^(j/16) rounded to F64 and Q a degree-3 fit of (2^r - 1)/r
+ * (relative 2^-37.5), the power of two added into the exponent bits (t is clamped to [-160, 130],
+ * where every such product is a normal F64).  The constants were fitted in F64 to the relative
+ * error at Chebyshev nodes by reweighted least squares and checked against long double. */
+#define FK_POW_OFF 0x3FE6600000000000ull                        /* 0.69921875 as F64 bits */
+#define FK_POW_SHIFT 6755399441055744.0                         /* 1.5 2^52 */
+static const double fk_pow_invc[16] = {
+    1.3989071038251366, 1.3403141361256545, 1.2864321608040201, 1.2367149758454106, 1.1906976744186046,
+    1.147982062780269, 1.1082251082251082, 1.0711297071129706, 1.0364372469635628, 1.0, 0.9481481481481482,
+    0.8951048951048951, 0.847682119205298, 0.8050314465408805, 0.7664670658682635, 0.7314285714285714};
+static const double fk_pow_logc[16] = {
+    -0.4843001617159575, -0.4225711719642514, -0.3633753794563512, -0.3065130425006747, -0.2518071504105397,
+    -0.19910010007969525, -0.14825095858394247, -0.09913319201925132, -0.05163276841532236, 0.0,
+    0.07681559705083084, 0.1598713367783894, 0.2384047393250789, 0.3128829552843553, 0.38370429247405213,
+    0.4512111118323288};
+static const double fk_pow_exp2_tab[16] = {
+    1.0, 1.0442737824274138, 1.0905077326652577, 1.1387886347566916, 1.189207115002721, 1.241857812073484,
+    1.2968395546510096, 1.3542555469368927, 1.4142135623730951, 1.4768261459394993, 1.5422108254079407,
+    1.6104903319492543, 1.681792830507429, 1.7562521603732995, 1.8340080864093424, 1.9152065613971474};
+/* P(r) and Q(r), highest power first */
+static const double fk_pow_log_p[6] = {-0.24074554950705984, 0.28881117537628387, -0.36067361749415083,
+                                       0.480898257140213, -0.7213475204623939, 1.4426950408933428};
+static const double fk_pow_exp_q[4] = {0.009618152233823896, 0.055505411028645306, 0.2402265070340895,
+                                       0.6931471804009405};
+
+
+/* log2 a of a positive finite a that is a widened F32 (so normal in F64) */
+FK_VM_INLINE double fk_pow_log2(double a) {
+    uint64_t ix = fk_f64_bits(a), tmp = ix - FK_POW_OFF;
+    int64_t j = (int64_t)((tmp >> 48) & 15u);
+    double k = (double)(int32_t)((int64_t)tmp >> 52);
+    double z = fk_bits_f64(ix - (tmp & 0xFFF0000000000000ull));
+    double r = fma(z, fk_pow_invc[j], -1.0);
+    double p = fk_pow_log_p[0];
+#pragma GCC unroll 8
+    for (int i = 1; i < 6; i++) p = fma(p, r, fk_pow_log_p[i]);
+    return fma(r, p, k + fk_pow_logc[j]);
+}
+/* 2^t for -160 <= t <= 130 */
+FK_VM_INLINE double fk_pow_exp2(double t) {
+    double kd = fma(t, 16.0, FK_POW_SHIFT);                     /* round(16 t) in the low bits */
+    double n = kd - FK_POW_SHIFT;
+    double r = fma(n, -0.0625, t);
+    double q = fk_pow_exp_q[0];
+#pragma GCC unroll 4
+    for (int i = 1; i < 4; i++) q = fma(q, r, fk_pow_exp_q[i]);
+    double tj = fk_pow_exp2_tab[(int64_t)(fk_f64_bits(kd) & 15u)];
+    double s = fma(tj, q * r, tj);
+    int64_t e = (int64_t)(int32_t)n >> 4;                       /* floor(n / 16) */
+    return fk_bits_f64(fk_f64_bits(s) + ((uint64_t)e << 52));
 }
 
-/* 2^(h + l) for |l| <= ulp(h): h = n + r (n integer, |r| <= 1/2), 2^r = exp(r ln2) with r ln2 in
- * two floats, times 2^n as two factors (subnormal results round once; overflow gives inf). */
-FK_VM_INLINE float fk_exp2_dd(float h, float l) {
-    float hc = h > -160.0f ? h : -160.0f;
-    hc = hc < 130.0f ? hc : 130.0f;
-    l = hc == h ? l : 0.0f;
-    float n = (hc + FK_ROUND_MAGIC) - FK_ROUND_MAGIC;
-    float r = hc - n;                                           /* exact */
-    float vh = r * 6.931471825e-01f;
-    float vl = fmaf(r, 6.931471825e-01f, -vh) + (r * -1.904654212e-09f + l * 6.931471825e-01f);
-    float em1 = fk_expm1_reduced(vh);
-    float y = 1.0f + (em1 + fmaf(vl, em1, vl));                 /* (1 + em1)(1 + vl) */
-    int32_t ni = (int32_t)n, n1 = ni >> 1, n2 = ni - n1;
-    return y * fk_pow2i_f32(n1) * fk_pow2i_f32(n2);
-}
-
-/* pow(x, yh + yl) where the exponent is the two-float yh + yl (yl = 0 for a float exponent) and
- * odd_bit is 0x80000000 for an odd integer exponent, else 0; C99's special cases (opening comment)
- * except a negative base with a non-integer exponent, which fk_fast_powf handles.  Flags are
- * 32-bit masks and float compares so the loops vectorize. */
-FK_VM_INLINE float fk_pow_core(float x, float yh, float yl, uint32_t odd_bit) {
+/* pow(x, y) for an exponent y given exactly as an F64 (a float, or an int32 for POWI) and odd_bit
+ * 0x80000000 for an odd integer exponent, else 0; C99's special cases (opening comment) except a
+ * negative base with a non-integer exponent, which fk_fast_powf handles.  Flags are compares and
+ * selects so the loops vectorize. */
+FK_VM_INLINE float fk_pow_core(float x, double y, uint32_t odd_bit) {
     float ax = fabsf(x);
-    float lh, ll;
-    fk_log2_dd(ax, &lh, &ll);
-    lh = ax == 0.0f ? -INFINITY : lh;
-    lh = ax == INFINITY ? INFINITY : lh;
-    ll = ax == 0.0f || ax == INFINITY ? 0.0f : ll;
-    float wh = yh * lh;
-    float wl = fmaf(yh, lh, -wh) + (yh * ll + yl * lh);
-    wl = fabsf(wh) < 256.0f ? wl : 0.0f;                        /* no inf - inf */
-    float r = fk_exp2_dd(wh, wl);
-    r = wh != wh ? wh : r;                                      /* 0 * inf and NaN operands */
+    double l = fk_pow_log2((double)ax);
+    l = ax == 0.0f ? -INFINITY : l;
+    l = ax == INFINITY ? INFINITY : l;
+    double t = y * l;                                           /* NaN for 0 * inf and NaN operands */
+    double tc = t > -160.0 ? t : -160.0;
+    tc = tc < 130.0 ? tc : 130.0;
+    float r = (float)fk_pow_exp2(tc);                           /* the one rounding to F32 */
+    r = t != t ? NAN : r;
     r = fk_bits_f32(fk_f32_bits(r) ^ (fk_f32_bits(x) & odd_bit));  /* -0 and -inf included */
-    r = x != x || yh != yh ? NAN : r;
-    r = yh == 0.0f || x == 1.0f || (x == -1.0f && fabsf(yh) == INFINITY) ? 1.0f : r;
+    r = x != x || y != y ? NAN : r;
+    r = y == 0.0 || x == 1.0f || (x == -1.0f && fabs(y) == INFINITY) ? 1.0f : r;
     return r;
 }
 
@@ -467,17 +474,13 @@ FK_VM_INLINE float fk_fast_powf(float x, float y) {
     float ry = (ay + FK_ROUND_MAGIC) - FK_ROUND_MAGIC;
     int32_t yi = (int32_t)(ay < 16777216.0f ? ay : 0.0f);       /* parity matters below 2^24 */
     uint32_t odd_bit = ay >= 8388608.0f || ry == ay ? (uint32_t)yi << 31 : 0u;
-    float r = fk_pow_core(x, y, 0.0f, odd_bit);
+    float r = fk_pow_core(x, (double)y, odd_bit);
     /* a negative finite base with a finite non-integer exponent (inf counts as an integer) */
     return x < 0.0f && x > -INFINITY && ay < 8388608.0f && ry != ay && y == y ? NAN : r;
 }
 
-/* x ** n for an int32 n (POWI): n = nh + nl exactly in two floats */
-FK_VM_INLINE float fk_fast_powif(float x, int32_t n) {
-    float nh = (float)n;
-    float nl = (float)((int64_t)n - (int64_t)nh);               /* loop-invariant in POWI */
-    return fk_pow_core(x, nh, nl, (uint32_t)n << 31);
-}
+/* x ** n for an int32 n (POWI): n is exact in F64 */
+FK_VM_INLINE float fk_fast_powif(float x, int32_t n) { return fk_pow_core(x, (double)n, (uint32_t)n << 31); }
 
 /* x ** n for 3 <= n <= FK_POWI_SMALL_MAX by binary powering with the running power in two floats,
  * straight on x (fk_powi_small runs it on x's mantissa).  For x = 0 or 2^-9 <= |x| <= 2^9 every product and error
@@ -868,6 +871,97 @@ FK_V4_INLINE void fk_v4_powi_small_row(const float *x, float *y, int64_t n, int 
     if (i < n) {
         __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
         _mm512_mask_storeu_ps(y + i, m, fk_v4_powi_small(_mm512_mask_loadu_ps(_mm512_set1_ps(1.0f), m, x + i), k));
+    }
+}
+
+/* fk_pow_core on 8 lanes in F64: the same operations in the same order, the tables held in
+ * registers and looked up with vpermt2pd (the index's low 4 bits), 2^(n >> 4) applied by vscalefpd
+ * (the same exact power-of-two scaling as the portable exponent-field add).  x and y are F32 lanes
+ * already widened; returns the F32 result before the special-value selects.  plain: every ax is
+ * finite and nonzero and every y finite, so the selects for 0, inf and NaN change nothing and are
+ * left out (a constant once inlined). */
+FK_V4_INLINE __m256 fk_v4_pow_core8(__m512d ax, __m512d y, const int plain) {
+    const __m512d invc_lo = _mm512_loadu_pd(fk_pow_invc), invc_hi = _mm512_loadu_pd(fk_pow_invc + 8);
+    const __m512d logc_lo = _mm512_loadu_pd(fk_pow_logc), logc_hi = _mm512_loadu_pd(fk_pow_logc + 8);
+    const __m512d t_lo = _mm512_loadu_pd(fk_pow_exp2_tab), t_hi = _mm512_loadu_pd(fk_pow_exp2_tab + 8);
+    __m512i ix = _mm512_castpd_si512(ax);
+    __m512i tmp = _mm512_sub_epi64(ix, _mm512_set1_epi64((long long)FK_POW_OFF));
+    __m512i j = _mm512_srli_epi64(tmp, 48);
+    __m512d k = _mm512_cvtepi64_pd(_mm512_srai_epi64(tmp, 52));     /* |k| < 200: the int32 value there */
+    __m512d z = _mm512_castsi512_pd(_mm512_sub_epi64(ix, _mm512_and_si512(tmp, _mm512_set1_epi64((long long)0xFFF0000000000000ull))));
+    __m512d r = _mm512_fmadd_pd(z, _mm512_permutex2var_pd(invc_lo, j, invc_hi), _mm512_set1_pd(-1.0));
+    __m512d p = _mm512_set1_pd(fk_pow_log_p[0]);
+    for (int i = 1; i < 6; i++) p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(fk_pow_log_p[i]));
+    __m512d l = _mm512_fmadd_pd(r, p, _mm512_add_pd(k, _mm512_permutex2var_pd(logc_lo, j, logc_hi)));
+    /* ax = 0 and inf: -inf and inf, as the portable selects */
+    if (!plain) l = _mm512_mask_mov_pd(l, _mm512_cmp_pd_mask(ax, _mm512_setzero_pd(), _CMP_EQ_OQ), _mm512_set1_pd(-INFINITY));
+    if (!plain) l = _mm512_mask_mov_pd(l, _mm512_cmp_pd_mask(ax, _mm512_set1_pd(INFINITY), _CMP_EQ_OQ), _mm512_set1_pd(INFINITY));
+    __m512d t = _mm512_mul_pd(y, l);
+    /* t > -160 ? t : -160, then < 130: vmaxpd / vminpd return the second operand for a NaN, so a
+     * NaN t becomes -160, as there */
+    __m512d tc = _mm512_min_pd(_mm512_max_pd(t, _mm512_set1_pd(-160.0)), _mm512_set1_pd(130.0));
+    __m512d kd = _mm512_fmadd_pd(tc, _mm512_set1_pd(16.0), _mm512_set1_pd(FK_POW_SHIFT));
+    __m512d n = _mm512_sub_pd(kd, _mm512_set1_pd(FK_POW_SHIFT));
+    __m512d rr = _mm512_fmadd_pd(n, _mm512_set1_pd(-0.0625), tc);
+    __m512d q = _mm512_set1_pd(fk_pow_exp_q[0]);
+    for (int i = 1; i < 4; i++) q = _mm512_fmadd_pd(q, rr, _mm512_set1_pd(fk_pow_exp_q[i]));
+    __m512d tj = _mm512_permutex2var_pd(t_lo, _mm512_castpd_si512(kd), t_hi);
+    __m512d sv = _mm512_fmadd_pd(tj, _mm512_mul_pd(q, rr), tj);
+    sv = _mm512_scalef_pd(sv, _mm512_mul_pd(n, _mm512_set1_pd(0.0625)));
+    __m256 res = _mm512_cvtpd_ps(sv);
+    if (plain) return res;
+    /* t NaN (0 * inf, NaN operands): NaN */
+    return _mm256_mask_mov_ps(res, _mm512_cmp_pd_mask(t, t, _CMP_UNORD_Q), _mm256_set1_ps(NAN));
+}
+/* fk_fast_powf on 16 lanes: fk_pow_core's F64 steps per half, then its selects and
+ * fk_fast_powf's NaN for a negative base with a non-integer exponent.  A vector whose every x is
+ * positive and finite and every y finite needs none of them (x = 1 and y = 0 give exactly 1 from the
+ * steps: log2 1 = 0 on the interval with c = 1, and 2^0 = T_0 = 1): one test, then the plain steps. */
+FK_V4_INLINE __m512 fk_v4_pow_halves(__m512 ax, __m512 y, const int plain) {
+    __m256 lo = fk_v4_pow_core8(_mm512_cvtps_pd(_mm512_castps512_ps256(ax)), _mm512_cvtps_pd(_mm512_castps512_ps256(y)), plain);
+    __m256 hi = fk_v4_pow_core8(_mm512_cvtps_pd(_mm512_extractf32x8_ps(ax, 1)), _mm512_cvtps_pd(_mm512_extractf32x8_ps(y, 1)), plain);
+    return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+}
+FK_V4_INLINE __m512 fk_v4_powf(__m512 x, __m512 y) {
+    /* x: NaN, +-0, +-inf or negative; y: NaN or +-inf */
+    if (!(_mm512_fpclass_ps_mask(x, 0x01 | 0x02 | 0x04 | 0x08 | 0x10 | 0x40 | 0x80) |
+          _mm512_fpclass_ps_mask(y, 0x01 | 0x08 | 0x10 | 0x80)))
+        return fk_v4_pow_halves(x, y, 1);
+    __m512 r = fk_v4_pow_halves(_mm512_abs_ps(x), y, 0);
+    /* the odd_bit of fk_fast_powf: y an odd integer (every float from 2^23 on is an integer, and
+     * from 2^24 on even) */
+    __m512 ay = _mm512_abs_ps(y);
+    __m512 ry = _mm512_sub_ps(_mm512_add_ps(ay, _mm512_set1_ps(FK_ROUND_MAGIC)), _mm512_set1_ps(FK_ROUND_MAGIC));
+    __mmask16 below24 = _mm512_cmp_ps_mask(ay, _mm512_set1_ps(16777216.0f), _CMP_LT_OQ);
+    __m512i yi = _mm512_cvttps_epi32(_mm512_maskz_mov_ps(below24, ay));
+    __mmask16 integral = _mm512_cmp_ps_mask(ay, _mm512_set1_ps(8388608.0f), _CMP_GE_OQ) | _mm512_cmp_ps_mask(ry, ay, _CMP_EQ_OQ);
+    __m512i odd = _mm512_maskz_slli_epi32(integral, yi, 31);
+    __m512i sign = _mm512_and_si512(_mm512_castps_si512(x), odd);
+    r = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(r), sign));
+    __mmask16 nan_in = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(y, y, _CMP_UNORD_Q);
+    r = _mm512_mask_mov_ps(r, nan_in, _mm512_set1_ps(NAN));
+    __mmask16 one = _mm512_cmp_ps_mask(y, _mm512_setzero_ps(), _CMP_EQ_OQ) | _mm512_cmp_ps_mask(x, _mm512_set1_ps(1.0f), _CMP_EQ_OQ)
+                    | (_mm512_cmp_ps_mask(x, _mm512_set1_ps(-1.0f), _CMP_EQ_OQ) & _mm512_cmp_ps_mask(ay, _mm512_set1_ps(INFINITY), _CMP_EQ_OQ));
+    r = _mm512_mask_mov_ps(r, one, _mm512_set1_ps(1.0f));
+    /* a negative finite base with a finite non-integer exponent (inf counts as an integer) */
+    __mmask16 neg_base = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ) & _mm512_cmp_ps_mask(x, _mm512_set1_ps(-INFINITY), _CMP_GT_OQ);
+    __mmask16 non_int = _mm512_cmp_ps_mask(ay, _mm512_set1_ps(8388608.0f), _CMP_LT_OQ) & _mm512_cmp_ps_mask(ry, ay, _CMP_NEQ_UQ)
+                        & _mm512_cmp_ps_mask(y, y, _CMP_ORD_Q);
+    return _mm512_mask_mov_ps(r, neg_base & non_int, _mm512_set1_ps(NAN));
+}
+/* o[i] = pow(a[i * ia], b[i * ib]) for ia, ib in {0, 1} (a broadcast operand has stride 0) */
+FK_V4_INLINE void fk_v4_pow_vec(const float *a, int64_t ia, const float *b, int64_t ib, float *o, int64_t n) {
+    int64_t i = 0;
+    __m512 xa = _mm512_set1_ps(a[0]), yb = _mm512_set1_ps(b[0]);
+    for (; i + 16 <= n; i += 16) {
+        __m512 x = ia ? _mm512_loadu_ps(a + i) : xa, y = ib ? _mm512_loadu_ps(b + i) : yb;
+        _mm512_storeu_ps(o + i, fk_v4_powf(x, y));
+    }
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+        __m512 x = ia ? _mm512_mask_loadu_ps(_mm512_set1_ps(1.0f), m, a + i) : xa;
+        __m512 y = ib ? _mm512_mask_loadu_ps(_mm512_set1_ps(1.0f), m, b + i) : yb;
+        _mm512_mask_storeu_ps(o + i, m, fk_v4_powf(x, y));
     }
 }
 
