@@ -980,6 +980,36 @@ FK_V4_INLINE __m256i fk_v4_bf16_round(__m512 f) {
     return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, quiet));
 }
 
+/* AVX-512 forms of the cheap unary ops for BF16 rows (fk_v4_map_bf16 keeps the widening and the
+ * rounding in registers): each the F32 expression's own IEEE operation, as the AVX2 forms below */
+FK_V4_INLINE __m512 fk_v4_sqr(__m512 x) { return _mm512_mul_ps(x, x); }
+FK_V4_INLINE __m512 fk_v4_sqrt(__m512 x) { return _mm512_sqrt_ps(x); }
+FK_V4_INLINE __m512 fk_v4_rsqrt(__m512 x) { return _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_sqrt_ps(x)); }
+FK_V4_INLINE __m512 fk_v4_recip(__m512 x) { return _mm512_div_ps(_mm512_set1_ps(1.0f), x); }
+FK_V4_INLINE __m512 fk_v4_relu(__m512 x) {
+    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_NLE_UQ), x);
+}
+FK_V4_INLINE __m512 fk_v4_floor(__m512 x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC); }
+FK_V4_INLINE __m512 fk_v4_ceil(__m512 x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC); }
+/* a NaN comes out quiet, which the BF16 rounding does either way (see fk_v3_round) */
+FK_V4_INLINE __m512 fk_v4_round(__m512 x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+
+/* fk_v4_bf16_round by AVX512_BF16's vcvtneps2bf16 where the CPU has it (have_bf16, read once per row
+ * with __builtin_cpu_supports): the instruction rounds to nearest even and quiets a NaN keeping its
+ * top bits, the same bits as fk_v4_bf16_round for every F32 input but the subnormals, which it
+ * takes as zero (compared on all 2^32); a vector holding one takes fk_v4_bf16_round.  One
+ * instruction and a class test instead of nine: BF16 SQR in L2 2.5x faster on a Zen 4 core.  Written
+ * as inline assembly so the rows stay x86-64-v4 code (a function with the avx512bf16 target cannot be
+ * inlined into them). */
+FK_V4_INLINE __m256i fk_v4_bf16_round_fast(__m512 f, int have_bf16) {
+    if (have_bf16 && !_mm512_fpclass_ps_mask(f, 0x20)) {
+        __m256i h;
+        __asm__("vcvtneps2bf16 %1, %0" : "=v"(h) : "v"(f));
+        return h;
+    }
+    return fk_v4_bf16_round(f);
+}
+
 /* o[i] = F(a[i]) for i < n (a == o allowed).  Two vectors a step: the independent chains of the
  * table-driven functions interleave better (GELU_ERF 20%, LOG 5% faster in L2 on Sapphire Rapids) */
 #define fk_v4_map_f32(F, a, o, n)                                                                  \
@@ -1000,13 +1030,14 @@ FK_V4_INLINE __m256i fk_v4_bf16_round(__m512 f) {
 #define fk_v4_map_bf16(F, a, o, n)                                                                 \
     do {                                                                                           \
         int64_t i_ = 0;                                                                            \
+        int bf16_ = __builtin_cpu_supports("avx512bf16");                                          \
         for (; i_ + 16 <= (n); i_ += 16)                                                           \
             _mm256_storeu_si256((__m256i *)((o) + i_),                                             \
-                                fk_v4_bf16_round(F(fk_v4_bf16_widen(_mm256_loadu_si256((const __m256i *)((a) + i_)))))); \
+                                fk_v4_bf16_round_fast(F(fk_v4_bf16_widen(_mm256_loadu_si256((const __m256i *)((a) + i_)))), bf16_)); \
         if (i_ < (n)) {                                                                            \
             __mmask16 m_ = (__mmask16)((1u << ((n) - i_)) - 1u);                                   \
             _mm256_mask_storeu_epi16((o) + i_, m_,                                                 \
-                                     fk_v4_bf16_round(F(fk_v4_bf16_widen(_mm256_maskz_loadu_epi16(m_, (a) + i_))))); \
+                                     fk_v4_bf16_round_fast(F(fk_v4_bf16_widen(_mm256_maskz_loadu_epi16(m_, (a) + i_))), bf16_)); \
         }                                                                                          \
     } while (0)
 
