@@ -492,37 +492,48 @@ FK_VM_INLINE float fk_fast_powif(float x, int32_t n) { return fk_pow_core(x, (do
  * of its power's sign (fk_powi_zero: the steps' signed zeros would lose it for some n, as -0 ** 7). */
 #define FK_POWI_DIRECT_MIN 0x3B000000u                          /* 2^-9 as bits */
 #define FK_POWI_DIRECT_MAX 0x44000000u                          /* 2^9 */
+/* The steps of fk_powi_direct_nonzero for a vector type T too (the AVX-512 and AVX2 forms), its
+ * operations given as macros: one text for every form, which must give the same bits */
+#define FK_POWI_DIRECT_STEPS(T, x, n, ZERO, TWO, MUL, ADD, FMA, FMS)                                \
+    do {                                                                                           \
+        T bh = (x), bl = (ZERO), rh = (x), rl = (ZERO);                                            \
+        int started = 0, bl_zero = 1, rl_zero = 1;                                                 \
+        _Pragma("GCC unroll 4")                                                                    \
+        for (int bit = 0; bit < 4; bit++) {                                                        \
+            int rest = (n) >> (bit + 1);                   /* the bits above this one */           \
+            if (((n) >> bit) & 1) {                                                                \
+                if (!started) {                                                                    \
+                    rh = bh;                                                                       \
+                    rl = bl;                                                                       \
+                    rl_zero = bl_zero;                                                             \
+                    started = 1;                                                                   \
+                } else {                                                                           \
+                    T low = MUL(rh, bl);                                                           \
+                    if (!rl_zero) low = ADD(low, MUL(rl, bh));                                     \
+                    if (rest == 0) return FMA(rh, bh, low);         /* the last product */         \
+                    T ph = MUL(rh, bh);                                                            \
+                    rl = ADD(FMS(rh, bh, ph), low);                                                \
+                    rl_zero = 0;                                                                   \
+                    rh = ph;                                                                       \
+                }                                                                                  \
+            }                                                                                      \
+            if (rest) {                                                                            \
+                T bb = MUL(MUL(TWO, bh), bl);                                                      \
+                if (rest == 1 && !started) /* n = 2^(bit + 1): the last squaring */                \
+                    return bl_zero ? MUL(bh, bh) : FMA(bh, bh, bb);                                \
+                T sh = MUL(bh, bh);                                                                \
+                bl = bl_zero ? FMS(bh, bh, sh) : ADD(FMS(bh, bh, sh), bb);                         \
+                bl_zero = 0;                                                                       \
+                bh = sh;                                                                           \
+            }                                                                                      \
+        }                                                                                          \
+        return ADD(rh, rl);                        /* not reached for n in [3, 15] */              \
+    } while (0)
+#define FK_S_MUL(a, b) ((a) * (b))
+#define FK_S_ADD(a, b) ((a) + (b))
+#define FK_S_FMS(a, b, c) fmaf(a, b, -(c))
 FK_VM_INLINE float fk_powi_direct_nonzero(float x, int n) {
-    float bh = x, bl = 0.0f, rh = 0.0f, rl = 0.0f;
-    int started = 0, bl_zero = 1, rl_zero = 1;
-#pragma GCC unroll 4
-    for (int bit = 0; bit < 4; bit++) {
-        int rest = n >> (bit + 1);                              /* the bits above this one */
-        if ((n >> bit) & 1) {
-            if (!started) {
-                rh = bh;
-                rl = bl;
-                rl_zero = bl_zero;
-                started = 1;
-            } else {
-                float low = rl_zero ? rh * bl : rh * bl + rl * bh;
-                if (rest == 0) return fmaf(rh, bh, low);
-                float ph = rh * bh;
-                rl = fmaf(rh, bh, -ph) + low;
-                rl_zero = 0;
-                rh = ph;
-            }
-        }
-        if (rest) {
-            float bb = 2.0f * bh * bl;
-            if (rest == 1 && !started) return bl_zero ? bh * bh : fmaf(bh, bh, bb);   /* n = 2^(bit+1) */
-            float sh = bh * bh;
-            bl = bl_zero ? fmaf(bh, bh, -sh) : fmaf(bh, bh, -sh) + bb;
-            bl_zero = 0;
-            bh = sh;
-        }
-    }
-    return rh + rl;                                             /* not reached for n in [3, 15] */
+    FK_POWI_DIRECT_STEPS(float, x, n, 0.0f, 2.0f, FK_S_MUL, FK_S_ADD, fmaf, FK_S_FMS);
 }
 /* +-0 ** n: x itself for an odd n, else +0 */
 FK_VM_INLINE float fk_powi_zero(float x, int n) { return (n & 1) ? x : 0.0f; }
@@ -805,37 +816,8 @@ FK_V4_INLINE __m512 fk_v4_gelu_erff(__m512 x) {
 /* fk_powi_direct for a constant n in [3, FK_POWI_SMALL_MAX] on lanes it serves, none zero: the same
  * steps (the low parts' zero terms left out, the last step one fma) */
 FK_V4_INLINE __m512 fk_v4_powi_direct(__m512 x, int n) {
-    __m512 bh = x, bl = _mm512_setzero_ps(), rh = x, rl = bl;
-    int started = 0, bl_zero = 1, rl_zero = 1;
-#pragma GCC unroll 4
-    for (int bit = 0; bit < 4; bit++) {
-        int rest = n >> (bit + 1);
-        if ((n >> bit) & 1) {
-            if (!started) {
-                rh = bh;
-                rl = bl;
-                rl_zero = bl_zero;
-                started = 1;
-            } else {
-                __m512 low = _mm512_mul_ps(rh, bl);
-                if (!rl_zero) low = _mm512_add_ps(low, _mm512_mul_ps(rl, bh));
-                if (rest == 0) return _mm512_fmadd_ps(rh, bh, low);
-                __m512 ph = _mm512_mul_ps(rh, bh);
-                rl = _mm512_add_ps(_mm512_fmsub_ps(rh, bh, ph), low);
-                rl_zero = 0;
-                rh = ph;
-            }
-        }
-        if (rest) {
-            __m512 bb = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(2.0f), bh), bl);
-            if (rest == 1 && !started) return bl_zero ? _mm512_mul_ps(bh, bh) : _mm512_fmadd_ps(bh, bh, bb);
-            __m512 sh = _mm512_mul_ps(bh, bh);
-            bl = bl_zero ? _mm512_fmsub_ps(bh, bh, sh) : _mm512_add_ps(_mm512_fmsub_ps(bh, bh, sh), bb);
-            bl_zero = 0;
-            bh = sh;
-        }
-    }
-    return _mm512_add_ps(rh, rl);
+    FK_POWI_DIRECT_STEPS(__m512, x, n, _mm512_setzero_ps(), _mm512_set1_ps(2.0f), _mm512_mul_ps, _mm512_add_ps,
+                         _mm512_fmadd_ps, _mm512_fmsub_ps);
 }
 /* fk_powi_small_row per vector instead of per chunk: a vector whose every lane is 0 or in
  * [2^-9, 2^9] takes fk_v4_powi_direct on x (zeros as fk_powi_zero), any other fk_powi_small's steps: the mantissa m (vgetmantps, to
@@ -1290,37 +1272,8 @@ FK_V3_ONE_AND_FOUR(gelu_erff)
 
 /* fk_powi_direct's steps on 8 lanes (as fk_v4_powi_direct) */
 FK_V3_INLINE __m256 fk_v3_powi_direct(__m256 x, int n) {
-    __m256 bh = x, bl = _mm256_setzero_ps(), rh = x, rl = bl;
-    int started = 0, bl_zero = 1, rl_zero = 1;
-#pragma GCC unroll 4
-    for (int bit = 0; bit < 4; bit++) {
-        int rest = n >> (bit + 1);
-        if ((n >> bit) & 1) {
-            if (!started) {
-                rh = bh;
-                rl = bl;
-                rl_zero = bl_zero;
-                started = 1;
-            } else {
-                __m256 low = _mm256_mul_ps(rh, bl);
-                if (!rl_zero) low = _mm256_add_ps(low, _mm256_mul_ps(rl, bh));
-                if (rest == 0) return _mm256_fmadd_ps(rh, bh, low);
-                __m256 ph = _mm256_mul_ps(rh, bh);
-                rl = _mm256_add_ps(_mm256_fmsub_ps(rh, bh, ph), low);
-                rl_zero = 0;
-                rh = ph;
-            }
-        }
-        if (rest) {
-            __m256 bb = _mm256_mul_ps(_mm256_mul_ps(fk_v3_set(2.0f), bh), bl);
-            if (rest == 1 && !started) return bl_zero ? _mm256_mul_ps(bh, bh) : _mm256_fmadd_ps(bh, bh, bb);
-            __m256 sh = _mm256_mul_ps(bh, bh);
-            bl = bl_zero ? _mm256_fmsub_ps(bh, bh, sh) : _mm256_add_ps(_mm256_fmsub_ps(bh, bh, sh), bb);
-            bl_zero = 0;
-            bh = sh;
-        }
-    }
-    return _mm256_add_ps(rh, rl);
+    FK_POWI_DIRECT_STEPS(__m256, x, n, _mm256_setzero_ps(), fk_v3_set(2.0f), _mm256_mul_ps, _mm256_add_ps,
+                         _mm256_fmadd_ps, _mm256_fmsub_ps);
 }
 /* fk_v4_powi_small_row on 8 lanes: a vector whose every lane is 0 or in [2^-9, 2^9] takes
  * fk_v3_powi_direct (zeros as fk_powi_zero), any other fk_powi_small lane by lane; the portable
