@@ -420,7 +420,6 @@ static const double fk_pow_log_p[6] = {-0.24074554950705984, 0.28881117537628387
 static const double fk_pow_exp_q[4] = {0.009618152233823896, 0.055505411028645306, 0.2402265070340895,
                                        0.6931471804009405};
 
-
 /* log2 a of a positive finite a that is a widened F32 (so normal in F64) */
 FK_VM_INLINE double fk_pow_log2(double a) {
     uint64_t ix = fk_f64_bits(a), tmp = ix - FK_POW_OFF;
@@ -820,8 +819,8 @@ FK_V4_INLINE __m512 fk_v4_powi_direct(__m512 x, int n) {
                          _mm512_fmadd_ps, _mm512_fmsub_ps);
 }
 /* fk_powi_small_row per vector instead of per chunk: a vector whose every lane is 0 or in
- * [2^-9, 2^9] takes fk_v4_powi_direct on x (zeros as fk_powi_zero), any other fk_powi_small's steps: the mantissa m (vgetmantps, to
- * [1, 2) with x's sign; a zero or inf lane +-1, as the portable bit arithmetic gives), the exponent
+ * [2^-9, 2^9] takes fk_v4_powi_direct on x (zeros as fk_powi_zero), any other fk_powi_small's
+ * steps: the mantissa m (vgetmantps, to [1, 2) with x's sign; a zero or inf lane +-1, as the portable bit arithmetic gives), the exponent
  * e (vgetexpps, subnormals included; -inf for a zero and +inf for inf, clamped like any e n), and
  * m^n 2^(e n) by vscalefps, which rounds once where the portable two power-of-two factors do (the
  * first is exact: 1 <= |m^n| < 256 and 2^(e n / 2) keeps the product normal or makes it overflow
@@ -840,7 +839,7 @@ FK_V4_INLINE __m512 fk_v4_powi_small(__m512 v, int k) {
     __mmask16 zero = _mm512_fpclass_ps_mask(v, 0x02 | 0x04);
     if ((__mmask16)(ok | zero) == 0xFFFF)
         return _mm512_mask_mov_ps(fk_v4_powi_direct(v, k), zero, (k & 1) ? v : _mm512_setzero_ps());
-    __mmask16 zero_or_inf = _mm512_fpclass_ps_mask(v, 0x02 | 0x04 | 0x08 | 0x10);
+    __mmask16 zero_or_inf = zero | _mm512_fpclass_ps_mask(v, 0x08 | 0x10);
     __m512 m = _mm512_getmant_ps(v, _MM_MANT_NORM_1_2, _MM_MANT_SIGN_src);
     m = _mm512_mask_mov_ps(m, zero_or_inf, fk_v4_copysign(_mm512_set1_ps(1.0f), v));
     __m512 en = _mm512_mul_ps(_mm512_getexp_ps(v), _mm512_set1_ps((float)k));
