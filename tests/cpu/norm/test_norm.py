@@ -147,7 +147,13 @@ def adversarial_rows(op, rng):
     near_zero = rng.standard_normal((2, n))
     near_zero -= near_zero.mean(axis=-1, keepdims=True)
     near_zero[:, :10] = 1e-9
+    sorted_rows = np.sort(rng.standard_normal((2, n)) * 3 + 1, axis=-1)     # the probe far below the mean
+    probe_off = rng.standard_normal((2, 4096))
+    probe_off[:, :256] += 1e3                        # the probed elements 30 std above the mean
     return rows + [
+        ("sorted", sorted_rows, EPS),
+        ("offset 1e4, sorted", 1e4 + sorted_rows, 0.0),
+        ("probed block far off", probe_off, EPS),
         ("offset 1e4, noise 1", 1e4 + rng.standard_normal((2, n)), EPS),
         ("offset 1e4, noise 1e-2", 1e4 + 1e-2 * rng.standard_normal((2, n)), 0.0),
         ("offset 1e4, long", 1e4 + rng.standard_normal((2, 100000)), EPS),
@@ -173,6 +179,50 @@ def test_adversarial_rows_meet_every_claim(op, dtype, rng):
             out = call(kernel, op, inputs, np.empty_like(x), eps=eps)
             expected, scale = reference(op, *inputs, eps=eps, claim=kernel.precision)
             check(out, expected, scale, kernel.precision, (kernel.source, name))
+
+
+def test_layer_norm_rows_recentred_or_not_meet_the_claim(rng):
+    """LAYER_NORM's row pass is centred on the mean of the first 256 elements and repeated about the
+    corrected mean when that centre lies over std/8 away: rows on either side of that line, for row
+    lengths around the probe and the pass's 256-element blocks, meet the F32 claim."""
+    kernel = fk.bindings().lookup(fk.OpKind.LAYER_NORM, [fk.DType.F32] * 4, 0)
+    for d in (255, 256, 257, 700, 1024):
+        base = rng.standard_normal((5, d))
+        probe = min(d, 256)
+        x = base.copy()
+        for row, shift in enumerate((0.0, 0.1, 0.2, 3.0, 300.0)):     # the probe's offset, in std
+            x[row, :probe] += shift
+        x = (x * 2 + 5).astype(np.float32)
+        w = (1 + 0.25 * rng.standard_normal(d)).astype(np.float32)
+        b = rng.standard_normal(d).astype(np.float32)
+        out = call(kernel, fk.OpKind.LAYER_NORM, [x, w, b], np.empty_like(x))
+        expected, scale = reference(fk.OpKind.LAYER_NORM, x, w, b, claim=kernel.precision)
+        check(out, expected, scale, kernel.precision, d)
+
+
+STREAM_CASES = [(op, dt) for op in OPS for dt in (fk.DType.F32, fk.DType.BF16)]
+
+
+@pytest.mark.parametrize("op,dtype", STREAM_CASES, ids=[f"{o.short_name}-{d.short_name}" for o, d in STREAM_CASES])
+@pytest.mark.parametrize("shift", [0, 1, 3])
+def test_streamed_outputs_are_the_plain_stores_bits(op, dtype, shift, rng):
+    """An output buffer of 4 MiB and more is written with non-temporal stores (its rows' whole 64-byte
+    lines; the elements before the first line boundary plainly): the same bits as the same rows
+    written into small outputs, whatever the output's offset from a line boundary."""
+    rows, d = 1100, 1027 if shift else 1024                # 4.3-4.5 MB as F32, 2.2 MB as BF16
+    if dtype == fk.DType.BF16:
+        rows *= 2
+    n_in = N_INPUTS[op]
+    kernel = fk.bindings().lookup(op, [dtype] * (n_in + 1), 0)
+    x = (rng.standard_normal((rows, d)) * 3 + 0.5).astype(dtype.numpy)
+    inputs = [x, (1 + 0.25 * rng.standard_normal(d)).astype(dtype.numpy),
+              rng.standard_normal(d).astype(dtype.numpy)][:n_in]
+    buffer = np.empty(rows * d + 64, dtype.numpy)
+    big = buffer[shift:shift + rows * d].reshape(rows, d)
+    call(kernel, op, inputs, big)
+    for r0 in range(0, rows, 100):
+        small = call(kernel, op, [inputs[0][r0:r0 + 100]] + inputs[1:], np.empty((min(100, rows - r0), d), dtype.numpy))
+        np.testing.assert_array_equal(big[r0:r0 + 100].view(np.uint8), small.view(np.uint8), err_msg=str(r0))
 
 
 def test_constant_rows_normalize_to_the_bias_exactly():
@@ -390,7 +440,7 @@ def test_half_rows_are_the_f32_kernel_rounded_once(op, dtype, rng):
     n_in = N_INPUTS[op]
     half = {k.source: k for k in t.alternatives(op, [dtype] * (n_in + 1), fk.Backend.CPU)}["native"]
     full = {k.source: k for k in t.alternatives(op, [fk.DType.F32] * (n_in + 1), fk.Backend.CPU)}["native"]
-    for d in (1, 2, 7, 31, 33, 127, 128, 129, 300, 1025):
+    for d in (1, 2, 7, 31, 33, 127, 128, 129, 255, 256, 257, 300, 513, 1025):
         for layout in ("contiguous", "strided", "negative", "offset"):
             for eps in (EPS, 0.0):
                 values = rng.standard_normal((4, d)) * 3 + 0.5
