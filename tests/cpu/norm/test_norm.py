@@ -200,6 +200,25 @@ def test_layer_norm_rows_recentred_or_not_meet_the_claim(rng):
         check(out, expected, scale, kernel.precision, d)
 
 
+def test_contiguous_layer_norm_rows_written_a_row_late_are_the_row_by_row_bits(rng):
+    """Contiguous F32 LAYER_NORM rows are written during the next row's pass (the last after the walk);
+    a row the F64 code takes (huge values, NaN) comes between: the bits equal those of the same rows
+    read through a strided view, which are computed and written one row at a time."""
+    kernel = fk.bindings().lookup(fk.OpKind.LAYER_NORM, [fk.DType.F32] * 4, 0)
+    for d in (1, 7, 256, 300, 1024):
+        x = (rng.standard_normal((9, d)) * 3 + 0.5).astype(np.float32)
+        x[2] *= np.float32(1e25)                     # squares overflow F32: the F64 row code
+        x[5, 0] = np.nan
+        x[6] = np.sort(x[6])                        # the second pass
+        w = (1 + 0.25 * rng.standard_normal(d)).astype(np.float32)
+        b = rng.standard_normal(d).astype(np.float32)
+        out = call(kernel, fk.OpKind.LAYER_NORM, [x, w, b], np.empty_like(x))
+        strided = np.empty((9, 2 * d), np.float32)
+        strided[:, ::2] = x
+        one_by_one = call(kernel, fk.OpKind.LAYER_NORM, [strided[:, ::2], w, b], np.empty_like(x))
+        np.testing.assert_array_equal(out.view(np.uint32), one_by_one.view(np.uint32), err_msg=str(d))
+
+
 STREAM_CASES = [(op, dt) for op in OPS for dt in (fk.DType.F32, fk.DType.BF16)]
 
 
