@@ -1052,10 +1052,11 @@ def _adversarial(draw, mode, inputs, output, form):
         axis = draw(st.sampled_from(axes))
         extent = draw(st.sampled_from(HUGE_EXTENTS)) if mode == "huge_output" else output.view.shape[axis]
         if mode == "huge_output":                # NumPy describes views of at most 2**63-1 bytes
+            back = axis - output.view.ndim          # operands match right-aligned: the axis that grows
             for o in [output] + inputs:
                 v = o.view
-                if isinstance(v, np.ndarray) and v.ndim:
-                    rest = int(np.prod(v.shape, dtype=object)) // max(v.shape[min(axis, v.ndim - 1)], 1)
+                if isinstance(v, np.ndarray) and v.ndim >= -back:
+                    rest = int(np.prod(v.shape, dtype=object)) // max(v.shape[v.ndim + back], 1)
                     extent = min(extent, (2 ** 63 - 1) // max(rest * v.itemsize, 1))
             extent = max(extent, 2)
         out_extent = output.view.shape[axis]
