@@ -1007,11 +1007,17 @@ FK_V4_INLINE __m256i fk_v4_bf16_round_fast(__m512 f, int have_bf16) {
             _mm512_mask_storeu_ps((o) + i_, m_, F(_mm512_maskz_loadu_ps(m_, (a) + i_)));          \
         }                                                                                          \
     } while (0)
-/* the same over BF16 storage: widen, F, round once */
+/* the same over BF16 storage, two vectors a step as well: widen, F, round once */
 #define fk_v4_map_bf16(F, a, o, n)                                                                 \
     do {                                                                                           \
         int64_t i_ = 0;                                                                            \
         int bf16_ = __builtin_cpu_supports("avx512bf16");                                          \
+        for (; i_ + 32 <= (n); i_ += 32) {                                                         \
+            __m512 v0_ = F(fk_v4_bf16_widen(_mm256_loadu_si256((const __m256i *)((a) + i_))));      \
+            __m512 v1_ = F(fk_v4_bf16_widen(_mm256_loadu_si256((const __m256i *)((a) + i_ + 16)))); \
+            _mm256_storeu_si256((__m256i *)((o) + i_), fk_v4_bf16_round_fast(v0_, bf16_));         \
+            _mm256_storeu_si256((__m256i *)((o) + i_ + 16), fk_v4_bf16_round_fast(v1_, bf16_));    \
+        }                                                                                          \
         for (; i_ + 16 <= (n); i_ += 16)                                                           \
             _mm256_storeu_si256((__m256i *)((o) + i_),                                             \
                                 fk_v4_bf16_round_fast(F(fk_v4_bf16_widen(_mm256_loadu_si256((const __m256i *)((a) + i_)))), bf16_)); \
