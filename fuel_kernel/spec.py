@@ -738,8 +738,9 @@ CPU_KERNELS["reduce"] += (
 GEMM_BLOCKING = (("float", 16, 8, 32, 256, 128, 1024),
                  ("double", 8, 8, 16, 256, 64, 512))
 MATMUL_PACKED_HEADER_BYTES = 64        # the header of a MATMUL_PACK_B buffer, before its panels
-# MATMUL of at most this many rows with a unit-stride B (F32, F64) streams B once without packing
-# it (cpu/matmul_kernels.h.in, FK_MM_FEW_ROWS), so a plan does not pre-pack it either
+# MATMUL of at most this many rows streams B once with its sums in registers, from B's rows (unit
+# column stride, F32 and F64) or from pre-packed panels (MATMUL_PREPACKED, every float dtype)
+# (cpu/matmul_kernels.h.in, FK_MM_FEW_ROWS)
 MATMUL_FEW_ROWS = 4
 
 # matmul: MATMUL for every float and integer dtype, [T, T, T] and with a deferred row count

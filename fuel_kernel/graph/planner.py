@@ -739,9 +739,6 @@ def _prepack_refusal(node: Node, kernel: Any) -> Optional[str]:
             return "its params name other extents, a row count or scales"
     if tuple(a.shape[:-2]) != tuple(c.shape[:-2]):
         return "A's batch dims broadcast"
-    few = spec.MATMUL_FEW_ROWS                           # the native kernel's few-row path (F32, F64)
-    if node.dtypes[0].name in ("F32", "F64") and c.shape[-2] <= few and b.strides[-1] == 1:
-        return f"{c.shape[-2]} rows (<= {few}) stream B once without packing it"
     if kernel.source not in ("native", "blas"):
         return f"its kernel (source {kernel.source!r}) is neither the native engine nor BLAS"
     return None

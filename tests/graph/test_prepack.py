@@ -56,17 +56,15 @@ def prepacked_steps(plan):
 @pytest.mark.parametrize("fuse", (True, False), ids=("fused", "unfused"))
 def test_prepacked_plans_give_the_unpacked_bytes(dtype, m, fuse, native_routes):
     """Bias + GELU + residual epilogue heads and a transposed-constant projection after them, fused
-    and unfused, M in 1, 5, 32, 128: the bytes of prepack=False; both weights pre-packed (but the
-    few-row F32/F64 products that stream B, and only when B's columns are unit-stride)."""
+    and unfused, M in 1, 5, 32, 128: the bytes of prepack=False; both weights pre-packed (the
+    M <= 4 products stream the panels with their sums in registers)."""
     rng = np.random.default_rng(int(dtype) * 10 + m)
     g, y, inputs = linear_graph(dtype, m, rng, epilogue=True)
     plan = g.compile(y, fuse=fuse)
     expected = g.compile(y, fuse=fuse, prepack=False).run(inputs)
     assert same_bytes(plan.run(inputs), expected)
-    few = dtype in (D.F32, D.F64) and m <= spec.MATMUL_FEW_ROWS
-    # the second weight is a transposed view (column stride K... not 1): always packed
-    assert len(prepacked_steps(plan)) == (1 if few else 2)
-    if fuse and not few:
+    assert len(prepacked_steps(plan)) == 2
+    if fuse:
         (head,) = [grp for grp in plan.groups if grp.head is not None and grp.head.kernel.op == OP.MATMUL_PREPACKED
                    and grp.head.output.shape[-1] == N]
         assert head.n_tiles == 2 and len(head.members) == 4
@@ -109,7 +107,7 @@ def test_what_is_not_prepacked_says_why(native_routes, rng):
     w3 = g.constant(random_values((2, 16, 40), D.F32, rng))                  # batched B
     wi = g.constant(random_values((16, 40), D.I32, rng))                     # integers
     xi = g.input((8, 16), D.I32)
-    small = g.input((3, 16), D.F32)                                          # few rows, unit-stride B
+    small = g.input((3, 16), D.F32)                                          # few rows: pre-packed too
     w = g.constant(random_values((16, 40), D.F32, rng))
     outs = [g.matmul(x, w_in), g.matmul(x, w3), g.matmul(xi, wi), g.matmul(small, w)]
     plan = g.compile(outs)
@@ -117,8 +115,7 @@ def test_what_is_not_prepacked_says_why(native_routes, rng):
     assert "prepack node 0" not in text
     assert "not pre-packed: B is 3-d (batched B is not pre-packed)" in text
     assert "not pre-packed: dtypes ['i32', 'i32', 'i32'] are not one float dtype" in text
-    assert "not pre-packed: 3 rows (<= 4) stream B once without packing it" in text
-    assert plan.prepacked_bytes == 0
+    assert plan.prepacked_bytes == ops.matmul_packed_nbytes(D.F32, 16, 40)
 
 
 def test_the_plan_owns_the_packed_buffers_not_the_graph(native_routes, rng):

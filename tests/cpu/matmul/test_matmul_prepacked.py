@@ -24,7 +24,7 @@ COVERED = ({(OP.MATMUL_PACK_B, (d, D.U8)) for d in FLOATS} |
 # (k, n): none a multiple of KC (256), NC (1024 F32, 512 F64) or NR (32, 16) but the small ones;
 # 300 rows are two K blocks of 150, 1100 columns a full column block and a short one
 SHAPES = [(1, 1), (7, 5), (300, 1100), (513, 47), (0, 9), (9, 0)]
-ROWS = (1, 5, 32, 128)
+ROWS = (1, 2, 3, 4, 5, 32, 128)      # 1-4: the few-rows path over the panels
 
 
 def nr_of(dtype):
@@ -85,7 +85,7 @@ def test_pack_b_writes_the_documented_panels_from_any_layout(dtype, shape, rng):
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=lambda d: d.short_name)
 def test_prepacked_gives_the_native_matmul_bits(dtype, rng):
-    """M in 1, 5, 32, 128 on every layout of A, C with unit and other column strides: the bits of
+    """M in 1-5, 32, 128 on every layout of A, C with unit and other column strides: the bits of
     the native MATMUL kernel on B (and within MATMUL's claim of the F64 product)."""
     for k, n in SHAPES[:4]:
         b = make_operand((k, n), dtype, "contiguous", rng, special=False)
@@ -115,12 +115,13 @@ def test_column_views_and_batches(dtype, rng):
     k, n_all, nr = 300, 1100, nr_of(dtype)
     b = make_operand((k, n_all), dtype, "contiguous", rng, special=False)
     packed = pack(b, dtype)
-    a = make_operand((2, 3, 9, k), dtype, "contiguous", rng, special=False)
-    for j0, n in ((0, n_all), (nr, 5 * nr + 3), (1024 // nr * nr, n_all - 1024 // nr * nr), (n_all // nr * nr, 1)):
-        c = np.zeros((2, 3, 9, n), dtype=dtype.numpy)
-        assert prepacked_call(a, packed, n, c, dtype, j0=j0) == 0
-        expected = native_matmul(a, np.ascontiguousarray(b[:, j0:j0 + n]), dtype)
-        assert same_bytes(c, expected), (j0, n)
+    for rows in (9, 3):                 # the engine's tiles, the few-rows path
+        a = make_operand((2, 3, rows, k), dtype, "contiguous", rng, special=False)
+        for j0, n in ((0, n_all), (nr, 5 * nr + 3), (1024 // nr * nr, n_all - 1024 // nr * nr), (n_all // nr * nr, 1)):
+            c = np.zeros((2, 3, rows, n), dtype=dtype.numpy)
+            assert prepacked_call(a, packed, n, c, dtype, j0=j0) == 0
+            expected = native_matmul(a, np.ascontiguousarray(b[:, j0:j0 + n]), dtype)
+            assert same_bytes(c, expected), (rows, j0, n)
     a2 = make_operand((256, k), dtype, "contiguous", rng, special=False)
     expected = native_matmul(a2, b, dtype)
     for threads in (1, 2, 3):              # the thread split cuts C's columns and the view alike
