@@ -21,7 +21,7 @@ ROWS = (1, 8, 32, 128, 512)
 DEPTH_WIDTH = ((512, 512), (2048, 2048), (768, 3072), (3072, 768), (4096, 4096))
 
 
-def _ort_matmul(ort, onnx, b):
+def _ort_matmul(ort, b):
     """An ONNX Runtime session of one MatMul node x @ B, B an F32 initializer, one thread."""
     from onnx import TensorProto, helper, numpy_helper
     k, n = b.shape
@@ -37,11 +37,11 @@ def _ort_matmul(ort, onnx, b):
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
-def _case(m, k, n, dtype, ort, onnx, ort_why, torch, torch_why):
+def _case(m, k, n, dtype, ort, ort_why, torch, torch_why):
     state = {}
     contenders, skipped = {}, {}
     label = f"fuel_kernel {dtype.short_name} Plan.run (B packed once)"
-    ort_label = f"onnxruntime MatMul f32 (1 thread)"
+    ort_label = "onnxruntime MatMul f32 (1 thread)"
     torch_label = f"torch.matmul {dtype.short_name} (1 thread)"
 
     def setup():
@@ -63,7 +63,7 @@ def _case(m, k, n, dtype, ort, onnx, ort_why, torch, torch_why):
         if not np.all(np.abs(got - exact) <= bound * scale + 1e-30):
             raise AssertionError(f"GEMM {m}x{k}x{n} {dtype.short_name}: the plan's product is off")
         if ort is not None:
-            state["session"] = _ort_matmul(ort, onnx, b.astype(np.float32))
+            state["session"] = _ort_matmul(ort, b.astype(np.float32))
             state["feeds"] = {"x": a.astype(np.float32)}
             peer = state["session"].run(None, state["feeds"])[0].astype(np.float64)
             if not np.all(np.abs(peer - exact) <= bound * scale + 1e-30):
@@ -90,7 +90,7 @@ def _case(m, k, n, dtype, ort, onnx, ort_why, torch, torch_why):
 
 def cases():
     ort, ort_why = optional_import("onnxruntime")
-    onnx, onnx_why = optional_import("onnx")
+    onnx, onnx_why = optional_import("onnx")      # builds the session's model
     if onnx is None:
         ort, ort_why = None, onnx_why
     torch, torch_why = optional_import("torch")
@@ -99,4 +99,4 @@ def cases():
     for dtype in (fk.DType.F32, fk.DType.BF16):
         for k, n in DEPTH_WIDTH:
             for m in ROWS:
-                yield _case(m, k, n, dtype, ort, onnx, ort_why, torch, torch_why)
+                yield _case(m, k, n, dtype, ort, ort_why, torch, torch_why)
