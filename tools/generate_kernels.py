@@ -11,7 +11,8 @@ path; outputs are build products (never committed) and open with a "do not edit"
 
 What a template sees (namespace()): every public name of fuel_kernel/spec.py (DTYPES, OPS, FLOAT,
 SIGNED, INTEGER, NUMERIC, ALL_DTYPES, CLAIMS, CPU_KERNELS, dtype_names, same, ...), `dtype(name)`
-for a DTypeSpec by name, and `manifest(family)` (with row=, setup=, ctx=, skip=: its tile-row table).
+for a DTypeSpec by name, `manifest(family)` (with row=, setup=, ctx=, skip=: its tile-row table), and
+`half_table(op, dtype)`, the C table of op at every F16 or BF16 input (tools/half_tables.py).
 
 An output is rewritten only when its text changes, so an unchanged spec and template leave the
 build up to date.
@@ -22,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import generate_abi  # noqa: E402
+import half_tables  # noqa: E402
 from generate_abi import ROOT, load_spec  # noqa: E402
 sys.path.pop(0)
 
@@ -125,6 +127,7 @@ def namespace(spec):
     by_name = {d.name: d for d in spec.DTYPES}
     names["dtype"] = by_name.__getitem__
     names["manifest"] = lambda family, **rows: manifest_text(spec, family, **rows)
+    names["half_table"] = half_tables.c_table
     return names
 
 

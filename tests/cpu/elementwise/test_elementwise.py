@@ -383,6 +383,47 @@ def test_precision_claims_half_sweep(op):
         assert_same(out, ref, dtype, ulp=k.precision.max_ulp)
 
 
+def gelu_erf_f64(x):
+    """x Phi(x) in F64 through SciPy's erfc (accurate in the negative tail), -0 at -inf."""
+    import scipy.special
+    with np.errstate(all="ignore"):
+        y = 0.5 * x * scipy.special.erfc(-x / np.sqrt(2.0))
+    return np.where(x == -np.inf, -0.0, y)
+
+
+HALF_TABLE_ORACLES = {Op.GELU_ERF: gelu_erf_f64}
+
+
+def test_every_half_table_op_has_an_oracle():
+    from fuel_kernel import spec
+    assert {Op[name] for name in spec.HALF_TABLE_OPS} == set(HALF_TABLE_ORACLES)
+
+
+@pytest.mark.parametrize("op", sorted(HALF_TABLE_ORACLES, key=lambda o: o.name))
+@pytest.mark.parametrize("dtype", [D.F16, D.BF16])
+def test_half_table_ops_are_correctly_rounded_at_every_input(op, dtype):
+    """A table op's F16 and BF16 kernels give, at every one of the 65536 inputs, the F64 value
+    rounded once (NumPy's and ml_dtypes' F64 casts round directly), contiguous, reversed, offset by
+    one and every other element (the strided walk), in place too; NaN inputs give a quiet NaN of the same sign."""
+    pytest.importorskip("scipy")
+    bits = np.arange(1 << 16, dtype=np.uint16)
+    x = bits.view(dtype.numpy)
+    expected = HALF_TABLE_ORACLES[op](x.astype(np.float64))
+    with np.errstate(all="ignore"):
+        expected = expected.astype(dtype.numpy)
+    k = fk.bindings().lookup(op, [dtype, dtype])
+    assert k.precision.max_ulp == 1
+    nan = np.isnan(x.astype(np.float32))
+    quiet = 0x0200 if dtype == D.F16 else 0x0040
+    want = np.where(nan, bits | quiet, expected.view(np.uint16))
+    for got, where in ((k(x), slice(None)), (k(x[::-1]), slice(None, None, -1)), (k(x[1:]), slice(1, None)),
+                       (k(x[::2]), slice(None, None, 2))):
+        assert (got.view(np.uint16) == want[where]).all()
+    inplace = x.copy()
+    k(inplace, out=inplace)
+    assert (inplace.view(np.uint16) == want).all()
+
+
 # ---- activation backward: claims over sampled ranges, finite differences, special values -------------
 def backward_sweep(dtype, rng):
     """(x, dy): x over each dtype's interesting range (dense around 0, the tails where the derivatives
