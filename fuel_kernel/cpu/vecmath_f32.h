@@ -787,13 +787,20 @@ FK_V4_INLINE __m512 fk_v4_erff(__m512 x) {
     return fk_v4_keep_nan(x, y);
 }
 
-/* fk_fast_gelu_erff: the same clamp, interval, polynomial, exp steps and select; 2^(n + 64) by vscalefps */
+/* fk_fast_gelu_erff: the same clamp, polynomial and exp steps, and the same bits (compared on all
+ * 2^32 inputs) in fewer instructions.  The interval is floor(z) (vcvttps2dq) and u its fraction
+ * (vreduceps), where the portable rounding of z - 1/2 puts an odd integer z at the top of the
+ * interval below: both give the same result there.  Where the portable code scales Phi(-z) by 2^(n + 64)
+ * exactly and takes the 2^-64 back after the product with x, here the product is formed unscaled
+ * (Phi(-z) 2^-n is normal) and one vscalefps by 2^n rounds where the portable 2^-64 does: powers
+ * of two commute with rounding but in the subnormals, where each rounds once.  The clamp is one
+ * vminps (a NaN |x| gives 15.5), x <= 0 clamps x itself at -15.5, the two sides are a masked mul
+ * and a masked fnmadd, and one vfixupimmps gives NaN (x itself), -inf (-0) and +inf (+inf).  In L2
+ * on a Zen 4 core 43.5 -> 33.6 us per 64K (about 40 instructions a vector where there were 50) */
 FK_V4_INLINE __m512 fk_v4_gelu_erff(__m512 x) {
-    __m512 z = _mm512_abs_ps(x);
-    __m512 zc = _mm512_mask_mov_ps(_mm512_set1_ps(15.5f), _mm512_cmp_ps_mask(z, _mm512_set1_ps(15.5f), _CMP_LT_OQ), z);
-    __m512 xc = fk_v4_copysign(zc, x);
-    __m512i k;
-    __m512 u = _mm512_sub_ps(zc, fk_v4_interval(zc, &k));
+    __m512 zc = _mm512_min_ps(_mm512_abs_ps(x), _mm512_set1_ps(15.5f));
+    __m512i k = _mm512_cvttps_epi32(zc);
+    __m512 u = _mm512_reduce_ps(zc, _MM_FROUND_TO_NEG_INF);        /* zc - floor(zc), exact */
     __m512 r = fk_v4_lookup(fk_gelu_erf_tab[0], k);
     for (int j = 1; j <= FK_GELU_ERF_DEGREE; j++) r = _mm512_fmadd_ps(r, u, fk_v4_lookup(fk_gelu_erf_tab[j], k));
     __m512 zn = _mm512_mul_ps(_mm512_set1_ps(-0.5f), zc);
@@ -803,13 +810,13 @@ FK_V4_INLINE __m512 fk_v4_gelu_erff(__m512 x) {
     __m512 rr = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), w);
     rr = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), rr);
     __m512 e = fk_v4_expm1_reduced(rr);
-    __m512 q = _mm512_fmadd_ps(r, _mm512_add_ps(e, _mm512_fmadd_ps(e, wl, wl)), r);
-    q = _mm512_scalef_ps(q, _mm512_add_ps(n, _mm512_set1_ps(64.0f)));
-    __m512 m64 = _mm512_set1_ps(FK_TWO_POW_M64);
-    __m512 pos = _mm512_fnmadd_ps(xc, _mm512_mul_ps(q, m64), x);
-    __m512 neg = _mm512_mul_ps(_mm512_mul_ps(xc, q), m64);
-    __m512 y = _mm512_mask_mov_ps(neg, _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ), pos);
-    return fk_v4_keep_nan(x, y);
+    __m512 q = _mm512_fmadd_ps(r, _mm512_add_ps(e, _mm512_fmadd_ps(e, wl, wl)), r);   /* Phi(-z) 2^-n */
+    __mmask16 pos = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ);
+    __m512 xc = _mm512_max_ps(x, _mm512_set1_ps(-15.5f));
+    __m512 t = _mm512_scalef_ps(_mm512_mask_mul_ps(q, (__mmask16)~pos, xc, q), n);   /* x <= 0: x Phi(-z) */
+    __m512 y = _mm512_mask_fnmadd_ps(t, pos, x, x);                                  /* x > 0: x - x Phi(-z) */
+    /* vfixupimmps by x's class: QNaN and SNaN take x (token 1), -inf -0 (7), +inf +inf (5) */
+    return _mm512_fixupimm_ps(y, x, _mm512_set1_epi32(0x1 | 0x1 << 4 | 0x7 << 16 | 0x5 << 20), 0);
 }
 
 /* fk_powi_direct for a constant n in [3, FK_POWI_SMALL_MAX] on lanes it serves, none zero: the same
