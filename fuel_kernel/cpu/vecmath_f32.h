@@ -819,6 +819,49 @@ FK_V4_INLINE __m512 fk_v4_gelu_erff(__m512 x) {
     return _mm512_fixupimm_ps(y, x, _mm512_set1_epi32(0x1 | 0x1 << 4 | 0x7 << 16 | 0x5 << 20), 0);
 }
 
+/* fk_gelu_inner_f32 on 16 lanes: the same operations (no product fused into a sum where the portable
+ * code keeps them apart) */
+FK_V4_INLINE __m512 fk_v4_gelu_inner(__m512 xc, __m512 *wl) {
+    const __m512 c3 = _mm512_set1_ps(7.135481387e-02f), c1 = _mm512_set1_ps(1.595769167e+00f);
+    __m512 x2h = _mm512_mul_ps(xc, xc), x2l = _mm512_fmsub_ps(xc, xc, x2h);
+    __m512 x3h = _mm512_mul_ps(x2h, xc), x3l = _mm512_add_ps(_mm512_fmsub_ps(x2h, xc, x3h), _mm512_mul_ps(x2l, xc));
+    __m512 p3h = _mm512_mul_ps(c3, x3h);
+    __m512 p3l = _mm512_add_ps(_mm512_fmsub_ps(c3, x3h, p3h),
+                               _mm512_add_ps(_mm512_mul_ps(c3, x3l), _mm512_mul_ps(_mm512_set1_ps(2.398832466e-09f), x3h)));
+    __m512 p1h = _mm512_mul_ps(c1, xc);
+    __m512 p1l = _mm512_add_ps(_mm512_fmsub_ps(c1, xc, p1h), _mm512_mul_ps(_mm512_set1_ps(-4.534068054e-08f), xc));
+    __m512 wh = _mm512_add_ps(p1h, p3h);
+    __m512 bb = _mm512_sub_ps(wh, p1h);
+    *wl = _mm512_add_ps(_mm512_add_ps(_mm512_sub_ps(p1h, _mm512_sub_ps(wh, bb)), _mm512_sub_ps(p3h, bb)),
+                        _mm512_add_ps(p1l, p3l));
+    return wh;
+}
+/* fk_fast_geluf: the same clamp, two-float argument, exp steps and division, and the same bits
+ * (compared on all 2^32 inputs).  Where the portable code carries t = exp(-|w|) as t 2^64 and takes
+ * 2^-64 back twice, here t 2^-n (n the exp reduction's power) is carried and vscalefps applies 2^n
+ * where the portable 2^-64 products round (in the subnormals only).  GCC's own v4 loop of the
+ * portable function took 85.5 us per 64K in L2 on a Zen 4 core, this 49.6. */
+FK_V4_INLINE __m512 fk_v4_geluf(__m512 x) {
+    __m512 xc = fk_v4_clamp(x, -12.0f, 12.0f);
+    __m512 wl, wh = fk_v4_gelu_inner(xc, &wl);
+    __mmask16 pos = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ);
+    __mmask16 neg = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
+    __m512 l = _mm512_mask_mov_ps(_mm512_sub_ps(_mm512_setzero_ps(), wl), neg, wl);
+    /* exp(-|wh|) = 2^n y, the steps of fk_v4_expf_scaled */
+    __m512 h = fk_v4_clamp(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(wh)), -126.0f, 89.0f);
+    __m512 k = _mm512_add_ps(_mm512_mul_ps(h, _mm512_set1_ps(1.44269504088896341f)), _mm512_set1_ps(FK_ROUND_MAGIC));
+    __m512 n = _mm512_sub_ps(k, _mm512_set1_ps(FK_ROUND_MAGIC));
+    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), h);
+    r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
+    __m512 y = _mm512_add_ps(fk_v4_expm1_reduced(r), _mm512_set1_ps(1.0f));
+    __m512 u = _mm512_fmadd_ps(y, l, y);                                         /* t 2^-n */
+    __m512 d = _mm512_add_ps(_mm512_set1_ps(1.0f), _mm512_scalef_ps(u, n));       /* 1 + t */
+    __m512 q = _mm512_div_ps(_mm512_mask_mov_ps(_mm512_mul_ps(x, u), pos, x), d);
+    __m512 res = _mm512_mask_mov_ps(_mm512_scalef_ps(q, n), pos, q);
+    res = _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(wh, _mm512_set1_ps(-120.0f), _CMP_LT_OQ), _mm512_set1_ps(-0.0f));
+    return fk_v4_keep_nan(x, res);
+}
+
 /* fk_powi_direct for a constant n in [3, FK_POWI_SMALL_MAX] on lanes it serves, none zero: the same
  * steps (the low parts' zero terms left out, the last step one fma) */
 FK_V4_INLINE __m512 fk_v4_powi_direct(__m512 x, int n) {
