@@ -649,16 +649,17 @@ FK_VM_INLINE float fk_gelu_erf_grad_f32(float x) {
     return fk_keep_nan(x, fmaf(xc, pdf, cdf));
 }
 
-/* ---- exp, log, sigmoid, SiLU, erf and GELU (erf form) on 16 AVX-512 lanes ----------------------
+/* ---- exp, log, sigmoid, SiLU, erf and GELU (both forms) on 16 AVX-512 lanes --------------------
  * GCC does not vectorize ldexpf, so the portable exp builds 2^n from integer bit operations and
  * applies it as two exact power-of-two factors (9 of its ~27 vector operations).  AVX-512's vscalefps
  * does it in one: y 2^n rounded once, overflowing to inf and underflowing gradually, which is the one
  * rounding the two factors give.  log splits its argument with vgetexpps / vgetmantps where the
  * portable code uses bit arithmetic; erf and GELU_ERF look their coefficients up with vpermps where
  * the portable loops gather.  These are the 16-lane forms of fk_expf_scaled, fk_fast_logf,
- * fk_fast_sigmoidf, fk_fast_siluf, fk_fast_erff and fk_fast_gelu_erff, step for step, and return the
- * same bits for every F32 input (compared on all 2^32); the contiguous EXP, LOG, SIGMOID, SILU, ERF
- * and GELU_ERF loops and the softmax rows run them on x86-64-v4 CPUs (FK_ISA_PICK) and the portable
+ * fk_fast_sigmoidf, fk_fast_siluf, fk_fast_erff, fk_fast_geluf and fk_fast_gelu_erff, step for step
+ * (GELU and GELU_ERF scale their small exp factor differently, see there), and return the same bits
+ * for every F32 input (compared on all 2^32); the contiguous EXP, LOG, SIGMOID, SILU, ERF, GELU and
+ * GELU_ERF loops and the softmax rows run them on x86-64-v4 CPUs (FK_ISA_PICK) and the portable
  * functions elsewhere.  fk_v4_map_f32 / fk_v4_map_bf16 apply one to
  * a row, the tail through masked loads and stores (the lanes past the end compute on zeros and are
  * not stored). */
