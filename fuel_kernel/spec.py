@@ -1064,7 +1064,7 @@ CLAIMS.update({
 
 # Unary ops whose F16 and BF16 kernels read a table of their 65536 results, computed in F64 at build
 # time and rounded once (tools/half_tables.py): correctly rounded, and a load per element where the
-# F32 evaluation of GELU_ERF's few-ulp claim costs about 47 vector operations per 16 lanes.
+# F32 evaluation of GELU_ERF's few-ulp claim costs about 40 vector operations per 16 lanes.
 HALF_TABLE_OPS = ("GELU_ERF",)
 
 

@@ -3,7 +3,7 @@
 An op in spec.HALF_TABLE_OPS reads its F16 and BF16 results from a table of 65536 entries
 (cpu/unary_kernels.h.in): each entry is the op evaluated in F64 at that input and rounded once,
 to nearest even, straight to the 16-bit format (never through F32, which would round twice).
-`c_table(op, dtype)` is the C initializer the template writes; `value(op, x)` the F64 function.
+`c_table(op, dtype)` is the C initializer the template writes; FUNCTIONS[op] the F64 function.
 The F64 value is within about 1e-13 of the exact one (below), so an entry is the correctly
 rounded result unless the exact value lies that close to a tie; the tests check every entry
 against SciPy.
