@@ -686,13 +686,17 @@ FK_V4_INLINE __m512 fk_v4_clamp(__m512 x, float lo, float hi) {
 }
 
 /* fk_expf_scaled: the same clamp, reduction and polynomial; 2^(n + scale) by vscalefps */
-FK_V4_INLINE __m512 fk_v4_expf_scaled(__m512 x, float scale) {
+/* exp(x) = 2^n y of x clamped to [-126, 89]: y (1 <= y < 2 but for rounding) and *n, unscaled */
+FK_V4_INLINE __m512 fk_v4_expf_parts(__m512 x, __m512 *n) {
     __m512 xc = fk_v4_clamp(x, -126.0f, 89.0f);
     __m512 k = _mm512_add_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)), _mm512_set1_ps(FK_ROUND_MAGIC));
-    __m512 n = _mm512_sub_ps(k, _mm512_set1_ps(FK_ROUND_MAGIC));
-    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), xc);
-    r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
-    __m512 y = _mm512_add_ps(fk_v4_expm1_reduced(r), _mm512_set1_ps(1.0f));
+    *n = _mm512_sub_ps(k, _mm512_set1_ps(FK_ROUND_MAGIC));
+    __m512 r = _mm512_fmadd_ps(*n, _mm512_set1_ps(-0.693359375f), xc);
+    r = _mm512_fmadd_ps(*n, _mm512_set1_ps(2.12194440e-4f), r);
+    return _mm512_add_ps(fk_v4_expm1_reduced(r), _mm512_set1_ps(1.0f));
+}
+FK_V4_INLINE __m512 fk_v4_expf_scaled(__m512 x, float scale) {
+    __m512 n, y = fk_v4_expf_parts(x, &n);
     y = _mm512_scalef_ps(y, scale == 0.0f ? n : _mm512_add_ps(n, _mm512_set1_ps(scale)));
     return fk_v4_keep_nan(x, y);
 }
@@ -848,13 +852,7 @@ FK_V4_INLINE __m512 fk_v4_geluf(__m512 x) {
     __mmask16 pos = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ);
     __mmask16 neg = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
     __m512 l = _mm512_mask_mov_ps(_mm512_sub_ps(_mm512_setzero_ps(), wl), neg, wl);
-    /* exp(-|wh|) = 2^n y, the steps of fk_v4_expf_scaled */
-    __m512 h = fk_v4_clamp(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(wh)), -126.0f, 89.0f);
-    __m512 k = _mm512_add_ps(_mm512_mul_ps(h, _mm512_set1_ps(1.44269504088896341f)), _mm512_set1_ps(FK_ROUND_MAGIC));
-    __m512 n = _mm512_sub_ps(k, _mm512_set1_ps(FK_ROUND_MAGIC));
-    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), h);
-    r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
-    __m512 y = _mm512_add_ps(fk_v4_expm1_reduced(r), _mm512_set1_ps(1.0f));
+    __m512 n, y = fk_v4_expf_parts(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(wh)), &n);
     __m512 u = _mm512_fmadd_ps(y, l, y);                                         /* t 2^-n */
     /* 1 + t as 1 + (t 2^64) 2^-64 in one fma, as the portable code forms it: t itself may be
      * subnormal, and a subnormal result costs Intel cores a microcode assist */
