@@ -140,6 +140,31 @@ def test_conv2d_im2col_from_padded_planes(dtype, rng):
                 assert results[1].tobytes() == results[0].tobytes(), (i, bias, layout)
 
 
+# (C, H, W, O, stride): 3x3, padding 1; K = 9 C from one K block to three (kstep from K alone), O
+# with a partial 8-row tile, OH * OW with a partial 32-column strip
+ENGINE_SHAPES = [(5, 12, 30, 12, 1), (40, 9, 21, 20, 1), (64, 11, 14, 9, 2)]
+
+
+@pytest.mark.parametrize("shape", ENGINE_SHAPES, ids=str)
+def test_conv2d_im2col_has_the_matmul_engines_bits(shape, rng):
+    """The im2col sibling's planes path (on AVX-512 its micro-kernel reads B's rows from the
+    planes in place; elsewhere it packs them) gives the bits of the native MATMUL of the weight
+    rows and NumPy-built image columns: the same engine, K blocks and fma order."""
+    C, H, W, O, stride = shape
+    x = rng.standard_normal((2, C, H, W)).astype(np.float32)
+    w = rng.standard_normal((O, C, 3, 3)).astype(np.float32)
+    kernel, = [k for k in fk.bindings().alternatives(fk.OpKind.CONV2D, [fk.DType.F32] * 3) if k.source == "im2col"]
+    OH, OW = (H + 2 - 3) // stride + 1, (W + 2 - 3) // stride + 1
+    got = run(kernel, x, w, None, np.empty((2, O, OH, OW), np.float32), stride, 1, 1, 1)
+    matmul, = [k for k in fk.bindings().alternatives(fk.OpKind.MATMUL, [fk.DType.F32] * 3) if k.source == "native"]
+    xpad = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    for n in range(2):
+        cols = np.stack([xpad[n, c, kh:kh + stride * OH:stride, kw:kw + stride * OW:stride].reshape(-1)
+                         for c in range(C) for kh in range(3) for kw in range(3)])
+        want = matmul(w.reshape(O, -1), np.ascontiguousarray(cols), out=np.empty((O, OH * OW), np.float32))
+        assert got[n].reshape(O, -1).tobytes() == want.tobytes(), n
+
+
 def test_conv2d_im2col_planes_in_batches_of_images(rng):
     """Images whose planes pass FK_CONV_PLANE_ELEMS (4M elements: 160 channels of 132 x 132) go one
     batch at a time: three images in one call give the bits of each image alone."""
