@@ -513,3 +513,83 @@ def test_the_picker_gives_few_row_products_of_a_large_b_to_the_native_engine(rng
     assert "pre-packed once" in plan.explain()
     a = rng.standard_normal((8, 2048)).astype(np.float32)
     check(np.asarray(plan.run([a])), a, b, fk.DType.F32, kernels["native"].precision)
+
+
+def bf16_values(shape, rng):
+    """BF16 values of many magnitudes, zeros, and runs whose sum shows its order: 2^25 + 1 - 2^25 + 1
+    is 1 added in order and 0 with each pair's two products swapped."""
+    import ml_dtypes
+    x = rng.standard_normal(shape) * 2.0 ** rng.integers(-8, 8, shape)
+    x[rng.random(shape) < 0.1] = 0.0
+    if shape[-1] >= 4:
+        row = rng.integers(0, shape[0])
+        start = int(rng.integers(0, shape[-1] - 3))
+        x[row, start:start + 4] = (2.0 ** 25, 1.0, -2.0 ** 25, 1.0)
+    return x.astype(ml_dtypes.bfloat16)
+
+
+def f32_engine_rounded(kernel_f32, *operands):
+    """The F32 engine's product of the same (BF16) values, rounded to BF16 as the BF16 kernels store"""
+    import ml_dtypes
+    got = kernel_f32(*[x.astype(np.float32) for x in operands])
+    return got.astype(ml_dtypes.bfloat16)
+
+
+def assert_same_bf16(got, want):
+    nan = np.isnan(got.astype(np.float32))
+    np.testing.assert_array_equal(nan, np.isnan(want.astype(np.float32)))
+    np.testing.assert_array_equal(got.view(np.uint16)[~nan], want.view(np.uint16)[~nan])
+
+
+@pytest.mark.parametrize("m, k, n", [(16, 1, 33), (17, 7, 40), (32, 300, 64), (40, 513, 100), (130, 1100, 70)])
+def test_bf16_products_have_the_f32_engines_bits(m, k, n, rng):
+    """BF16 products of 16 rows and more run on BF16 pairs where the CPU has AVX512_BF16 (vdpbf16ps
+    adds a pair's two exact products one after the other, as the F32 micro-kernel's fma chain does):
+    MATMUL and FUSED_LINEAR give the bits of the F32 engine's product of the same values, rounded
+    to BF16, on any CPU.  Sums whose order shows, odd K blocks (7, 300 = 2 x 150, 513 = 3 x 171),
+    partial tiles, several column panels; and the blocks the pairs would get wrong, which take the
+    F32 micro-kernel: subnormal products and sums (the instruction flushes them), subnormal inputs,
+    a product near overflow, inf and NaN, a bias below 2^-92."""
+    import ml_dtypes
+    bf, f32 = fk.DType.BF16, fk.DType.F32
+    (native,) = [kern for kern in all_kernels(bf, None) if kern.source == "native"]
+    (native32,) = [kern for kern in all_kernels(f32, None) if kern.source == "native"]
+    linear = {kern.source: kern for kern in linear_kernels(bf)}["native"]
+    linear32 = {kern.source: kern for kern in linear_kernels(f32)}["native"]
+    tiny = np.float32(2.0 ** -70)
+    for case in ("random", "subnormal products", "subnormal inputs", "near overflow", "inf and nan"):
+        a, b = bf16_values((m, k), rng), bf16_values((k, n), rng)
+        if case == "subnormal products":          # 2^-140 products: F32 sums of subnormals
+            a[: m // 2] = (np.abs(a[: m // 2].astype(np.float32)) * tiny).astype(ml_dtypes.bfloat16)
+            b[:] = (np.abs(b.astype(np.float32)) * tiny).astype(ml_dtypes.bfloat16)
+        elif case == "subnormal inputs":
+            a[0, 0] = ml_dtypes.bfloat16(2.0 ** -130)
+            b[0] = ml_dtypes.bfloat16(2.0 ** 100)
+        elif case == "near overflow":
+            a[1, :] = ml_dtypes.bfloat16(2.0 ** 60)
+            b[:, 0] = ml_dtypes.bfloat16(2.0 ** 62)
+        elif case == "inf and nan":
+            a[2, 0], b[0, 1] = np.inf, np.nan
+        with fk.threads(1):                       # the serial engine (the pairs); 2: the shared one
+            got = native(a, b, out=np.empty((m, n), ml_dtypes.bfloat16))
+        assert_same_bf16(got, f32_engine_rounded(lambda x, y: native32(x, y, out=np.empty((m, n), np.float32)), a, b))
+        with fk.threads(2):
+            assert_same_bf16(native(a, b, out=np.empty((m, n), ml_dtypes.bfloat16)), got)
+        for bias_scale in (1.0, 2.0 ** -100):
+            bias = (bf16_values((1, n), rng)[0].astype(np.float32) * bias_scale).astype(ml_dtypes.bfloat16)
+            with fk.threads(1):
+                got = linear(a, b, bias, out=np.empty((m, n), ml_dtypes.bfloat16))
+            want = f32_engine_rounded(lambda x, y, z: linear32(x, y, z, out=np.empty((m, n), np.float32)), a, b, bias)
+            assert_same_bf16(got, want)
+
+
+def test_bf16_subnormal_sums_are_kept(rng):
+    """A product whose every sum is an F32 subnormal (AVX512_BF16's dot product would flush it to
+    zero) keeps its value: 300 products of 2^-70 x 2^-70 are 300 x 2^-140."""
+    import ml_dtypes
+    (native,) = [kern for kern in all_kernels(fk.DType.BF16, None) if kern.source == "native"]
+    a = np.full((32, 300), 2.0 ** -70, ml_dtypes.bfloat16)
+    b = np.full((300, 40), 2.0 ** -70, ml_dtypes.bfloat16)
+    with fk.threads(1):
+        got = native(a, b, out=np.empty((32, 40), ml_dtypes.bfloat16)).astype(np.float64)
+    np.testing.assert_array_equal(got, np.float64(ml_dtypes.bfloat16(300 * 2.0 ** -140)))
