@@ -541,12 +541,13 @@ def assert_same_bf16(got, want):
     np.testing.assert_array_equal(got.view(np.uint16)[~nan], want.view(np.uint16)[~nan])
 
 
-@pytest.mark.parametrize("m, k, n", [(16, 1, 33), (17, 7, 40), (32, 300, 64), (40, 513, 100), (130, 1100, 70)])
+@pytest.mark.parametrize("m, k, n", [(16, 1, 33), (17, 7, 40), (32, 300, 64), (40, 513, 100), (130, 1101, 70)])
 def test_bf16_products_have_the_f32_engines_bits(m, k, n, rng):
     """BF16 products of 16 rows and more run on BF16 pairs where the CPU has AVX512_BF16 (vdpbf16ps
     adds a pair's two exact products one after the other, as the F32 micro-kernel's fma chain does):
     MATMUL and FUSED_LINEAR give the bits of the F32 engine's product of the same values, rounded
-    to BF16, on any CPU.  Sums whose order shows, odd K blocks (7, 300 = 2 x 150, 513 = 3 x 171),
+    to BF16, on any CPU, on one thread (the serial engine) and on two (the shared one at 130 x
+    1100 x 70 on).  Sums whose order shows, odd K blocks (7, 300 = 2 x 150, 513 = 3 x 171),
     partial tiles, several column panels; and the blocks the pairs would get wrong, which take the
     F32 micro-kernel: subnormal products and sums (the instruction flushes them), subnormal inputs,
     a product near overflow, inf and NaN, a bias below 2^-92."""
@@ -581,6 +582,8 @@ def test_bf16_products_have_the_f32_engines_bits(m, k, n, rng):
                 got = linear(a, b, bias, out=np.empty((m, n), ml_dtypes.bfloat16))
             want = f32_engine_rounded(lambda x, y, z: linear32(x, y, z, out=np.empty((m, n), np.float32)), a, b, bias)
             assert_same_bf16(got, want)
+            with fk.threads(2):
+                assert_same_bf16(linear(a, b, bias, out=np.empty((m, n), ml_dtypes.bfloat16)), want)
 
 
 def test_bf16_subnormal_sums_are_kept(rng):
