@@ -535,6 +535,35 @@ def f32_engine_rounded(kernel_f32, *operands):
     return got.astype(ml_dtypes.bfloat16)
 
 
+def cpu_has_amx_bf16():
+    """Whether this CPU has AMX-BF16 (Linux's cpu flags): its BF16 products of 16 rows and more run
+    on the tile unit, whose sums are not the F32 engine's (gemm_core.h.in, AMX)"""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return " amx_bf16" in f.read()
+    except OSError:
+        return False
+
+
+def assert_bf16_product(got, want, a, b, bias=None):
+    """The F32 engine's bits (want), or on an AMX CPU the BF16 claim against the exact product
+    with the F32 engine's NaN and infinities"""
+    if not cpu_has_amx_bf16():
+        assert_same_bf16(got, want)
+        return
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    special = ~np.isfinite(w)
+    np.testing.assert_array_equal(np.isnan(g), np.isnan(w))
+    np.testing.assert_array_equal(g[special & ~np.isnan(w)], w[special & ~np.isnan(w)])
+    af, bf = a.astype(np.float64), b.astype(np.float64)
+    exact = af @ bf + (0.0 if bias is None else bias.astype(np.float64))
+    scale = np.abs(af) @ np.abs(bf) + (0.0 if bias is None else np.abs(bias.astype(np.float64)))
+    claim = fk.bindings().alternatives(fk.OpKind.MATMUL, [fk.DType.BF16] * 3, fk.Backend.CPU)[0].precision
+    ok = np.isfinite(w)
+    # plus the BF16 output's least step (2^-133): sums below it round to BF16 subnormals or zero
+    assert (np.abs(g - exact)[ok] <= claim.max_rel * scale[ok] + 2.0 ** -133).all()
+
+
 def assert_same_bf16(got, want):
     nan = np.isnan(got.astype(np.float32))
     np.testing.assert_array_equal(nan, np.isnan(want.astype(np.float32)))
@@ -543,11 +572,12 @@ def assert_same_bf16(got, want):
 
 @pytest.mark.parametrize("m, k, n", [(16, 1, 33), (17, 7, 40), (32, 300, 64), (40, 513, 100), (130, 1101, 70)])
 def test_bf16_products_have_the_f32_engines_bits(m, k, n, rng):
-    """BF16 products of 16 rows and more run on BF16 pairs where the CPU has AVX512_BF16 (vdpbf16ps
+    """BF16 products of 16 rows and more run on BF16 pairs on AMD cores with AVX512_BF16 (vdpbf16ps
     adds a pair's two exact products one after the other, as the F32 micro-kernel's fma chain does):
     MATMUL and FUSED_LINEAR give the bits of the F32 engine's product of the same values, rounded
-    to BF16, on any CPU, on one thread (the serial engine) and on two (the shared one at 130 x
-    1100 x 70 on).  Sums whose order shows, odd K blocks (7, 300 = 2 x 150, 513 = 3 x 171),
+    to BF16, on any CPU without AMX, on one thread (the serial engine) and on two (the shared one at
+    130 x 1100 x 70 on); with AMX (the tile unit's own sums) the claim, and the same bits on one
+    thread and two.  Sums whose order shows, odd K blocks (7, 300 = 2 x 150, 513 = 3 x 171),
     partial tiles, several column panels; and the blocks the pairs would get wrong, which take the
     F32 micro-kernel: subnormal products and sums (the instruction flushes them), subnormal inputs,
     a product near overflow, inf and NaN, a bias below 2^-92."""
@@ -573,7 +603,7 @@ def test_bf16_products_have_the_f32_engines_bits(m, k, n, rng):
             a[2, 0], b[0, 1] = np.inf, np.nan
         with fk.threads(1):                       # the serial engine (the pairs); 2: the shared one
             got = native(a, b, out=np.empty((m, n), ml_dtypes.bfloat16))
-        assert_same_bf16(got, f32_engine_rounded(lambda x, y: native32(x, y, out=np.empty((m, n), np.float32)), a, b))
+        assert_bf16_product(got, f32_engine_rounded(lambda x, y: native32(x, y, out=np.empty((m, n), np.float32)), a, b), a, b)
         with fk.threads(2):
             assert_same_bf16(native(a, b, out=np.empty((m, n), ml_dtypes.bfloat16)), got)
         for bias_scale in (1.0, 2.0 ** -100):
@@ -581,7 +611,7 @@ def test_bf16_products_have_the_f32_engines_bits(m, k, n, rng):
             with fk.threads(1):
                 got = linear(a, b, bias, out=np.empty((m, n), ml_dtypes.bfloat16))
             want = f32_engine_rounded(lambda x, y, z: linear32(x, y, z, out=np.empty((m, n), np.float32)), a, b, bias)
-            assert_same_bf16(got, want)
+            assert_bf16_product(got, want, a, b, bias)
             with fk.threads(2):
                 assert_same_bf16(linear(a, b, bias, out=np.empty((m, n), ml_dtypes.bfloat16)), want)
 
