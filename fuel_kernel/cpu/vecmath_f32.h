@@ -469,8 +469,10 @@ FK_VM_INLINE float fk_pow_core(float x, double y, uint32_t odd_bit) {
 /* np.power on F32 (and the F16/BF16 kernels through it) */
 FK_VM_INLINE float fk_fast_powf(float x, float y) {
     float ay = fabsf(y);
-    /* floats from 2^23 on are integers; below, ay is one if rounding leaves it unchanged */
-    float ry = (ay + FK_ROUND_MAGIC) - FK_ROUND_MAGIC;
+    /* floats from 2^23 on are integers; below, ay is one if rounding leaves it unchanged: adding
+     * 2^23 rounds every ay < 2^23 to an integer (FK_ROUND_MAGIC, 1.5 2^23, would round ay >= 2^22
+     * to an even one, making the odd integers there look fractional) */
+    float ry = (ay + 8388608.0f) - 8388608.0f;
     int32_t yi = (int32_t)(ay < 16777216.0f ? ay : 0.0f);       /* parity matters below 2^24 */
     uint32_t odd_bit = ay >= 8388608.0f || ry == ay ? (uint32_t)yi << 31 : 0u;
     float r = fk_pow_core(x, (double)y, odd_bit);
@@ -964,7 +966,7 @@ FK_V4_INLINE __m512 fk_v4_powf(__m512 x, __m512 y) {
     /* the odd_bit of fk_fast_powf: y an odd integer (every float from 2^23 on is an integer, and
      * from 2^24 on even) */
     __m512 ay = _mm512_abs_ps(y);
-    __m512 ry = _mm512_sub_ps(_mm512_add_ps(ay, _mm512_set1_ps(FK_ROUND_MAGIC)), _mm512_set1_ps(FK_ROUND_MAGIC));
+    __m512 ry = _mm512_sub_ps(_mm512_add_ps(ay, _mm512_set1_ps(8388608.0f)), _mm512_set1_ps(8388608.0f));
     __mmask16 below24 = _mm512_cmp_ps_mask(ay, _mm512_set1_ps(16777216.0f), _CMP_LT_OQ);
     __m512i yi = _mm512_cvttps_epi32(_mm512_maskz_mov_ps(below24, ay));
     __mmask16 integral = _mm512_cmp_ps_mask(ay, _mm512_set1_ps(8388608.0f), _CMP_GE_OQ) | _mm512_cmp_ps_mask(ry, ay, _CMP_EQ_OQ);
