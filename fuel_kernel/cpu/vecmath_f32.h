@@ -4,8 +4,8 @@
  *
  * Every function is branch-free inline code (selects and table lookups, no calls; fmaf and fma are
  * one instruction in the x86-64-v3/v4 builds and the exactly rounded C functions in the baseline
- * build, so every build returns the same bits; pow alone computes in F64 vectors, which its 1-ulp
- * claim needs), which GCC vectorizes inside the FK_MV_COMPUTE loops of
+ * build, so every build returns the same bits; integer pow's general path alone computes in F64, whose
+ * exactness for an int32 exponent its 1-ulp claim needs), which GCC vectorizes inside the FK_MV_COMPUTE loops of
  * elementwise_kernels.h (the table lookups of erf and GELU_ERF as gathers, so their baseline-build
  * loops stay scalar).
  * The one exception is sin/cos of |x| > FK_TRIG_FAST_MAX (rare): the kernels send those elements
@@ -383,12 +383,11 @@ FK_VM_INLINE float fk_fast_geluf(float x) {
  * the correctly rounded result; at most 1 ulp measured). */
 FK_VM_INLINE float fk_rsqrtf(float x) { return 1.0f / sqrtf(x); }
 
-/* ---- pow ------------------------------------------------------------------------------------------
- * |x|^y = 2^(y log2|x|) computed in F64 and rounded to F32 once: log2|x| to a relative 2^-38,
- * the product y log2|x| in F64, exp2 to a relative 2^-37, so the F32 result is within 0.51 ulp
- * (|y log2|x|| <= 150 where the result is neither 0 nor inf).  Both halves are table-driven with
- * 16 entries, which AVX-512 looks up in registers (vpermt2pd, fk_v4_powf); the portable form here
- * runs the same F64 operations in the same order, so every build returns the same bits.
+/* ---- integer pow's general path (POWI) -----------------------------------------------------------
+ * x ** n for an int32 n outside the small exponents below: |x|^n = 2^(n log2|x|) computed in F64
+ * (n is exact there, not in F32) and rounded to F32 once: log2|x| to a relative 2^-38, the product
+ * in F64, exp2 to a relative 2^-37, so the F32 result is within 0.51 ulp (|n log2|x|| <= 150 where
+ * the result is neither 0 nor inf).  Both halves are table-driven with 16 entries.
  * log2: a = 2^k z with z in [0.699, 1.398) (a's F64 bits less those of 0.69921875: the top 4
  * mantissa bits pick the interval j, the exponent bits k); r = z invc_j - 1 (one fma, |r| < 0.0297;
  * invc_j = 1/c_j of the interval's centre, exactly 1 on the interval holding 1, so that r is exact
@@ -446,10 +445,8 @@ FK_VM_INLINE double fk_pow_exp2(double t) {
     return fk_bits_f64(fk_f64_bits(s) + ((uint64_t)e << 52));
 }
 
-/* pow(x, y) for an exponent y given exactly as an F64 (a float, or an int32 for POWI) and odd_bit
- * 0x80000000 for an odd integer exponent, else 0; C99's special cases (opening comment) except a
- * negative base with a non-integer exponent, which fk_fast_powf handles.  Flags are compares and
- * selects so the loops vectorize. */
+/* pow(x, n) for an exponent n given exactly as an F64 and odd_bit 0x80000000 for an odd n, else 0;
+ * C99's special cases (opening comment).  Flags are compares and selects so the loops vectorize. */
 FK_VM_INLINE float fk_pow_core(float x, double y, uint32_t odd_bit) {
     float ax = fabsf(x);
     double l = fk_pow_log2((double)ax);
@@ -466,22 +463,169 @@ FK_VM_INLINE float fk_pow_core(float x, double y, uint32_t odd_bit) {
     return r;
 }
 
-/* np.power on F32 (and the F16/BF16 kernels through it) */
+/* x ** n for an int32 n (POWI): n is exact in F64 */
+FK_VM_INLINE float fk_fast_powif(float x, int32_t n) { return fk_pow_core(x, (double)n, (uint32_t)n << 31); }
+
+/* ---- pow ------------------------------------------------------------------------------------------
+ * |x|^y = 2^(y log2|x|) in F32 arithmetic, log2|x| and the product kept as two floats (hi + lo),
+ * rounded to F32 once at the end.  Both halves look up 32-entry tables, which AVX-512 holds in
+ * registers (vpermt2ps, fk_v4_powf); the portable form here runs the same F32 operations in the
+ * same order, so every build returns the same bits.
+ * log2: a = 2^k z with z in [0.742, 1.484) (a's bits less those of 0.7421875; subnormal a scaled
+ * by 2^23 first): the exponent bits give k, the top 5 mantissa bits the cell j, and the cells sit so
+ * that 1 is inside cell 16 (z in [1 - 2^-7, 1 + 2^-6)).  r = z invc_j - 1 is one fma and exact:
+ * invc_j is a multiple of 2^-m (m <= 7) chosen per cell so that z invc_j - 1 fits 24 bits for every
+ * z of the cell (checked on all of them when the table was made), and |r| <= 0.0198; invc_16 = 1.
+ * Then log2 a = k + logc_j + log2(1 + r), logc_j = -log2(invc_j) split as logc_hi (a multiple of
+ * 2^-16, so k + logc_hi is exact for |k| < 256) + logc_lo, and
+ *     log2(1 + r) = IL (r - r^2/2) + r G(r),   IL = 1/ln2 rounded to F32,
+ * where w = r - r^2/2 is carried as two floats (wh = fma(-r/2, r, r), wl its error by a second
+ * fma) and IL wh as an exact product (ph + pl): the r^2 term is then exact to 2^-48 relative, which
+ * a plain F32 polynomial could not give near 1 (there the whole log2 is that term's size over r).
+ * G is a degree-4 fit of (log2(1 + r) - IL (r - r^2/2)) / r (error 2^-34.2, so r G is off by 2^-34.2
+ * |r|: relative 2^-34.7 to log2 a in cell 16, at most 2^-40 absolute beside it, where |log2 a| >= 0.0113).
+ * hi = (k + logc_hi) + ph (rounded; |k + logc_hi| >= |ph| unless it is 0, so the error e of that
+ * sum is exact as (k + logc_hi - hi) + ph) and lo = pl + IL wl + r G + e + logc_lo, summed small
+ * terms first: |lo| <= 2^-15.5, its roundings below 2^-41.5, and hi + lo is log2 a to a relative
+ * 2^-34.5 everywhere (the nearest cells to cell 16 are the tightest).
+ * product: t = y log2 a as th = y hi (rounded) and tl = fma(y, lo, fma(y, hi, -th)) (the inner fma
+ * is th's exact error; |lo| <= 2^-12 |hi|, the worst beside cell 16, where logc_lo is large against
+ * hi, so y lo rounds by at most 2^-36 |t|).  Where the result is finite and nonzero |t| < 150, so t
+ * is off by under 2^-26.5 in all, nearly all of it log2's relative error times |t|.
+ * exp2: n = round(32 (th + tl)) by the 1.5 2^23 shift (tl reaches 0.04 there, so th alone would
+ * leave r past the polynomial's range), r = (th - n/32) + tl (th - n/32 exact, |r| <= 1/64 + 2^-17);
+ * 2^t = 2^(n >> 5) T_(n & 31) (1 + p(r)), p(r) = r (c1 + r (c2 + r c3)) a fit of 2^r - 1 (error
+ * 2^-32.4), T_j = 2^(j/32) as two floats: v = Thi + fma(Thi, p, Tlo) (the dropped Tlo p is below
+ * 2^-31 relative; fma's rounding 2^-29.5), rounded once, then scaled by 2^(n >> 5), exactly where
+ * the result is normal (two power-of-two factors here, one vscalefps on AVX-512, the same single
+ * rounding).  th and tl are clamped to [-160, 130] and [-1, 1] first (inf, 0 and NaN there give the
+ * same inf or 0; the specials below set the rest).
+ * Error: the relative error before the last rounding is under 2^-26.5 (t's error times ln2, plus
+ * 2^-29 from exp2 and its table), so a normal result is within 0.5 + 0.18 = 0.68 ulp.  A
+ * subnormal result rounds twice (v to 24 bits, then to the subnormal's precision): within 0.75 ulp
+ * plus the same error, a smaller fraction of its larger ulp: 0.84 ulp.  Measured against F64 pow
+ * over 64M inputs (random bit patterns, bases near 1 and in every cell with exponents up to the
+ * overflow and underflow bounds, results near FLT_MAX and 2^-149, subnormal bases, integer exponents,
+ * negative bases): at most 0.549 ulp for normal results and 0.765 ulp for subnormal ones, and the
+ * same bits from this form (baseline and x86-64-v3 builds) and fk_v4_powf.  The constants were
+ * fitted with mpmath (Chebyshev fits, checked after rounding to F32). */
+#define FK_POWF_OFF 0x3F3E0000u                                 /* 0.7421875 as F32 bits */
+#define FK_POWF_IL 1.44269502162933349609375f                   /* 1/ln2 rounded to F32 */
+static const float fk_powf_invc[32] = {
+    1.328125f, 1.3125f, 1.28125f, 1.25f, 1.234375f, 1.203125f, 1.1875f, 1.15625f, 1.140625f, 1.125f,
+    1.109375f, 1.078125f, 1.0625f, 1.046875f, 1.03125f, 1.015625f, 1.0f, 0.96875f, 0.9375f,
+    0.9140625f, 0.890625f, 0.859375f, 0.84375f, 0.8203125f, 0.796875f, 0.78125f, 0.765625f,
+    0.7421875f, 0.7265625f, 0.7109375f, 0.6953125f, 0.6796875f};
+static const float fk_powf_logc_hi[32] = {
+    -0.409393310546875f, -0.3923187255859375f, -0.3575592041015625f, -0.321929931640625f,
+    -0.3037872314453125f, -0.26678466796875f, -0.2479248046875f, -0.2094573974609375f,
+    -0.1898193359375f, -0.169921875f, -0.149749755859375f, -0.1085205078125f, -0.08746337890625f,
+    -0.0660858154296875f, -0.0443878173828125f, -0.022369384765625f, 0.0f, 0.045806884765625f,
+    0.093109130859375f, 0.129638671875f, 0.1671142578125f, 0.2186431884765625f, 0.2451171875f,
+    0.2857513427734375f, 0.32757568359375f, 0.35614013671875f, 0.385284423828125f,
+    0.430145263671875f, 0.460845947265625f, 0.4922027587890625f, 0.524261474609375f,
+    0.5570526123046875f};
+static const float fk_powf_logc_lo[32] = {
+    2.374409177718917e-06f, 1.3028071634835214e-06f, 7.199483661679551e-06f,
+    1.8367533130003721e-06f, 6.483268407464493e-06f, -1.8727261021922459e-06f,
+    -2.7087560283689527e-06f, 4.0318318497156724e-06f, -5.22294249094557e-06f,
+    -3.1264423796528718e-06f, 2.636354793139617e-06f, -3.9489655137003865e-06f,
+    5.376559215619636e-07f, -3.3750279726518784e-06f, -6.301975645328639e-06f,
+    1.571737129779649e-06f, 0.0f, -3.195152430635062e-06f, 2.7353209475222684e-07f,
+    -3.391458449186757e-06f, -4.271977104508551e-06f, -2.902001142501831e-06f,
+    -4.68966345579247e-06f, 3.1395604764838936e-06f, -1.0255652114210534e-06f,
+    3.6735066260007443e-06f, 5.732056706619915e-06f, -8.720028290554183e-07f,
+    -4.75837350677466e-06f, 2.601012283776072e-06f, 5.094424068374792e-06f, 3.891846517944941e-06f};
+static const float fk_powf_exp2_hi[32] = {
+    1.0f, 1.0218971967697144f, 1.0442737340927124f, 1.0671404600143433f, 1.0905077457427979f,
+    1.114386796951294f, 1.1387885808944702f, 1.1637248992919922f, 1.1892070770263672f,
+    1.215247392654419f, 1.2418577671051025f, 1.2690509557724f, 1.2968395948410034f,
+    1.3252366781234741f, 1.3542555570602417f, 1.3839099407196045f, 1.4142135381698608f,
+    1.4451807737350464f, 1.4768261909484863f, 1.5091644525527954f, 1.5422108173370361f,
+    1.5759809017181396f, 1.610490322113037f, 1.6457555294036865f, 1.6817928552627563f,
+    1.7186193466186523f, 1.7562521696090698f, 1.7947090864181519f, 1.8340080976486206f,
+    1.8741676807403564f, 1.9152065515518188f, 1.9571441411972046f};
+static const float fk_powf_exp2_lo[32] = {
+    0.0f, -4.811559861650494e-08f, 4.8334701574503924e-08f, -5.9337519786595294e-08f,
+    -1.3077539939843064e-08f, -5.435540018083884e-08f, 5.386222312608879e-08f,
+    -4.051441493402308e-08f, 3.797635272917432e-08f, -3.267394887984665e-08f,
+    4.496838101886169e-08f, 1.419333317542737e-09f, -4.018999533172973e-08f,
+    -3.496373324196611e-08f, -1.0123349269974824e-08f, -5.875577357983275e-08f,
+    2.4203234971764687e-08f, 3.324199937537742e-08f, -4.500898853621038e-08f,
+    -2.4959373234878512e-08f, 8.070904833346049e-09f, -5.661025426206834e-08f,
+    9.836217174097328e-09f, -5.124972091152813e-08f, -2.4755326677450284e-08f,
+    -4.8496175963919086e-08f, -9.235770370707996e-09f, -1.141504490931311e-08f,
+    -1.1239277952768134e-08f, -4.663005626071026e-08f, 9.845328108326612e-09f,
+    -1.7021804410433106e-08f};
+/* G(r) and p(r) / r, highest power first */
+static const float fk_powf_g[5] = {0.2886400520801544f, -0.3607916235923767f, 0.48089835047721863f,
+                                   1.9231567449651266e-09f, 1.925963033500011e-08f};
+static const float fk_powf_q[3] = {0.05550435185432434f, 0.24022826552391052f, 0.6931471824645996f};
+
+/* log2 a of a positive finite a as hi (returned) + *lo; any other a gives a finite garbage pair */
+FK_VM_INLINE float fk_powf_log2(float a, float *lo) {
+    int sub = a < 1.17549435e-38f;
+    float as = sub ? a * 8388608.0f : a;
+    uint32_t ix = fk_f32_bits(as), tmp = ix - FK_POWF_OFF;
+    uint32_t j = (tmp >> 18) & 31u;
+    float k = (float)((int32_t)tmp >> 23) - (sub ? 23.0f : 0.0f);
+    float z = fk_bits_f32(ix - (tmp & 0xFF800000u));
+    float r = fmaf(z, fk_powf_invc[j], -1.0f);                  /* exact */
+    float nh = -0.5f * r;
+    float wh = fmaf(nh, r, r);                                  /* r - r^2/2 */
+    float wl = fmaf(nh, r, r - wh);                             /* and its error (r - wh is exact) */
+    float ph = wh * FK_POWF_IL;
+    float pl = fmaf(wh, FK_POWF_IL, -ph);
+    float a0 = k + fk_powf_logc_hi[j];                          /* exact */
+    float hi = a0 + ph;
+    float e = (a0 - hi) + ph;
+    float t = fmaf(wl, FK_POWF_IL, pl);
+    t = fmaf(r, fk_horner_f32(r, fk_powf_g, 5), t);
+    t = t + e;
+    *lo = t + fk_powf_logc_lo[j];
+    return hi;
+}
+/* 2^(th + tl) for the pair above (|tl| < 1; inf from th = 130 on, 0 from -160 down) */
+FK_VM_INLINE float fk_powf_exp2(float th, float tl) {
+    /* both clamps take a NaN to the low bound, as vmaxps / vminps do */
+    float tc = th > -160.0f ? th : -160.0f;
+    tc = tc < 130.0f ? tc : 130.0f;
+    float lc = tl > -1.0f ? tl : -1.0f;
+    lc = lc < 1.0f ? lc : 1.0f;
+    float kd = fmaf(tc + lc, 32.0f, FK_ROUND_MAGIC);            /* round(32 t) in the low bits */
+    float n = kd - FK_ROUND_MAGIC;
+    float r = fmaf(n, -0.03125f, tc) + lc;
+    float p = r * fk_horner_f32(r, fk_powf_q, 3);
+    uint32_t kb = fk_f32_bits(kd), j = kb & 31u;
+    float th0 = fk_powf_exp2_hi[j];
+    float v = th0 + fmaf(th0, p, fk_powf_exp2_lo[j]);
+    int32_t ni = (int32_t)(kb - 0x4B400000u) >> 5, n1 = ni >> 1, n2 = ni - n1;   /* floor(n / 32) */
+    return v * fk_pow2i_f32(n1) * fk_pow2i_f32(n2);
+}
+
+/* np.power on F32 (and the F16/BF16 kernels through it): C99's special cases (opening comment) as
+ * compares and selects, so the loops vectorize */
 FK_VM_INLINE float fk_fast_powf(float x, float y) {
-    float ay = fabsf(y);
+    float ax = fabsf(x), ay = fabsf(y);
+    float lo, hi = fk_powf_log2(ax, &lo);
+    float th = y * hi;
+    float r = fk_powf_exp2(th, fmaf(y, lo, fmaf(y, hi, -th)));
+    /* a zero or infinite base or an infinite exponent: +inf or +0 by the sign of y log2|x| (|x| = 1
+     * gives 1 below) */
+    float big = (y > 0.0f) == (ax > 1.0f) ? INFINITY : 0.0f;
+    r = ax == 0.0f || ax == INFINITY || ay == INFINITY ? big : r;
     /* floats from 2^23 on are integers; below, ay is one if rounding leaves it unchanged: adding
      * 2^23 rounds every ay < 2^23 to an integer (FK_ROUND_MAGIC, 1.5 2^23, would round ay >= 2^22
      * to an even one, making the odd integers there look fractional) */
     float ry = (ay + 8388608.0f) - 8388608.0f;
     int32_t yi = (int32_t)(ay < 16777216.0f ? ay : 0.0f);       /* parity matters below 2^24 */
     uint32_t odd_bit = ay >= 8388608.0f || ry == ay ? (uint32_t)yi << 31 : 0u;
-    float r = fk_pow_core(x, (double)y, odd_bit);
+    r = fk_bits_f32(fk_f32_bits(r) ^ (fk_f32_bits(x) & odd_bit));  /* -0 and -inf included */
+    r = x != x || y != y ? NAN : r;
+    r = y == 0.0f || x == 1.0f || (x == -1.0f && ay == INFINITY) ? 1.0f : r;
     /* a negative finite base with a finite non-integer exponent (inf counts as an integer) */
     return x < 0.0f && x > -INFINITY && ay < 8388608.0f && ry != ay && y == y ? NAN : r;
 }
-
-/* x ** n for an int32 n (POWI): n is exact in F64 */
-FK_VM_INLINE float fk_fast_powif(float x, int32_t n) { return fk_pow_core(x, (double)n, (uint32_t)n << 31); }
 
 /* x ** n for 3 <= n <= FK_POWI_SMALL_MAX by binary powering with the running power in two floats,
  * straight on x (fk_powi_small runs it on x's mantissa).  For x = 0 or 2^-9 <= |x| <= 2^9 every product and error
@@ -909,63 +1053,82 @@ FK_V4_INLINE void fk_v4_powi_small_row(const float *x, float *y, int64_t n, int 
     }
 }
 
-/* fk_pow_core on 8 lanes in F64: the same operations in the same order, the tables held in
- * registers and looked up with vpermt2pd (the index's low 4 bits), 2^(n >> 4) applied by vscalefpd
- * (the same exact power-of-two scaling as the portable exponent-field add).  x and y are F32 lanes
- * already widened; returns the F32 result before the special-value selects.  plain: every ax is
- * finite and nonzero and every y finite, so the selects for 0, inf and NaN change nothing and are
- * left out (a constant once inlined). */
-FK_V4_INLINE __m256 fk_v4_pow_core8(__m512d ax, __m512d y, const int plain) {
-    const __m512d invc_lo = _mm512_loadu_pd(fk_pow_invc), invc_hi = _mm512_loadu_pd(fk_pow_invc + 8);
-    const __m512d logc_lo = _mm512_loadu_pd(fk_pow_logc), logc_hi = _mm512_loadu_pd(fk_pow_logc + 8);
-    const __m512d t_lo = _mm512_loadu_pd(fk_pow_exp2_tab), t_hi = _mm512_loadu_pd(fk_pow_exp2_tab + 8);
-    __m512i ix = _mm512_castpd_si512(ax);
-    __m512i tmp = _mm512_sub_epi64(ix, _mm512_set1_epi64((long long)FK_POW_OFF));
-    __m512i j = _mm512_srli_epi64(tmp, 48);
-    __m512d k = _mm512_cvtepi64_pd(_mm512_srai_epi64(tmp, 52));     /* |k| < 200: the int32 value there */
-    __m512d z = _mm512_castsi512_pd(_mm512_sub_epi64(ix, _mm512_and_si512(tmp, _mm512_set1_epi64((long long)0xFFF0000000000000ull))));
-    __m512d r = _mm512_fmadd_pd(z, _mm512_permutex2var_pd(invc_lo, j, invc_hi), _mm512_set1_pd(-1.0));
-    __m512d p = _mm512_set1_pd(fk_pow_log_p[0]);
-    for (int i = 1; i < 6; i++) p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(fk_pow_log_p[i]));
-    __m512d l = _mm512_fmadd_pd(r, p, _mm512_add_pd(k, _mm512_permutex2var_pd(logc_lo, j, logc_hi)));
-    /* ax = 0 and inf: -inf and inf, as the portable selects */
-    if (!plain) l = _mm512_mask_mov_pd(l, _mm512_cmp_pd_mask(ax, _mm512_setzero_pd(), _CMP_EQ_OQ), _mm512_set1_pd(-INFINITY));
-    if (!plain) l = _mm512_mask_mov_pd(l, _mm512_cmp_pd_mask(ax, _mm512_set1_pd(INFINITY), _CMP_EQ_OQ), _mm512_set1_pd(INFINITY));
-    __m512d t = _mm512_mul_pd(y, l);
-    /* t > -160 ? t : -160, then < 130: vmaxpd / vminpd return the second operand for a NaN, so a
-     * NaN t becomes -160, as there */
-    __m512d tc = _mm512_min_pd(_mm512_max_pd(t, _mm512_set1_pd(-160.0)), _mm512_set1_pd(130.0));
-    __m512d kd = _mm512_fmadd_pd(tc, _mm512_set1_pd(16.0), _mm512_set1_pd(FK_POW_SHIFT));
-    __m512d n = _mm512_sub_pd(kd, _mm512_set1_pd(FK_POW_SHIFT));
-    __m512d rr = _mm512_fmadd_pd(n, _mm512_set1_pd(-0.0625), tc);
-    __m512d q = _mm512_set1_pd(fk_pow_exp_q[0]);
-    for (int i = 1; i < 4; i++) q = _mm512_fmadd_pd(q, rr, _mm512_set1_pd(fk_pow_exp_q[i]));
-    __m512d tj = _mm512_permutex2var_pd(t_lo, _mm512_castpd_si512(kd), t_hi);
-    __m512d sv = _mm512_fmadd_pd(tj, _mm512_mul_pd(q, rr), tj);
-    sv = _mm512_scalef_pd(sv, _mm512_mul_pd(n, _mm512_set1_pd(0.0625)));
-    __m256 res = _mm512_cvtpd_ps(sv);
-    if (plain) return res;
-    /* t NaN (0 * inf, NaN operands): NaN */
-    return _mm256_mask_mov_ps(res, _mm512_cmp_pd_mask(t, t, _CMP_UNORD_Q), _mm256_set1_ps(NAN));
+/* fk_powf_log2, the product and fk_powf_exp2 on 16 lanes: the same operations in the same order,
+ * the tables held in registers and looked up with vpermt2ps (the index's low 5 bits), 2^(n >> 5)
+ * applied by vscalefps (its floor of n/32 is the shift; one rounding, as the portable two
+ * power-of-two factors).  Returns |x|^y before the special-value selects.  plain: every ax is
+ * positive, normal and finite and every |y| < 512, so the subnormal scaling and the clamps change
+ * nothing and are left out (a constant once inlined): |th| < 512 * 128 keeps round(32 th) within
+ * the 1.5 2^23 shift's range and |tl| below 1 (vscalefps itself saturates to inf or 0), so an
+ * unclamped th or tl past the clamps gives the same inf or 0. */
+FK_V4_INLINE __m512 fk_v4_powf_core(__m512 ax, __m512 y, const int plain) {
+    const __m512 ic0 = _mm512_loadu_ps(fk_powf_invc), ic1 = _mm512_loadu_ps(fk_powf_invc + 16);
+    const __m512 lh0 = _mm512_loadu_ps(fk_powf_logc_hi), lh1 = _mm512_loadu_ps(fk_powf_logc_hi + 16);
+    const __m512 ll0 = _mm512_loadu_ps(fk_powf_logc_lo), ll1 = _mm512_loadu_ps(fk_powf_logc_lo + 16);
+    const __m512 eh0 = _mm512_loadu_ps(fk_powf_exp2_hi), eh1 = _mm512_loadu_ps(fk_powf_exp2_hi + 16);
+    const __m512 el0 = _mm512_loadu_ps(fk_powf_exp2_lo), el1 = _mm512_loadu_ps(fk_powf_exp2_lo + 16);
+    const __m512 il = _mm512_set1_ps(FK_POWF_IL);
+    __mmask16 sub = 0;
+    if (!plain) {
+        sub = _mm512_cmp_ps_mask(ax, _mm512_set1_ps(1.17549435e-38f), _CMP_LT_OQ);
+        ax = _mm512_mask_mul_ps(ax, sub, ax, _mm512_set1_ps(8388608.0f));
+    }
+    __m512i ix = _mm512_castps_si512(ax);
+    __m512i tmp = _mm512_sub_epi32(ix, _mm512_set1_epi32((int)FK_POWF_OFF));
+    __m512i j = _mm512_srli_epi32(tmp, 18);
+    __m512 k = _mm512_cvtepi32_ps(_mm512_srai_epi32(tmp, 23));
+    if (!plain) k = _mm512_mask_sub_ps(k, sub, k, _mm512_set1_ps(23.0f));
+    __m512 z = _mm512_castsi512_ps(_mm512_sub_epi32(ix, _mm512_and_si512(tmp, _mm512_set1_epi32((int)0xFF800000u))));
+    __m512 r = _mm512_fmadd_ps(z, _mm512_permutex2var_ps(ic0, j, ic1), _mm512_set1_ps(-1.0f));
+    __m512 nh = _mm512_mul_ps(_mm512_set1_ps(-0.5f), r);
+    __m512 wh = _mm512_fmadd_ps(nh, r, r);
+    __m512 wl = _mm512_fmadd_ps(nh, r, _mm512_sub_ps(r, wh));
+    __m512 ph = _mm512_mul_ps(wh, il);
+    __m512 pl = _mm512_fmsub_ps(wh, il, ph);
+    __m512 a0 = _mm512_add_ps(k, _mm512_permutex2var_ps(lh0, j, lh1));
+    __m512 hi = _mm512_add_ps(a0, ph);
+    __m512 e = _mm512_add_ps(_mm512_sub_ps(a0, hi), ph);
+    __m512 g = _mm512_set1_ps(fk_powf_g[0]);
+    for (int i = 1; i < 5; i++) g = _mm512_fmadd_ps(g, r, _mm512_set1_ps(fk_powf_g[i]));
+    __m512 t = _mm512_fmadd_ps(wl, il, pl);
+    t = _mm512_fmadd_ps(r, g, t);
+    t = _mm512_add_ps(t, e);
+    __m512 lo = _mm512_add_ps(t, _mm512_permutex2var_ps(ll0, j, ll1));
+    __m512 th = _mm512_mul_ps(y, hi);
+    __m512 tl = _mm512_fmadd_ps(y, lo, _mm512_fmsub_ps(y, hi, th));
+    if (!plain) {
+        /* vmaxps returns its second operand for a NaN: the low bound, as the portable selects */
+        th = _mm512_min_ps(_mm512_max_ps(th, _mm512_set1_ps(-160.0f)), _mm512_set1_ps(130.0f));
+        tl = _mm512_min_ps(_mm512_max_ps(tl, _mm512_set1_ps(-1.0f)), _mm512_set1_ps(1.0f));
+    }
+    __m512 kd = _mm512_fmadd_ps(_mm512_add_ps(th, tl), _mm512_set1_ps(32.0f), _mm512_set1_ps(FK_ROUND_MAGIC));
+    __m512 n = _mm512_sub_ps(kd, _mm512_set1_ps(FK_ROUND_MAGIC));
+    __m512 rr = _mm512_add_ps(_mm512_fmadd_ps(n, _mm512_set1_ps(-0.03125f), th), tl);
+    __m512 q = _mm512_set1_ps(fk_powf_q[0]);
+    for (int i = 1; i < 3; i++) q = _mm512_fmadd_ps(q, rr, _mm512_set1_ps(fk_powf_q[i]));
+    __m512 p = _mm512_mul_ps(rr, q);
+    __m512i kb = _mm512_castps_si512(kd);
+    __m512 t0 = _mm512_permutex2var_ps(eh0, kb, eh1);
+    __m512 v = _mm512_add_ps(t0, _mm512_fmadd_ps(t0, p, _mm512_permutex2var_ps(el0, kb, el1)));
+    return _mm512_scalef_ps(v, _mm512_mul_ps(n, _mm512_set1_ps(0.03125f)));
 }
-/* fk_fast_powf on 16 lanes: fk_pow_core's F64 steps per half, then its selects and
- * fk_fast_powf's NaN for a negative base with a non-integer exponent.  A vector whose every x is
- * positive and finite and every y finite needs none of them (x = 1 and y = 0 give exactly 1 from the
- * steps: log2 1 = 0 on the interval with c = 1, and 2^0 = T_0 = 1): one test, then the plain steps. */
-FK_V4_INLINE __m512 fk_v4_pow_halves(__m512 ax, __m512 y, const int plain) {
-    __m256 lo = fk_v4_pow_core8(_mm512_cvtps_pd(_mm512_castps512_ps256(ax)), _mm512_cvtps_pd(_mm512_castps512_ps256(y)), plain);
-    __m256 hi = fk_v4_pow_core8(_mm512_cvtps_pd(_mm512_extractf32x8_ps(ax, 1)), _mm512_cvtps_pd(_mm512_extractf32x8_ps(y, 1)), plain);
-    return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
-}
+/* fk_fast_powf on 16 lanes: fk_v4_powf_core, then fk_fast_powf's selects.  A vector whose every x
+ * is positive, normal and finite and every |y| < 512 needs none of them (x = 1 and y = 0 give
+ * exactly 1 from the steps: log2 1 = 0 in the cell with invc = 1, and 2^0 = T_0 = 1): one test, then
+ * the plain steps. */
 FK_V4_INLINE __m512 fk_v4_powf(__m512 x, __m512 y) {
-    /* x: NaN, +-0, +-inf or negative; y: NaN or +-inf */
-    if (!(_mm512_fpclass_ps_mask(x, 0x01 | 0x02 | 0x04 | 0x08 | 0x10 | 0x40 | 0x80) |
-          _mm512_fpclass_ps_mask(y, 0x01 | 0x08 | 0x10 | 0x80)))
-        return fk_v4_pow_halves(x, y, 1);
-    __m512 r = fk_v4_pow_halves(_mm512_abs_ps(x), y, 0);
+    __m512 ax = _mm512_abs_ps(x), ay = _mm512_abs_ps(y);
+    /* x: NaN, +-0, +-inf, subnormal or negative; |y| >= 512 or NaN */
+    if (!(_mm512_fpclass_ps_mask(x, 0xFF) | _mm512_cmp_ps_mask(ay, _mm512_set1_ps(512.0f), _CMP_NLT_UQ)))
+        return fk_v4_powf_core(x, y, 1);
+    __m512 r = fk_v4_powf_core(ax, y, 0);
+    /* a zero or infinite base or an infinite exponent: +inf where y > 0 matches |x| > 1, else +0 */
+    __mmask16 big = ~(_mm512_cmp_ps_mask(y, _mm512_setzero_ps(), _CMP_GT_OQ) ^ _mm512_cmp_ps_mask(ax, _mm512_set1_ps(1.0f), _CMP_GT_OQ));
+    __mmask16 degenerate = _mm512_cmp_ps_mask(ax, _mm512_setzero_ps(), _CMP_EQ_OQ) | _mm512_cmp_ps_mask(ax, _mm512_set1_ps(INFINITY), _CMP_EQ_OQ)
+                           | _mm512_cmp_ps_mask(ay, _mm512_set1_ps(INFINITY), _CMP_EQ_OQ);
+    r = _mm512_mask_mov_ps(r, degenerate, _mm512_maskz_mov_ps(big, _mm512_set1_ps(INFINITY)));
     /* the odd_bit of fk_fast_powf: y an odd integer (every float from 2^23 on is an integer, and
      * from 2^24 on even) */
-    __m512 ay = _mm512_abs_ps(y);
     __m512 ry = _mm512_sub_ps(_mm512_add_ps(ay, _mm512_set1_ps(8388608.0f)), _mm512_set1_ps(8388608.0f));
     __mmask16 below24 = _mm512_cmp_ps_mask(ay, _mm512_set1_ps(16777216.0f), _CMP_LT_OQ);
     __m512i yi = _mm512_cvttps_epi32(_mm512_maskz_mov_ps(below24, ay));
