@@ -616,6 +616,20 @@ def test_bf16_products_have_the_f32_engines_bits(m, k, n, rng):
                 assert_same_bf16(linear(a, b, bias, out=np.empty((m, n), ml_dtypes.bfloat16)), want)
 
 
+@pytest.mark.parametrize("m", (1, 2, 3, 4))
+def test_bf16_few_rows_stream_bs_own_rows(m, rng):
+    """BF16 products of at most 4 rows read B's own BF16 rows, widened as they are read (half the
+    bytes of F32 panels): the bits of the F32 product of the same values, rounded to BF16, over two
+    K blocks (K = 300), columns past the vector strips (N = 77), B's rows strided, reversed, offset."""
+    import ml_dtypes
+    (native,) = [kern for kern in all_kernels(fk.DType.BF16, None) if kern.source == "native"]
+    (native32,) = [kern for kern in all_kernels(fk.DType.F32, None) if kern.source == "native"]
+    a, big = bf16_values((m, 300), rng), bf16_values((600, 90), rng)
+    for b in (big[:300, :77], big[::2, 3:80], big[::-2, 13:]):
+        got = native(a, b, out=np.empty((m, 77), ml_dtypes.bfloat16))
+        assert_same_bf16(got, f32_engine_rounded(lambda x, y: native32(x, y, out=np.empty((m, 77), np.float32)), a, b))
+
+
 def test_bf16_subnormal_sums_are_kept(rng):
     """A product whose every sum is an F32 subnormal (AVX512_BF16's dot product would flush it to
     zero) keeps its value: 300 products of 2^-70 x 2^-70 are 300 x 2^-140."""
