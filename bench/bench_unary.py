@@ -17,7 +17,8 @@ jobs, 3 runs, fuel_kernel time / NumPy time (F32):
 2026-12-04, one pinned core of a Zen 4 (AVX-512) VM, 3 runs: POW 1.55x (1.41-1.65) NumPy after the
 F64 table-driven pow (before 3.6x); POWI(3) 0.99x PyTorch at 4M, 0.91x in L2 (before 1.64x in L2).
 2026-12-05, same VM and method: POW 1.01x (1.00-1.03) NumPy, 0.27x (0.27-0.28) PyTorch with the F32
-two-float pow (before, this day: 1.58x (1.45-1.61) and 0.43x).
+two-float pow (before, this day: 1.58x (1.45-1.61) and 0.43x).  Then, the same bits with 4 fewer
+FMA-pipe instructions per 16 lanes: POW 0.93x (0.92-0.94) NumPy, 0.25x (0.24-0.25) PyTorch.
 """
 import math
 

@@ -484,6 +484,10 @@ FK_VM_INLINE float fk_fast_powif(float x, int32_t n) { return fk_pow_core(x, (do
  * a plain F32 polynomial could not give near 1 (there the whole log2 is that term's size over r).
  * G is a degree-4 fit of (log2(1 + r) - IL (r - r^2/2)) / r (error 2^-34.2, so r G is off by 2^-34.2
  * |r|: relative 2^-34.7 to log2 a in cell 16, at most 2^-40 absolute beside it, where |log2 a| >= 0.0113).
+ * These steps run on u = -r/2 = fma(z, -invc_j/2, 1/2) (exact, as r is) instead of r: wh and wl
+ * are fma(u, u, u) and its error (-1/2 of the r form's), IL is -2 IL, and G's coefficients are
+ * scaled by -32, 16, -8, 4, -2 so each Horner step in u is the r form's step times a power of two:
+ * every rounding is the same (the same bits as in r) without the multiply by -1/2.
  * hi = (k + logc_hi) + ph (rounded; |k + logc_hi| >= |ph| unless it is 0, so the error e of that
  * sum is exact as (k + logc_hi - hi) + ph) and lo = pl + IL wl + r G + e + logc_lo, summed small
  * terms first: |lo| <= 2^-15.5, its roundings below 2^-41.5, and hi + lo is log2 a to a relative
@@ -492,8 +496,10 @@ FK_VM_INLINE float fk_fast_powif(float x, int32_t n) { return fk_pow_core(x, (do
  * is th's exact error; |lo| <= 2^-12 |hi|, the worst beside cell 16, where logc_lo is large against
  * hi, so y lo rounds by at most 2^-36 |t|).  Where the result is finite and nonzero |t| < 150, so t
  * is off by under 2^-26.5 in all, nearly all of it log2's relative error times |t|.
- * exp2: n = round(32 (th + tl)) by the 1.5 2^23 shift (tl reaches 0.04 there, so th alone would
- * leave r past the polynomial's range), r = (th - n/32) + tl (th - n/32 exact, |r| <= 1/64 + 2^-17);
+ * exp2: n = round(32 (th + tl)) by the 1.5 2^18 shift, whose ulp is 1/32: adding and removing it
+ * rounds th + tl to n/32 (n in the low bits: the tables' index), a float the scaling takes as is
+ * (tl reaches 0.04 there, so th alone would leave r past the polynomial's range),
+ * r = (th - n/32) + tl (th - n/32 exact, |r| <= 1/64 + 2^-17);
  * 2^t = 2^(n >> 5) T_(n & 31) (1 + p(r)), p(r) = r (c1 + r (c2 + r c3)) a fit of 2^r - 1 (error
  * 2^-32.4), T_j = 2^(j/32) as two floats: v = Thi + fma(Thi, p, Tlo) (the dropped Tlo p is below
  * 2^-31 relative; fma's rounding 2^-29.5), rounded once, then scaled by 2^(n >> 5), exactly where
@@ -510,12 +516,15 @@ FK_VM_INLINE float fk_fast_powif(float x, int32_t n) { return fk_pow_core(x, (do
  * same bits from this form (baseline and x86-64-v3 builds) and fk_v4_powf.  The constants were
  * fitted with mpmath (Chebyshev fits, checked after rounding to F32). */
 #define FK_POWF_OFF 0x3F3E0000u                                 /* 0.7421875 as F32 bits */
-#define FK_POWF_IL 1.44269502162933349609375f                   /* 1/ln2 rounded to F32 */
-static const float fk_powf_invc[32] = {
-    1.328125f, 1.3125f, 1.28125f, 1.25f, 1.234375f, 1.203125f, 1.1875f, 1.15625f, 1.140625f, 1.125f,
-    1.109375f, 1.078125f, 1.0625f, 1.046875f, 1.03125f, 1.015625f, 1.0f, 0.96875f, 0.9375f,
-    0.9140625f, 0.890625f, 0.859375f, 0.84375f, 0.8203125f, 0.796875f, 0.78125f, 0.765625f,
-    0.7421875f, 0.7265625f, 0.7109375f, 0.6953125f, 0.6796875f};
+#define FK_POWF_IL2 -2.8853900432586669921875f                  /* -2 IL, IL = 1/ln2 rounded to F32 */
+#define FK_POWF_SHIFT 393216.0f                                 /* 1.5 2^18: rounds to multiples of 1/32 */
+#define FK_POWF_SHIFT_BITS 0x48C00000u
+static const float fk_powf_hinvc[32] = {                      /* -invc_j / 2 */
+    -0.6640625f, -0.65625f, -0.640625f, -0.625f, -0.6171875f, -0.6015625f, -0.59375f, -0.578125f,
+    -0.5703125f, -0.5625f, -0.5546875f, -0.5390625f, -0.53125f, -0.5234375f, -0.515625f,
+    -0.5078125f, -0.5f, -0.484375f, -0.46875f, -0.45703125f, -0.4453125f, -0.4296875f, -0.421875f,
+    -0.41015625f, -0.3984375f, -0.390625f, -0.3828125f, -0.37109375f, -0.36328125f, -0.35546875f,
+    -0.34765625f, -0.33984375f};
 static const float fk_powf_logc_hi[32] = {
     -0.409393310546875f, -0.3923187255859375f, -0.3575592041015625f, -0.321929931640625f,
     -0.3037872314453125f, -0.26678466796875f, -0.2479248046875f, -0.2094573974609375f,
@@ -557,9 +566,12 @@ static const float fk_powf_exp2_lo[32] = {
     -4.8496175963919086e-08f, -9.235770370707996e-09f, -1.141504490931311e-08f,
     -1.1239277952768134e-08f, -4.663005626071026e-08f, 9.845328108326612e-09f,
     -1.7021804410433106e-08f};
-/* G(r) and p(r) / r, highest power first */
-static const float fk_powf_g[5] = {0.2886400520801544f, -0.3607916235923767f, 0.48089835047721863f,
-                                   1.9231567449651266e-09f, 1.925963033500011e-08f};
+/* G in u = -r/2: the fitted G's coefficients (0.2886400520801544, -0.3607916235923767,
+ * 0.48089835047721863, 1.9231567449651266e-09, 1.925963033500011e-08, highest power first) times
+ * -32, 16, -8, 4, -2, so each Horner step in u is the step in r times a power of two (the same
+ * rounding) and the last is -2 G(r); then p(r) / r, highest power first */
+static const float fk_powf_g[5] = {-9.236481666564941f, -5.772665977478027f, -3.847186803817749f,
+                                   7.692626979860506e-09f, -3.851926067000022e-08f};
 static const float fk_powf_q[3] = {0.05550435185432434f, 0.24022826552391052f, 0.6931471824645996f};
 
 /* log2 a of a positive finite a as hi (returned) + *lo; any other a gives a finite garbage pair */
@@ -570,17 +582,16 @@ FK_VM_INLINE float fk_powf_log2(float a, float *lo) {
     uint32_t j = (tmp >> 18) & 31u;
     float k = (float)((int32_t)tmp >> 23) - (sub ? 23.0f : 0.0f);
     float z = fk_bits_f32(ix - (tmp & 0xFF800000u));
-    float r = fmaf(z, fk_powf_invc[j], -1.0f);                  /* exact */
-    float nh = -0.5f * r;
-    float wh = fmaf(nh, r, r);                                  /* r - r^2/2 */
-    float wl = fmaf(nh, r, r - wh);                             /* and its error (r - wh is exact) */
-    float ph = wh * FK_POWF_IL;
-    float pl = fmaf(wh, FK_POWF_IL, -ph);
+    float u = fmaf(z, fk_powf_hinvc[j], 0.5f);                  /* -r/2, exact */
+    float wh = fmaf(u, u, u);                                   /* -(r - r^2/2)/2 */
+    float wl = fmaf(u, u, u - wh);                              /* and its error (u - wh is exact) */
+    float ph = wh * FK_POWF_IL2;                                /* IL (r - r^2/2), high part */
+    float pl = fmaf(wh, FK_POWF_IL2, -ph);
     float a0 = k + fk_powf_logc_hi[j];                          /* exact */
     float hi = a0 + ph;
     float e = (a0 - hi) + ph;
-    float t = fmaf(wl, FK_POWF_IL, pl);
-    t = fmaf(r, fk_horner_f32(r, fk_powf_g, 5), t);
+    float t = fmaf(wl, FK_POWF_IL2, pl);
+    t = fmaf(u, fk_horner_f32(u, fk_powf_g, 5), t);             /* + r G(r) */
     t = t + e;
     *lo = t + fk_powf_logc_lo[j];
     return hi;
@@ -592,14 +603,14 @@ FK_VM_INLINE float fk_powf_exp2(float th, float tl) {
     tc = tc < 130.0f ? tc : 130.0f;
     float lc = tl > -1.0f ? tl : -1.0f;
     lc = lc < 1.0f ? lc : 1.0f;
-    float kd = fmaf(tc + lc, 32.0f, FK_ROUND_MAGIC);            /* round(32 t) in the low bits */
-    float n = kd - FK_ROUND_MAGIC;
-    float r = fmaf(n, -0.03125f, tc) + lc;
+    float kd = (tc + lc) + FK_POWF_SHIFT;                       /* n = round(32 t) in the low bits */
+    float n32 = kd - FK_POWF_SHIFT;                             /* n/32 */
+    float r = (tc - n32) + lc;
     float p = r * fk_horner_f32(r, fk_powf_q, 3);
     uint32_t kb = fk_f32_bits(kd), j = kb & 31u;
     float th0 = fk_powf_exp2_hi[j];
     float v = th0 + fmaf(th0, p, fk_powf_exp2_lo[j]);
-    int32_t ni = (int32_t)(kb - 0x4B400000u) >> 5, n1 = ni >> 1, n2 = ni - n1;   /* floor(n / 32) */
+    int32_t ni = (int32_t)(kb - FK_POWF_SHIFT_BITS) >> 5, n1 = ni >> 1, n2 = ni - n1;   /* floor(n / 32) */
     return v * fk_pow2i_f32(n1) * fk_pow2i_f32(n2);
 }
 
@@ -1055,19 +1066,19 @@ FK_V4_INLINE void fk_v4_powi_small_row(const float *x, float *y, int64_t n, int 
 
 /* fk_powf_log2, the product and fk_powf_exp2 on 16 lanes: the same operations in the same order,
  * the tables held in registers and looked up with vpermt2ps (the index's low 5 bits), 2^(n >> 5)
- * applied by vscalefps (its floor of n/32 is the shift; one rounding, as the portable two
+ * applied by vscalefps of n/32 (it takes the floor; one rounding, as the portable two
  * power-of-two factors).  Returns |x|^y before the special-value selects.  plain: every ax is
  * positive, normal and finite and every |y| < 512, so the subnormal scaling and the clamps change
- * nothing and are left out (a constant once inlined): |th| < 512 * 128 keeps round(32 th) within
- * the 1.5 2^23 shift's range and |tl| below 1 (vscalefps itself saturates to inf or 0), so an
+ * nothing and are left out (a constant once inlined): |th| < 512 * 128 keeps th + tl within
+ * the 1.5 2^18 shift's range (2^17) and |tl| below 1 (vscalefps itself saturates to inf or 0), so an
  * unclamped th or tl past the clamps gives the same inf or 0. */
 FK_V4_INLINE __m512 fk_v4_powf_core(__m512 ax, __m512 y, const int plain) {
-    const __m512 ic0 = _mm512_loadu_ps(fk_powf_invc), ic1 = _mm512_loadu_ps(fk_powf_invc + 16);
+    const __m512 ic0 = _mm512_loadu_ps(fk_powf_hinvc), ic1 = _mm512_loadu_ps(fk_powf_hinvc + 16);
     const __m512 lh0 = _mm512_loadu_ps(fk_powf_logc_hi), lh1 = _mm512_loadu_ps(fk_powf_logc_hi + 16);
     const __m512 ll0 = _mm512_loadu_ps(fk_powf_logc_lo), ll1 = _mm512_loadu_ps(fk_powf_logc_lo + 16);
     const __m512 eh0 = _mm512_loadu_ps(fk_powf_exp2_hi), eh1 = _mm512_loadu_ps(fk_powf_exp2_hi + 16);
     const __m512 el0 = _mm512_loadu_ps(fk_powf_exp2_lo), el1 = _mm512_loadu_ps(fk_powf_exp2_lo + 16);
-    const __m512 il = _mm512_set1_ps(FK_POWF_IL);
+    const __m512 il = _mm512_set1_ps(FK_POWF_IL2);
     __mmask16 sub = 0;
     if (!plain) {
         sub = _mm512_cmp_ps_mask(ax, _mm512_set1_ps(1.17549435e-38f), _CMP_LT_OQ);
@@ -1079,19 +1090,18 @@ FK_V4_INLINE __m512 fk_v4_powf_core(__m512 ax, __m512 y, const int plain) {
     __m512 k = _mm512_cvtepi32_ps(_mm512_srai_epi32(tmp, 23));
     if (!plain) k = _mm512_mask_sub_ps(k, sub, k, _mm512_set1_ps(23.0f));
     __m512 z = _mm512_castsi512_ps(_mm512_sub_epi32(ix, _mm512_and_si512(tmp, _mm512_set1_epi32((int)0xFF800000u))));
-    __m512 r = _mm512_fmadd_ps(z, _mm512_permutex2var_ps(ic0, j, ic1), _mm512_set1_ps(-1.0f));
-    __m512 nh = _mm512_mul_ps(_mm512_set1_ps(-0.5f), r);
-    __m512 wh = _mm512_fmadd_ps(nh, r, r);
-    __m512 wl = _mm512_fmadd_ps(nh, r, _mm512_sub_ps(r, wh));
+    __m512 u = _mm512_fmadd_ps(z, _mm512_permutex2var_ps(ic0, j, ic1), _mm512_set1_ps(0.5f));
+    __m512 wh = _mm512_fmadd_ps(u, u, u);
+    __m512 wl = _mm512_fmadd_ps(u, u, _mm512_sub_ps(u, wh));
     __m512 ph = _mm512_mul_ps(wh, il);
     __m512 pl = _mm512_fmsub_ps(wh, il, ph);
     __m512 a0 = _mm512_add_ps(k, _mm512_permutex2var_ps(lh0, j, lh1));
     __m512 hi = _mm512_add_ps(a0, ph);
     __m512 e = _mm512_add_ps(_mm512_sub_ps(a0, hi), ph);
     __m512 g = _mm512_set1_ps(fk_powf_g[0]);
-    for (int i = 1; i < 5; i++) g = _mm512_fmadd_ps(g, r, _mm512_set1_ps(fk_powf_g[i]));
+    for (int i = 1; i < 5; i++) g = _mm512_fmadd_ps(g, u, _mm512_set1_ps(fk_powf_g[i]));
     __m512 t = _mm512_fmadd_ps(wl, il, pl);
-    t = _mm512_fmadd_ps(r, g, t);
+    t = _mm512_fmadd_ps(u, g, t);
     t = _mm512_add_ps(t, e);
     __m512 lo = _mm512_add_ps(t, _mm512_permutex2var_ps(ll0, j, ll1));
     __m512 th = _mm512_mul_ps(y, hi);
@@ -1101,16 +1111,16 @@ FK_V4_INLINE __m512 fk_v4_powf_core(__m512 ax, __m512 y, const int plain) {
         th = _mm512_min_ps(_mm512_max_ps(th, _mm512_set1_ps(-160.0f)), _mm512_set1_ps(130.0f));
         tl = _mm512_min_ps(_mm512_max_ps(tl, _mm512_set1_ps(-1.0f)), _mm512_set1_ps(1.0f));
     }
-    __m512 kd = _mm512_fmadd_ps(_mm512_add_ps(th, tl), _mm512_set1_ps(32.0f), _mm512_set1_ps(FK_ROUND_MAGIC));
-    __m512 n = _mm512_sub_ps(kd, _mm512_set1_ps(FK_ROUND_MAGIC));
-    __m512 rr = _mm512_add_ps(_mm512_fmadd_ps(n, _mm512_set1_ps(-0.03125f), th), tl);
+    __m512 kd = _mm512_add_ps(_mm512_add_ps(th, tl), _mm512_set1_ps(FK_POWF_SHIFT));
+    __m512 n32 = _mm512_sub_ps(kd, _mm512_set1_ps(FK_POWF_SHIFT));
+    __m512 rr = _mm512_add_ps(_mm512_sub_ps(th, n32), tl);
     __m512 q = _mm512_set1_ps(fk_powf_q[0]);
     for (int i = 1; i < 3; i++) q = _mm512_fmadd_ps(q, rr, _mm512_set1_ps(fk_powf_q[i]));
     __m512 p = _mm512_mul_ps(rr, q);
     __m512i kb = _mm512_castps_si512(kd);
     __m512 t0 = _mm512_permutex2var_ps(eh0, kb, eh1);
     __m512 v = _mm512_add_ps(t0, _mm512_fmadd_ps(t0, p, _mm512_permutex2var_ps(el0, kb, el1)));
-    return _mm512_scalef_ps(v, _mm512_mul_ps(n, _mm512_set1_ps(0.03125f)));
+    return _mm512_scalef_ps(v, n32);
 }
 /* fk_fast_powf on 16 lanes: fk_v4_powf_core, then fk_fast_powf's selects.  A vector whose every x
  * is positive, normal and finite and every |y| < 512 needs none of them (x = 1 and y = 0 give
