@@ -307,7 +307,8 @@ def matmul_shape(shapes: Sequence[Shape], params: Optional[OpParams] = None) -> 
 
 def matmul_packed_nbytes(dtype: Union[DType, int, str], k: int, n: int) -> int:
     """The bytes MATMUL_PACK_B writes for a (k, n) B of `dtype` (F16, BF16, F32, F64): the header,
-    then k * (n rounded up to the engine's NR) values of B's compute type (spec.GEMM_BLOCKING)."""
+    then k * (n rounded up to the engine's NR) values of B's compute type (spec.GEMM_BLOCKING), or
+    of BF16 itself for a BF16 B (its panels keep its own values: half the bytes to stream)."""
     dtype = DType.parse(dtype)
     row = next((d for d in spec.DTYPES if d.name == dtype.name), None)
     if row is None or row.kind != "float":
@@ -317,7 +318,7 @@ def matmul_packed_nbytes(dtype: Union[DType, int, str], k: int, n: int) -> int:
         raise ShapeError(f"a packed matmul B of extents ({k}, {n})")
     blocking = {b[0]: b for b in spec.GEMM_BLOCKING}[row.compute]
     nr = blocking[3]
-    elem_size = 4 if row.compute == "float" else 8
+    elem_size = 2 if row.name == "BF16" else 4 if row.compute == "float" else 8
     total = spec.MATMUL_PACKED_HEADER_BYTES + k * (-(-n // nr) * nr) * elem_size
     if total > MAX_BYTES:
         raise ShapeError(f"a packed ({k}, {n}) {dtype.short_name} matmul B would take {total} bytes, past 2**63-1")

@@ -1961,10 +1961,11 @@ def linear_reference(x, w, b):
 # ---- pre-packed MATMUL B: the GEMM engine's panel layout, rebuilt in NumPy from its description -------
 def packed_b_reference(b, dtype):
     """The bytes MATMUL_PACK_B writes for B (k, n) of `dtype`, from the layout gemm_core.h.in
-    describes: a 64-byte header (magic, version 1, dtype, element size, KC, NC, NR, k, n, panel
+    describes: a 64-byte header (magic, version 2, dtype, element size, KC, NC, NR, k, n, panel
     bytes, 0), then per column block of NC (from column 0) and per K block of kstep rows (kstep =
     ceil(k / ceil(k / KC))), the block's columns in NR-wide strips of kc x NR values, zero past n;
-    column block jc at element k * jc, its K block at row pc at pc * (its width rounded up to NR)."""
+    column block jc at element k * jc, its K block at row pc at pc * (its width rounded up to NR).
+    The values are of B's compute type, but a BF16 B's stay BF16."""
     import struct
     dtype = D(dtype)
     compute = next(d.compute for d in spec.DTYPES if d.name == dtype.name)
@@ -1985,7 +1986,9 @@ def packed_b_reference(b, dtype):
             strips = block.reshape(kc, ncap // nr, nr).transpose(1, 0, 2)      # [strip][p][lane]
             start = k * jc + pc * ncap
             panels[start:start + kc * ncap] = strips.reshape(-1)
-    header = struct.pack("<8s2i4i3qq", b"fkpackB\0", 1, int(dtype), np.dtype(ct).itemsize, kc_max, nc_max, nr,
+    if dtype == D.BF16:
+        panels = panels.astype(ml_dtypes.bfloat16)                                      # exact
+    header = struct.pack("<8s2i4i3qq", b"fkpackB\0", 2, int(dtype), panels.itemsize, kc_max, nc_max, nr,
                          k, n, panels.nbytes, 0)
     assert len(header) == spec.MATMUL_PACKED_HEADER_BYTES
     return np.frombuffer(header + panels.tobytes(), dtype=np.uint8)

@@ -320,7 +320,7 @@ static int64_t fk_split_plan(fk_split *s) {
                 rows = s->params->u.matmul.m_compute.value;
             /* the float engine runs each product whole on the pool with shared panels */
             if ((dt == FK_F16 || dt == FK_BF16 || dt == FK_F32 || dt == FK_F64 || dt == FK_F8E4M3 ||
-                 dt == FK_F8E5M2) && fk_gemm_shared_fits(rows, nn, kk, s->inputs[1].dtype == FK_U8))
+                 dt == FK_F8E5M2) && fk_gemm_shared_fits(rows, nn, kk, s->inputs[1].dtype == FK_U8 && dt != FK_BF16))
                 return 1;
         }
         /* One thread runs the product whole: each block would pack its own A and B panels again

@@ -165,8 +165,8 @@ def test_prepacked_refusals_write_nothing(case, rng):
     kwargs, error = {}, fk.ShapeError
     if case == "magic":
         packed = _tampered(packed, 0, ord("x"), "<B")
-    elif case == "version":
-        packed = _tampered(packed, 8, 2, "<i")
+    elif case == "version":                # packed by an older build (version 1: BF16 panels held F32)
+        packed = _tampered(packed, 8, 1, "<i")
     elif case == "dtype":                  # an F16 B's panels are F32 too: only the header tells
         packed = pack(random_values((k, n), D.F16, rng), D.F16)
         error = fk.DTypeError
@@ -241,6 +241,8 @@ def test_packed_sizes_are_overflow_checked():
     assert ops.matmul_packed_nbytes(D.F32, 3, 33) == HEADER + 3 * 64 * 4
     assert ops.matmul_packed_nbytes(D.F64, 3, 17) == HEADER + 3 * 32 * 8
     assert ops.matmul_packed_nbytes(D.BF16, 0, 5) == HEADER
+    assert ops.matmul_packed_nbytes(D.BF16, 3, 33) == HEADER + 3 * 64 * 2        # its own BF16 values
+    assert ops.matmul_packed_nbytes(D.F16, 3, 33) == HEADER + 3 * 64 * 4
     with pytest.raises(fk.ShapeError):
         ops.matmul_packed_nbytes(D.F32, 2 ** 40, 2 ** 40)
     with pytest.raises(fk.DTypeError):
