@@ -108,6 +108,24 @@ def test_prepacked_gives_the_native_matmul_bits(dtype, rng):
             assert (np.abs(expected.astype(np.float64) - ref) <= bound * mag + 1e-300).all()
 
 
+@pytest.mark.parametrize("scale", (1.0, 1e-36, 1e36), ids=("unit", "tiny", "huge"))
+def test_bf16_panels_give_the_native_bits_on_every_engine_path(scale, rng):
+    """BF16 panels hold BF16 values: passes of 4 rows below 16 rows, the serial engine pairing them
+    straight from the panels (or widening them where the pairs' guard refuses a block: tiny or huge
+    values), the shared engine widening them on the pool; each the native kernel's bits."""
+    for m, k, n in ((9, 300, 1100), (16, 257, 70), (33, 300, 1100), (128, 64, 96)):
+        b = make_operand((k, n), D.BF16, "contiguous", rng, special=False) * scale
+        a = make_operand((m, k), D.BF16, "contiguous", rng, special=False)
+        packed = pack(b, D.BF16)
+        assert packed.nbytes == HEADER + k * (-(-n // 32) * 32) * 2
+        expected = native_matmul(a, b, D.BF16)
+        for threads in (1, 2):
+            c = np.zeros((m, n), dtype=D.BF16.numpy)
+            with fk.threads(threads):
+                assert prepacked_call(a, packed, n, c, D.BF16) == 0
+            assert same_bytes(c, expected), (m, k, n, threads)
+
+
 @pytest.mark.parametrize("dtype", FLOATS, ids=lambda d: d.short_name)
 def test_column_views_and_batches(dtype, rng):
     """A view of columns [j0, j0 + n) at any multiple of NR (as column tiles and thread blocks cut
