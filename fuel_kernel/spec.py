@@ -772,7 +772,7 @@ CPU_KERNELS["matmul"] = _matmul_rows(
 
 # pre-packed B: MATMUL_PACK_B [B (k, n), packed U8] packs a constant B's panels once (a plan does it
 # when compiled); MATMUL_PREPACKED [A, packed B view, C] runs MATMUL's engine on them: MATMUL's bits
-CLAIMS["MATMUL_PACK_B"] = Claim(0, "exact: the panels hold B's values (F16/BF16 widened to F32 exactly)")
+CLAIMS["MATMUL_PACK_B"] = Claim(0, "exact: the panels hold B's values (F16 widened to F32 exactly, BF16 kept)")
 CPU_KERNELS["matmul"] += (
     KernelRows(("MATMUL_PACK_B",), tuple((name, "U8") for name in FLOAT), "fk_matmul_pack_b_{d0}",
                "MATMUL_PACK_B", "fk_matmul_pack_b_cost", "FK_CAP_STRIDED_INPUT"),
