@@ -46,9 +46,16 @@ directives = {
 
 # No kernel reads or traps on floating-point exception flags (-fno-math-errno, -fno-trapping-math),
 # so GCC may if-convert selects around float arithmetic and vectorize those loops; values and
-# rounding are unchanged (no -ffast-math).
-compile_args = ["-std=gnu11", "-fno-math-errno", "-fno-trapping-math", "-Wno-unused-function",
-                "-Werror=implicit-function-declaration"]
+# rounding are unchanged (no -ffast-math).  -ffp-contract=fast is GCC's own default for gnu11,
+# stated because the GEMM and few-row MATMUL paths' vector sums rely on it (a * b + c fused in the
+# FMA clones, where their scalar tails call fma) and an interpreter's CFLAGS come first: GCC has
+# documented contracting only under fast, so an inherited -ffp-contract=on or off would split
+# those sums from their tails.  Families that promise the same bits on every machine turn
+# contraction off themselves (#pragma GCC optimize).  -fwrapv too is stated, not inherited: without
+# it GCC 12 left the GEMM's and convolution's packing loops scalar in their AVX2 and AVX-512 clones
+# (test_every_isa_clone_uses_its_vector_width), and an interpreter built without it passes none.
+compile_args = ["-std=gnu11", "-fwrapv", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=fast",
+                "-Wno-unused-function", "-Werror=implicit-function-declaration"]
 link_args = []
 macros = [("NPY_NO_DEPRECATED_API", "NPY_2_0_API_VERSION")]
 if DEBUG:
