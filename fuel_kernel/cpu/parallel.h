@@ -66,6 +66,10 @@ enum {
  * leaves such a call whole.  Fewer rows stream B (matmul_kernels.h.in, FK_MM_FEW_ROWS) and keep
  * the blocks below. */
 #define FK_GEMM_SHARED_MIN_ROWS 8
+/* A BF16 product on pre-packed BF16 panels of fewer rows than this streams the panels in passes of
+ * 4 rows (matmul_kernels.h.in) instead of taking the shared engine, which would widen the whole
+ * panels per call; FK_SPLIT_MATMUL cuts its C into blocks like any call that stays off the pool. */
+#define FK_MM_BF16_PASS_ROWS 16
 #define FK_GEMM_SHARED_MAX ((int64_t)1 << 26)       /* elements: 256 MB of F32 panels */
 static inline int fk_gemm_shared_fits(int64_t rows, int64_t n, int64_t k, int b_prepacked) {
     double a = ((double)rows + 16.0) * (double)k, b = b_prepacked ? 0.0 : (double)k * ((double)n + 32.0);
@@ -319,8 +323,10 @@ static int64_t fk_split_plan(fk_split *s) {
                 s->params->u.matmul.m_compute.value < m)
                 rows = s->params->u.matmul.m_compute.value;
             /* the float engine runs each product whole on the pool with shared panels */
+            int bf16_panels = dt == FK_BF16 && s->inputs[1].dtype == FK_U8;
             if ((dt == FK_F16 || dt == FK_BF16 || dt == FK_F32 || dt == FK_F64 || dt == FK_F8E4M3 ||
-                 dt == FK_F8E5M2) && fk_gemm_shared_fits(rows, nn, kk, s->inputs[1].dtype == FK_U8 && dt != FK_BF16))
+                 dt == FK_F8E5M2) && !(bf16_panels && rows < FK_MM_BF16_PASS_ROWS) &&
+                fk_gemm_shared_fits(rows, nn, kk, s->inputs[1].dtype == FK_U8 && !bf16_panels))
                 return 1;
         }
         /* One thread runs the product whole: each block would pack its own A and B panels again

@@ -110,10 +110,11 @@ def test_prepacked_gives_the_native_matmul_bits(dtype, rng):
 
 @pytest.mark.parametrize("scale", (1.0, 1e-36, 1e36), ids=("unit", "tiny", "huge"))
 def test_bf16_panels_give_the_native_bits_on_every_engine_path(scale, rng):
-    """BF16 panels hold BF16 values: passes of 4 rows below 16 rows, the serial engine pairing them
-    straight from the panels (or widening them where the pairs' guard refuses a block: tiny or huge
-    values), the shared engine widening them on the pool; each the native kernel's bits."""
-    for m, k, n in ((9, 300, 1100), (16, 257, 70), (33, 300, 1100), (128, 64, 96)):
+    """BF16 panels hold BF16 values: passes of 4 rows below 16 rows (on two threads cut into column
+    blocks: 12 x 512 x 2048), the serial engine pairing them straight from the panels, the shared
+    one (33 x 300 x 1100 on two threads) too, each widening the blocks where the pairs' guard
+    refuses them (tiny or huge values); each the native kernel's bits."""
+    for m, k, n in ((9, 300, 1100), (12, 512, 2048), (16, 257, 70), (33, 300, 1100), (128, 64, 96)):
         b = make_operand((k, n), D.BF16, "contiguous", rng, special=False) * scale
         a = make_operand((m, k), D.BF16, "contiguous", rng, special=False)
         packed = pack(b, D.BF16)
