@@ -17,6 +17,11 @@ VECTOR_SLOTS: dict[str, int]
 VECTOR_LIMITS: dict[str, int]
 VECTOR_FORMS: dict[str, int]
 
+def aligned_empty(shape: tuple[int, ...], dtype: Any, alignment: int) -> Any:
+    """An uninitialized C-contiguous array of shape and dtype (a numpy.dtype) whose data starts on
+    an alignment (a power of two) boundary."""
+    ...
+
 class PlanProgram:
     """The compiled step list of one Plan; any number of threads may run it at once."""
     @property

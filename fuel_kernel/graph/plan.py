@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._executor import VECTOR_OPCODES, VECTOR_SLOTS, PlanProgram
+from .._executor import VECTOR_OPCODES, VECTOR_SLOTS, PlanProgram, aligned_empty
 from ..errors import AliasError, DTypeError, OperandCountError, OperandTypeError, ReadOnlyError, ShapeError
 from ..types import OpKind
 from .values import _contiguous_strides
@@ -56,13 +56,7 @@ def _aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     boundary.  NumPy's own allocations start 16 bytes into a line, so every full-width AVX-512
     store into a plan's output split two cache lines (and the executor's non-temporal drains ran
     16 bytes at a time); the arena and the outputs both come from here."""
-    dtype = np.dtype(dtype)
-    nbytes = dtype.itemsize
-    for extent in shape:
-        nbytes *= int(extent)
-    raw = np.empty(nbytes + ARENA_ALIGNMENT, dtype=np.uint8)
-    shift = -int(raw.ctypes.data) % ARENA_ALIGNMENT
-    return raw[shift:shift + nbytes].view(dtype).reshape(shape)
+    return aligned_empty(tuple(shape), np.dtype(dtype), ARENA_ALIGNMENT)
 
 
 def _aligned(nbytes: int) -> int:
@@ -108,6 +102,9 @@ class Plan:
         self._local = threading.local()
         self._assign_memory()
         self._emit()
+        # what every run needs, worked out once: the state inputs' places, each output's layout
+        self._state_places = [i for i, b in enumerate(self.input_buffers) if b.kind == "state"]
+        self._output_layouts = [(tuple(v.shape), np.dtype(v.dtype.numpy)) for v in self.output_values]
 
     # -- memory
     def _assign_memory(self) -> None:
@@ -217,18 +214,17 @@ class Plan:
         bases: list[Any] = [self._state_base(i, array, buffer) if buffer.kind == "state" else
                             self._input_base(i, array, buffer)
                             for i, (array, buffer) in enumerate(zip(inputs, self.input_buffers))]
-        for i, buffer in enumerate(self.input_buffers):
-            if buffer.kind == "state" and any(j != i and np.may_share_memory(bases[i], other)
-                                              for j, other in enumerate(bases)):
-                raise AliasError(f"plan state {i} ({buffer.name}) shares memory with another plan input; "
-                                 f"it is written in place, so it needs its own")
+        for i in self._state_places:
+            if any(j != i and np.may_share_memory(bases[i], other) for j, other in enumerate(bases)):
+                raise AliasError(f"plan state {i} ({self.input_buffers[i].name}) shares memory with another "
+                                 f"plan input; it is written in place, so it needs its own")
         bases.extend(b.array for b in self._constants)
         arena = getattr(self._local, "arena", None)
         if arena is None:
             arena = _aligned_empty((max(self.peak_bytes, 1),), np.uint8)
             self._local.arena = arena
         bases.append(arena)
-        outputs = [_aligned_empty(v.shape, v.dtype.numpy) for v in self.output_values]
+        outputs = [aligned_empty(shape, dtype, ARENA_ALIGNMENT) for shape, dtype in self._output_layouts]
         bases.extend(outputs)
         return bases, outputs
 
@@ -282,7 +278,8 @@ class Plan:
             raise ShapeError(f"plan input {i} ({buffer.name}) has shape {array.shape}, expected {buffer.shape}")
         if type(array) is not np.ndarray:
             array = np.asarray(array)                 # a subclass: its plain ndarray view
-        if not (array.flags.c_contiguous and array.flags.aligned):
+        flags = array.flags
+        if not (flags.c_contiguous and flags.aligned):
             array = np.array(array, dtype=expected, order="C", copy=True)
         return array
 

@@ -68,6 +68,31 @@ def test_outputs_start_on_64_byte_boundaries_and_own_their_memory(rng):
         assert got.size == 0 or not np.shares_memory(got, again)
 
 
+def test_aligned_empty_builds_aligned_arrays_that_keep_their_memory_and_refuses_bad_sizes():
+    """The executor's aligned_empty (every plan output and arena): the shape, dtype and alignment
+    asked for, C-contiguous, writable, its memory held by its base; a negative or overflowing
+    extent or a non-power-of-two alignment is a typed error before anything is allocated."""
+    from fuel_kernel._executor import aligned_empty
+    for shape, dtype, alignment in (((3, 5), np.float32, 64), ((), np.float64, 64), ((0, 7), np.int8, 64),
+                                    ((2, 3, 4), np.complex128, 4096), ((1,), np.uint16, 1)):
+        arrays = [aligned_empty(shape, np.dtype(dtype), alignment) for _ in range(8)]
+        for a in arrays:
+            assert a.shape == shape and a.dtype == dtype and a.flags.c_contiguous and a.flags.writeable
+            assert a.size == 0 or a.ctypes.data % alignment == 0
+            assert a.base is not None and a.base.nbytes >= a.nbytes
+            a[...] = 1
+        del arrays[:-1]
+        assert (arrays[-1] == 1).all()
+    with pytest.raises(fk.ShapeError):
+        aligned_empty((-1, 4), np.dtype(np.float32), 64)
+    with pytest.raises(fk.ShapeError):
+        aligned_empty((1 << 40, 1 << 40), np.dtype(np.float32), 64)
+    with pytest.raises(fk.ShapeError):
+        aligned_empty((1,) * 33, np.dtype(np.float32), 64)
+    with pytest.raises(ValueError):
+        aligned_empty((4,), np.dtype(np.float32), 48)
+
+
 def test_plan_validates_inputs_and_never_writes_them(rng):
     g = fg.Graph()
     x = g.input((3, 4), F32)
