@@ -1,6 +1,7 @@
 """Movement, indexing and attention kernels against their peers with their performance targets, single thread.
 
-FLASH_ATTN f32 [1, 8, 1024, 64] causal against torch's scaled_dot_product_attention on the CPU,
+FLASH_ATTN f32 [1, 8, 1024, 64], [1, 16, 2048, 64] and [1, 8, 2048, 128] causal (prefill) against torch's
+scaled_dot_product_attention on the CPU, with their useful GFLOP/s,
 FLASH_ATTN_BACKWARD on the same shape against torch's SDPA backward and a dense NumPy backward (the
 [S, S] matrices in full), and
 INDEX_SELECT / GATHER of 1M rows against numpy.take, and WRITE_SLICE into an f16 KV cache (one decode
@@ -20,29 +21,39 @@ def _kernel(op, dtypes):
     return fk.bindings().lookup(op, list(dtypes), fk.Backend.CPU)
 
 
-def flash_attn_case():
-    rng = np.random.default_rng(0)
-    shape = (1, 8, 1024, 64)
-    q, k, v = (rng.standard_normal(shape).astype(np.float32) for _ in range(3))
-    out = np.empty(shape, np.float32)
-    params = fk.params.flash_attn(64 ** -0.5, causal=True)
+def flash_attn_case(shape=(1, 8, 1024, 64), target="fuel_kernel <= 1.5x torch sdpa"):
+    """FLASH_ATTN causal on [batch, heads, S, D] against torch's SDPA; the rate is the causal
+    product's useful GFLOP (QK^T and PV over the lower triangle, 2 S (S + 1) D per head)."""
+    b, h, s, d = shape
+    state = {}
     kernel = _kernel(OP.FLASH_ATTN, [D.F32] * 4)
-    contenders = {"fuel_kernel FLASH_ATTN": lambda: kernel(q, k, v, out=out, params=params)}
-    skipped = {}
+    params = fk.params.flash_attn(d ** -0.5, causal=True)
     torch, reason = optional_import("torch")
+
+    def setup():
+        if state:
+            return
+        rng = np.random.default_rng(0)
+        state["q"], state["k"], state["v"] = (rng.standard_normal(shape).astype(np.float32) for _ in range(3))
+        state["out"] = np.empty(shape, np.float32)
+        if torch is not None:
+            torch.set_num_threads(1)
+            state["t"] = tuple(torch.from_numpy(state[name]) for name in "qkv")
+
+    contenders = {"fuel_kernel FLASH_ATTN": lambda: kernel(state["q"], state["k"], state["v"], out=state["out"],
+                                                         params=params)}
+    skipped = {}
     if torch is not None:
-        torch.set_num_threads(1)
-        tq, tk, tv = (torch.from_numpy(a) for a in (q, k, v))
         sdpa = torch.nn.functional.scaled_dot_product_attention
-        contenders["torch sdpa (1 thread)"] = lambda: sdpa(tq, tk, tv, is_causal=True)
+        contenders["torch sdpa (1 thread)"] = lambda: sdpa(*state["t"], is_causal=True)
         baseline = "torch sdpa (1 thread)"
     else:
         skipped["torch sdpa (1 thread)"] = reason
         baseline = "fuel_kernel FLASH_ATTN"
-    return Case(name="FLASH_ATTN f32 [1, 8, 1024, 64] causal", contenders=contenders, baseline=baseline,
-                target="fuel_kernel <= 1.5x torch sdpa", skipped=skipped,
-                notes="fuel_kernel scratch: K^T and V packed once per kv head (Sk x D each) plus one "
-                      "64x64 score tile; the 1024x1024 score matrix is never formed")
+    return Case(name=f"FLASH_ATTN f32 {list(shape)} causal", contenders=contenders, baseline=baseline,
+                target=target, skipped=skipped, setup=setup, rate=(b * h * 2.0 * s * (s + 1) * d / 1e9, "GFLOP"),
+                notes=f"fuel_kernel scratch: K^T and V packed once per kv head (Sk x D each) plus one "
+                      f"score tile; the {s}x{s} score matrix is never formed")
 
 
 def flash_attn_backward_case():
@@ -138,6 +149,9 @@ def write_slice_cases():
 
 def cases():
     yield flash_attn_case()
+    # the whole-model issue's prefill shapes (GPT-2-sized heads, and D = 128)
+    for shape in ((1, 16, 2048, 64), (1, 8, 2048, 128)):
+        yield flash_attn_case(shape, target="fuel_kernel <= 0.5x torch sdpa")
     yield flash_attn_backward_case()
     yield from index_cases()
     yield from write_slice_cases()
