@@ -473,6 +473,27 @@ def test_native_transposed_b_packs_the_same_values(m, k, n, rng):
 
 
 @pytest.mark.parametrize("dt", [fk.DType.F32, fk.DType.F64])
+@pytest.mark.parametrize("m, k, n", [(8, 5, 33), (13, 300, 70), (131, 513, 97), (40, 1030, 1100)])
+def test_a_read_in_place_has_the_packed_strips_bits(dt, m, k, n, rng):
+    """The serial engine reads an A of unit column stride in place (whole 8-row tiles; a last
+    shorter tile is packed) and packs any other A: both give the same bits, for an A with a longer
+    row stride, reversed rows, at an offset, and with its tail tile, over several K blocks and
+    column panels, and the product is right."""
+    (native,) = [kern for kern in all_kernels(dt, None) if kern.source == "native"]
+    a = rng.standard_normal((m, k)).astype(dt.numpy)
+    b = rng.standard_normal((k, n)).astype(dt.numpy)
+    with fk.threads(1):
+        packed = native(np.asfortranarray(a), b, out=np.empty((m, n), dt.numpy))
+        wide = np.zeros((m + 3, k + 9), dt.numpy)
+        wide[3:, 5:k + 5] = a
+        for view, rows in ((a, slice(None)), (wide[3:, 5:k + 5], slice(None)), (a[::-1], slice(None, None, -1)),
+                           (np.ascontiguousarray(a[::-1])[::-1], slice(None))):
+            got = native(view, b, out=np.empty((m, n), dt.numpy))
+            np.testing.assert_array_equal(got.view(np.uint8), packed[rows].view(np.uint8))
+    check(packed, a, b, dt, native.precision)
+
+
+@pytest.mark.parametrize("dt", [fk.DType.F32, fk.DType.F64])
 @pytest.mark.parametrize("k", [1, 7, 300, 2100])
 def test_few_row_products_have_the_engines_bits(dt, k, rng):
     """Products of 1-4 rows take the few-rows path (B streamed once in panels, the sums in
