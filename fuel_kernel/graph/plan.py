@@ -51,12 +51,13 @@ def _pack_arena(steps: list[Any], output_buffers: set[int]) -> tuple[dict[Any, i
     return offsets, peak, max(live)
 
 
-def _aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-    """An uninitialized C-contiguous array whose data starts on an ARENA_ALIGNMENT (64-byte)
-    boundary.  NumPy's own allocations start 16 bytes into a line, so every full-width AVX-512
-    store into a plan's output split two cache lines (and the executor's non-temporal drains ran
-    16 bytes at a time); the arena and the outputs both come from here."""
-    return aligned_empty(tuple(shape), np.dtype(dtype), ARENA_ALIGNMENT)
+def _aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """An uninitialized C-contiguous array (shape a tuple, dtype a numpy.dtype) whose data starts
+    on an ARENA_ALIGNMENT (64-byte) boundary.  NumPy's own allocations start 16 bytes into a line,
+    so every full-width AVX-512 store into a plan's output split two cache lines (and the
+    executor's non-temporal drains ran 16 bytes at a time); the arena and the outputs both come
+    from here."""
+    return aligned_empty(shape, dtype, ARENA_ALIGNMENT)
 
 
 def _aligned(nbytes: int) -> int:
@@ -221,10 +222,10 @@ class Plan:
         bases.extend(b.array for b in self._constants)
         arena = getattr(self._local, "arena", None)
         if arena is None:
-            arena = _aligned_empty((max(self.peak_bytes, 1),), np.uint8)
+            arena = _aligned_empty((max(self.peak_bytes, 1),), np.dtype(np.uint8))
             self._local.arena = arena
         bases.append(arena)
-        outputs = [aligned_empty(shape, dtype, ARENA_ALIGNMENT) for shape, dtype in self._output_layouts]
+        outputs = [_aligned_empty(shape, dtype) for shape, dtype in self._output_layouts]
         bases.extend(outputs)
         return bases, outputs
 

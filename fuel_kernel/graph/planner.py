@@ -757,7 +757,7 @@ def _constant_view(value: Value) -> np.ndarray:
 
 def _aligned_bytes(nbytes: int) -> np.ndarray:
     """A zeroed U8 array of nbytes starting on a 64-byte boundary."""
-    array = _aligned_empty((nbytes,), np.uint8)
+    array = _aligned_empty((nbytes,), np.dtype(np.uint8))
     array.fill(0)
     return array
 
