@@ -20,9 +20,15 @@ if str(TESTS) not in sys.path:
 
 def pytest_configure(config):
     """The suite never writes the user's route cache: every test (and every subprocess it starts)
-    uses a temporary cache folder unless FUEL_KERNEL_CACHE_DIR is set already."""
+    uses a temporary cache folder unless FUEL_KERNEL_CACHE_DIR is set already.  The route picker's
+    machine constants are measured here once, before any pytest-xdist worker starts (the workers
+    inherit the folder and read them): measured inside a worker, the copy's bandwidth shared the
+    memory with the other workers' tests, and a 3x low figure once turned a picker test's choice."""
     if not os.environ.get("FUEL_KERNEL_CACHE_DIR"):
         os.environ["FUEL_KERNEL_CACHE_DIR"] = tempfile.mkdtemp(prefix="fuel_kernel-test-cache-")
+    if not hasattr(config, "workerinput"):
+        from fuel_kernel import route
+        route.machine_constants()
 
 
 @pytest.fixture
