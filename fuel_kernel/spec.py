@@ -734,8 +734,9 @@ CPU_KERNELS["reduce"] += (
 
 # The GEMM engine's blocking per compute C type (cpu/gemm_core.h.in), tuned on x86-64: VL lanes per
 # vector, an MR x NR register tile, K blocks of up to KC, MC rows of A and NC columns of B per packed
-# block.  MATMUL_PACK_B's buffer is laid out by it (matmul_packed_nbytes in ops.py sizes it).
-GEMM_BLOCKING = (("float", 16, 8, 32, 256, 128, 1024),
+# block.  MATMUL_PACK_B's buffer is laid out by it (matmul_packed_nbytes in ops.py sizes it).  KC
+# fixes the products' bits (docs/design.md: F32's 768 writes C once up to a depth of 768).
+GEMM_BLOCKING = (("float", 16, 8, 32, 768, 128, 1024),
                  ("double", 8, 8, 16, 256, 64, 512))
 MATMUL_PACKED_HEADER_BYTES = 64        # the header of a MATMUL_PACK_B buffer, before its panels
 # MATMUL of at most this many rows streams B once with its sums in registers, from B's rows (unit

@@ -35,6 +35,14 @@ def np_dtype(dtype):
     return fk.DType.parse(dtype).numpy
 
 
+def gemm_k_blocks(dtype, k):
+    """How many K blocks the GEMM engine cuts a depth-k product of `dtype` into (its compute type's
+    KC from spec.GEMM_BLOCKING; fk_gemm_kstep_*): tests that mean to span several blocks assert it."""
+    compute = next(d.compute for d in spec.DTYPES if d.name == fk.DType(dtype).name)
+    kc = next(row[4] for row in spec.GEMM_BLOCKING if row[0] == compute)
+    return -(-k // kc)
+
+
 def random_values(shape, dtype, rng, special=True):
     """Random data of `dtype`; floats include NaN, +-Inf and -0.0 when `special`, ints their extremes
     (FP8 values are F64 values rounded by ml_dtypes: an infinity is E4M3's NaN)."""

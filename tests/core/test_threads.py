@@ -322,14 +322,14 @@ def test_threaded_bindings_same_bits_for_every_thread_count(op):
 @pytest.mark.parametrize("dtype", [D.F32, D.F64])
 def test_matmul_blocks_of_few_rows_give_the_whole_products_bits(rows, dtype):
     """One thread runs MATMUL whole; more cut C into row blocks, and a last block of at most 4 rows
-    (260 = 128 + 128 + 4; or 130 rows computed of 384 in blocks of 128) takes the few-rows path.  With K = 300 (two
-    K blocks) that path must still add the blocks as the GEMM engine does: the same bits."""
+    (260 = 128 + 128 + 4; or 130 rows computed of 384 in blocks of 128) takes the few-rows path.  With K = 1000 (two
+    K blocks in F32, four in F64) that path must still add the blocks as the GEMM engine does: the same bits."""
     m, count = (rows, rows) if isinstance(rows, int) else rows
     rng = np.random.default_rng(3)
-    a = rng.standard_normal((m, 300)).astype(dtype.numpy)
-    b = rng.standard_normal((300, 64)).astype(dtype.numpy)
+    a = rng.standard_normal((m, 1000)).astype(dtype.numpy)
+    b = rng.standard_normal((1000, 64)).astype(dtype.numpy)
     kernel, = [k for k in fk.bindings().alternatives("MATMUL", [dtype] * 3) if k.source == "native"]
-    params = P.matmul(m, 64, 300, m_compute=fk.MatmulM.rows(count))
+    params = P.matmul(m, 64, 1000, m_compute=fk.MatmulM.rows(count))
     results = []
     for threads in (1, 2, 3):
         out = np.full((m, 64), np.nan, dtype.numpy)

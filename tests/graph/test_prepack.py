@@ -8,14 +8,18 @@ import fuel_kernel as fk
 from fuel_kernel import graph as fg
 from fuel_kernel import ops, spec
 from fuel_kernel.graph import planner
-from support import random_values
+from support import gemm_k_blocks, random_values
 
 D = fk.DType
 OP = fk.OpKind
 FLOATS = tuple(D[name] for name in spec.FLOAT)
-# K, N not multiples of KC (256), NC (1024; 512 for F64) or NR: N = 1100 is two column tiles, the
-# second short; K = 300 two K blocks
-K, N = 300, 1100
+# K, N not multiples of KC (768 for F32, 256 for F64), NC (1024; 512 for F64) or NR: N = 1100 is
+# two column tiles, the second short; K = 800 two K blocks of 400 in F32 (four of 200 in F64)
+K, N = 800, 1100
+
+
+def test_the_shapes_span_several_k_blocks():
+    assert all(gemm_k_blocks(dtype, K) >= 2 for dtype in FLOATS)
 
 
 @pytest.fixture

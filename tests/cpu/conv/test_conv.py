@@ -15,7 +15,7 @@ from oracles import conv1d_reference, conv2d_backward_input_reference, conv2d_ba
 from oracles import conv_transpose2d_output_size, conv_transpose2d_reference
 from oracles import conv2d_output_size
 from oracles import conv2d_reference as reference
-from support import FLOAT_DTYPES, LAYOUTS, make_operand
+from support import FLOAT_DTYPES, LAYOUTS, gemm_k_blocks, make_operand
 
 CASES = [(dt, bias) for dt in FLOAT_DTYPES for bias in (False, True)]
 # (N, C, H, W, O, KH, KW, stride, padding, dilation, groups)
@@ -142,7 +142,11 @@ def test_conv2d_im2col_from_padded_planes(dtype, rng):
 
 # (C, H, W, O, stride): 3x3, padding 1; K = 9 C from one K block to three (kstep from K alone), O
 # with a partial 8-row tile, OH * OW with a partial 32-column strip
-ENGINE_SHAPES = [(5, 12, 30, 12, 1), (40, 9, 21, 20, 1), (64, 11, 14, 9, 2)]
+ENGINE_SHAPES = [(5, 12, 30, 12, 1), (100, 9, 21, 20, 1), (190, 11, 14, 9, 2)]
+
+
+def test_the_engine_shapes_span_one_to_three_k_blocks():
+    assert [gemm_k_blocks(fk.DType.F32, 9 * shape[0]) for shape in ENGINE_SHAPES] == [1, 2, 3]
 
 
 @pytest.mark.parametrize("shape", ENGINE_SHAPES, ids=str)

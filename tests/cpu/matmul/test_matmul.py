@@ -5,7 +5,7 @@ import pytest
 
 import fuel_kernel as fk
 from oracles import matmul_reference
-from support import LAYOUTS, make_operand
+from support import LAYOUTS, gemm_k_blocks, make_operand
 
 MM_DTYPES = (fk.DType.F32, fk.DType.F64, fk.DType.F16, fk.DType.BF16, fk.DType.U8, fk.DType.I8,
              fk.DType.I16, fk.DType.I32, fk.DType.U32, fk.DType.I64)
@@ -591,14 +591,14 @@ def assert_same_bf16(got, want):
     np.testing.assert_array_equal(got.view(np.uint16)[~nan], want.view(np.uint16)[~nan])
 
 
-@pytest.mark.parametrize("m, k, n", [(16, 1, 33), (17, 7, 40), (32, 300, 64), (40, 513, 100), (130, 1101, 70)])
+@pytest.mark.parametrize("m, k, n", [(16, 1, 33), (17, 7, 40), (32, 300, 64), (40, 1601, 100), (130, 1101, 70)])
 def test_bf16_products_have_the_f32_engines_bits(m, k, n, rng):
     """BF16 products of 16 rows and more run on BF16 pairs on AMD cores with AVX512_BF16 (vdpbf16ps
     adds a pair's two exact products one after the other, as the F32 micro-kernel's fma chain does):
     MATMUL and FUSED_LINEAR give the bits of the F32 engine's product of the same values, rounded
-    to BF16, on any CPU without AMX, on one thread (the serial engine) and on two (the shared one at
-    130 x 1100 x 70 on); with AMX (the tile unit's own sums) the claim, and the same bits on one
-    thread and two.  Sums whose order shows, odd K blocks (7, 300 = 2 x 150, 513 = 3 x 171),
+    to BF16, on any CPU without AMX, on one thread (the serial engine) and on two (the shared one for
+    the two largest); with AMX (the tile unit's own sums) the claim, and the same bits on one
+    thread and two.  Sums whose order shows, odd K blocks (7; 1101 = 551 + 550, 1601 = 534 + 534 + 533),
     partial tiles, several column panels; and the blocks the pairs would get wrong, which take the
     F32 micro-kernel: subnormal products and sums (the instruction flushes them), subnormal inputs,
     a product near overflow, inf and NaN, a bias below 2^-92."""
@@ -641,12 +641,13 @@ def test_bf16_products_have_the_f32_engines_bits(m, k, n, rng):
 def test_bf16_few_rows_stream_bs_own_rows(m, rng):
     """BF16 products of at most 4 rows read B's own BF16 rows, widened as they are read (half the
     bytes of F32 panels): the bits of the F32 product of the same values, rounded to BF16, over two
-    K blocks (K = 300), columns past the vector strips (N = 77), B's rows strided, reversed, offset."""
+    K blocks (K = 1000), columns past the vector strips (N = 77), B's rows strided, reversed, offset."""
     import ml_dtypes
     (native,) = [kern for kern in all_kernels(fk.DType.BF16, None) if kern.source == "native"]
     (native32,) = [kern for kern in all_kernels(fk.DType.F32, None) if kern.source == "native"]
-    a, big = bf16_values((m, 300), rng), bf16_values((600, 90), rng)
-    for b in (big[:300, :77], big[::2, 3:80], big[::-2, 13:]):
+    a, big = bf16_values((m, 1000), rng), bf16_values((2000, 90), rng)
+    assert gemm_k_blocks(fk.DType.BF16, 1000) == 2
+    for b in (big[:1000, :77], big[::2, 3:80], big[::-2, 13:]):
         got = native(a, b, out=np.empty((m, 77), ml_dtypes.bfloat16))
         assert_same_bf16(got, f32_engine_rounded(lambda x, y: native32(x, y, out=np.empty((m, 77), np.float32)), a, b))
 

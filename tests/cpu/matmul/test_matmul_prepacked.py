@@ -12,7 +12,7 @@ import fuel_kernel as fk
 from capi import Layout, Storage, kernel_function, layout, storage_of
 from fuel_kernel import _dispatch, ops, spec
 from oracles import matmul_reference, packed_b_reference
-from support import LAYOUTS, make_operand, random_values
+from support import LAYOUTS, gemm_k_blocks, make_operand, random_values
 
 D = fk.DType
 OP = fk.OpKind
@@ -21,10 +21,15 @@ FLOATS = tuple(D[name] for name in spec.FLOAT)
 HEADER = spec.MATMUL_PACKED_HEADER_BYTES
 COVERED = ({(OP.MATMUL_PACK_B, (d, D.U8)) for d in FLOATS} |
            {(OP.MATMUL_PREPACKED, (d, D.U8, d)) for d in FLOATS})
-# (k, n): none a multiple of KC (256), NC (1024 F32, 512 F64) or NR (32, 16) but the small ones;
-# 300 rows are two K blocks of 150, 1100 columns a full column block and a short one
-SHAPES = [(1, 1), (7, 5), (300, 1100), (513, 47), (0, 9), (9, 0)]
+# (k, n): none a multiple of KC (768 F32, 256 F64), NC (1024 F32, 512 F64) or NR (32, 16) but the
+# small ones; 800 rows are two K blocks of 400 in F32 (four of 200 in F64), 1100 columns a full
+# column block and a short one
+SHAPES = [(1, 1), (7, 5), (800, 1100), (513, 47), (0, 9), (9, 0)]
 ROWS = (1, 2, 3, 4, 5, 32, 128)      # 1-4: the few-rows path over the panels
+
+
+def test_the_shapes_span_several_k_blocks():
+    assert all(gemm_k_blocks(dtype, 800) >= 2 for dtype in FLOATS)
 
 
 def nr_of(dtype):

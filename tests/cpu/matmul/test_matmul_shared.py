@@ -9,7 +9,7 @@ import pytest
 import fuel_kernel as fk
 from fuel_kernel import _dispatch, spec
 from oracles import matmul_reference
-from support import random_values
+from support import gemm_k_blocks, random_values
 
 D = fk.DType
 OP = fk.OpKind
@@ -17,9 +17,16 @@ CPU = fk.Backend.CPU
 FLOATS = tuple(D[name] for name in spec.FLOAT)
 THREADS = (2, 3, 7, 16)
 # (m, k, n): rows and columns not multiples of MR (8) and NR (32, 16); k of one, two and more K
-# blocks (KC = 256: 300 is two blocks of 150, 1100 five of 220); each at least the shared engine's flops
-SHAPES = [(200, 300, 150), (37, 1100, 130), (130, 64, 1000), (8, 700, 900)]
+# blocks (F32 KC = 768: 1700 is three blocks of 567; F64 KC = 256: 300 is two of 150, 1700 seven of
+# 243); each at least the shared engine's flops
+SHAPES = [(200, 300, 150), (37, 1700, 130), (130, 64, 1000), (8, 700, 900)]
 LAYOUTS = ("contiguous", "a_transposed", "b_transposed", "negative", "offset", "c_strided")
+
+
+def test_the_shapes_span_one_and_several_k_blocks():
+    for dtype in FLOATS:
+        blocks = [gemm_k_blocks(dtype, k) for _, k, _ in SHAPES]
+        assert min(blocks) == 1 and max(blocks) >= 3, (dtype, blocks)
 
 
 def native(op, dtypes):

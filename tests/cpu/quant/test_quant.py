@@ -25,7 +25,7 @@ from extension_build import child_env
 from fuel_kernel import ops as fk_ops, spec
 from fuel_kernel.graph import Graph
 from fuel_kernel.errors import STATUS_ERRORS
-from support import make_operand
+from support import gemm_k_blocks, make_operand
 
 OP = fk.OpKind
 D = fk.DType
@@ -84,8 +84,9 @@ def check(got, a, w, name, n, claim):
 @pytest.mark.parametrize("m", [1, 3, 40])
 def test_every_quant_type_matches_gguf(name, m):
     rng = np.random.default_rng(QUANTS[name].code * 100 + m)
-    blocks = 3 if QUANTS[name].block_size == 256 else 11        # 11 blocks: GEMM K blocks cut quant blocks
+    blocks = 5 if QUANTS[name].block_size == 256 else 27        # GEMM K blocks (two) cut quant blocks
     k, n = QUANTS[name].block_size * blocks, 37
+    assert gemm_k_blocks(D.F32, k) == 2 and (k // 2) % QUANTS[name].block_size != 0
     for w in (quantized(name, n, k, rng), random_blocks(name, n, k, rng)):
         a = rng.standard_normal((m, k)).astype(np.float32)
         got, kernel = run(a, w, name, n)
@@ -264,7 +265,7 @@ def test_nf4_code_book_is_the_qlora_one():
 @pytest.mark.parametrize("m", [1, 7])
 def test_nf4_matches_the_code_book_reference(layout, dtype, m):
     rng = np.random.default_rng(len(layout) * 11 + m)
-    n, k = 45, 64 * 5                               # 5 blocks per row: GEMM K blocks cut NF4 blocks
+    n, k = 45, 64 * 13                              # 13 blocks per row: GEMM K blocks (two) cut NF4 blocks
     codes, absmax = nf4_quantized(n, k, rng)
     a = make_operand((m, k), dtype, layout, rng, special=False)
     got, kernel = nf4_run(a, codes, absmax, n)
