@@ -316,8 +316,7 @@ def matmul_packed_nbytes(dtype: Union[DType, int, str], k: int, n: int) -> int:
     k, n = int(k), int(n)
     if k < 0 or n < 0:
         raise ShapeError(f"a packed matmul B of extents ({k}, {n})")
-    blocking = {b[0]: b for b in spec.GEMM_BLOCKING}[row.compute]
-    nr = blocking[3]
+    nr = spec.gemm_blocking(row.name)[3]
     elem_size = 2 if row.name == "BF16" else 4 if row.compute == "float" else 8
     total = spec.MATMUL_PACKED_HEADER_BYTES + k * (-(-n // nr) * nr) * elem_size
     if total > MAX_BYTES:

@@ -738,6 +738,15 @@ CPU_KERNELS["reduce"] += (
 # fixes the products' bits (docs/design.md: F32's 768 writes C once up to a depth of 768).
 GEMM_BLOCKING = (("float", 16, 8, 32, 768, 128, 1024),
                  ("double", 8, 8, 16, 256, 64, 512))
+
+
+def gemm_blocking(dtype_name: str) -> tuple[Any, ...]:
+    """The GEMM_BLOCKING row (compute, VL, MR, NR, KC, MC, NC) of the engine that multiplies the
+    float dtype `dtype_name` (its compute type's)."""
+    compute = next(d.compute for d in DTYPES if d.name == dtype_name)
+    return next(row for row in GEMM_BLOCKING if row[0] == compute)
+
+
 MATMUL_PACKED_HEADER_BYTES = 64        # the header of a MATMUL_PACK_B buffer, before its panels
 # MATMUL of at most this many rows streams B once with its sums in registers, from B's rows (unit
 # column stride, F32 and F64) or from pre-packed panels (MATMUL_PREPACKED, every float dtype)

@@ -1968,8 +1968,7 @@ def packed_b_reference(b, dtype):
     The values are of B's compute type, but a BF16 B's stay BF16."""
     import struct
     dtype = D(dtype)
-    compute = next(d.compute for d in spec.DTYPES if d.name == dtype.name)
-    _, _, _, nr, kc_max, _, nc_max = next(row for row in spec.GEMM_BLOCKING if row[0] == compute)
+    compute, _, _, nr, kc_max, _, nc_max = spec.gemm_blocking(dtype.name)
     ct = np.float32 if compute == "float" else np.float64
     k, n = b.shape
     values = up(np.asarray(b)).astype(ct)

@@ -38,9 +38,7 @@ def np_dtype(dtype):
 def gemm_k_blocks(dtype, k):
     """How many K blocks the GEMM engine cuts a depth-k product of `dtype` into (its compute type's
     KC from spec.GEMM_BLOCKING; fk_gemm_kstep_*): tests that mean to span several blocks assert it."""
-    compute = next(d.compute for d in spec.DTYPES if d.name == fk.DType(dtype).name)
-    kc = next(row[4] for row in spec.GEMM_BLOCKING if row[0] == compute)
-    return -(-k // kc)
+    return -(-k // spec.gemm_blocking(fk.DType(dtype).name)[4])
 
 
 def random_values(shape, dtype, rng, special=True):

@@ -173,8 +173,7 @@ def epilogue_head(step: _Step) -> Tuple[Optional[str], str]:
 def _packed_nr(dtype: DType) -> int:
     """The NR of the GEMM engine that packs B of `dtype` (spec.GEMM_BLOCKING): a packed B's views
     start at multiples of it."""
-    compute = next(d.compute for d in spec.DTYPES if d.name == dtype.name)
-    return next(b[3] for b in spec.GEMM_BLOCKING if b[0] == compute)
+    return spec.gemm_blocking(dtype.name)[3]
 
 
 @dataclass

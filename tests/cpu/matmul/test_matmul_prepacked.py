@@ -33,8 +33,7 @@ def test_the_shapes_span_several_k_blocks():
 
 
 def nr_of(dtype):
-    compute = next(d.compute for d in spec.DTYPES if d.name == dtype.name)
-    return next(b[3] for b in spec.GEMM_BLOCKING if b[0] == compute)
+    return spec.gemm_blocking(dtype.name)[3]
 
 
 def pack(b, dtype):
