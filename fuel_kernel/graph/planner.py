@@ -947,9 +947,12 @@ class _Planner:
     def _prepacked(self, node: Node, choice: Any) -> Optional[_Step]:
         """A MATMUL_PREPACKED step for MATMUL `node` whose B is a 2-d float constant, with B packed
         now by MATMUL_PACK_B into a plan-owned buffer; None (and a note why) when it does not apply,
-        when prepack is off, when the route picker chose another kernel than the native engine
-        without compile(measure=True), or when that measurement does not find the pre-packed engine
-        faster than the chosen kernel (native or not)."""
+        when prepack is off, when the route picker chose another kernel than the native engine and
+        estimates it faster than the pre-packed one too (without compile(measure=True)), or when that
+        measurement does not find the pre-packed engine faster than the chosen kernel (native or
+        not).  The estimate matters where the model ties the two engines that pack B per call (both
+        memory-bound in max(flops, bytes) on a core whose flop rate is high against its bandwidth:
+        8-row products on a 16-core Xeon went to BLAS, 2.2-2.7x ONNX Runtime's MatMul)."""
         why = _prepack_refusal(node, choice.kernel)
         label = f"prepack node {node.id} ({node.name or node.label})"
         if why == "":
@@ -982,11 +985,13 @@ class _Planner:
         packed_ns = min(v.estimate_ns for v in packed_choice.verdicts if v.estimate_ns is not None)
         chosen_ns = min(v.estimate_ns for v in choice.verdicts if v.estimate_ns is not None)
         source = choice.kernel.source
-        if source != "native" and not self.measure:
-            # the native engine it replaces: fewer bytes, the same flops; the model's max(flops, bytes)
-            # cannot see that the packing pass is not overlapped, so only a measurement can tell
+        if source != "native" and not self.measure and packed_ns >= chosen_ns:
+            # BLAS chosen and ahead of the pre-packed engine too (many rows, where its arithmetic
+            # leads); the model's max(flops, bytes) hides BLAS's packing pass, so it can only err
+            # towards BLAS: a measurement tells
             self.explain_lines.append(f"{label}: not pre-packed: the route picker chose {source} "
-                                      f"(compile(measure=True) times the pre-packed native engine against it)")
+                                      f"({chosen_ns:.0f} ns estimated against {packed_ns:.0f} ns pre-packed; "
+                                      f"compile(measure=True) times the pre-packed native engine against it)")
             return None
         packer = self.table.lookup(OpKind.MATMUL_PACK_B, (dtype, DType.U8), node.backend)
         buffer.array = _aligned_bytes(nbytes)
