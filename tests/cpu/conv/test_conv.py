@@ -112,7 +112,8 @@ PLANE_SHAPES = [(2, 5, 12, 30, 6, 3, 3, 1, 1, 1, 1),              # Wq 31 for OW
                 (1, 4, 13, 60, 4, 5, 3, (3, 2), 2, (1, 3), 2),    # phases of stride 3 x 2, dilation 3
                 (2, 6, 9, 24, 4, 1, 1, 1, 0, 1, 2),               # 1x1: dense F32/F64 x is read in place
                 (1, 4, 10, 40, 6, 2, 2, 2, 0, 1, 1),              # 2x2 patches: four phases, one tap each
-                (1, 3, 20, 64, 4, 7, 7, 2, 3, 1, 1)]              # a ResNet stem: Wq 34 for OW 32 (35)
+                (1, 3, 20, 64, 4, 7, 7, 2, 3, 1, 1),              # a ResNet stem: Wq 34 for OW 32 (35)
+                (1, 2, 2, 600, 3, 1, 3, 1, 0, (1, 32), 1)]        # Wq 600 for OW 536: a strip of dropped columns only
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=[d.short_name for d in FLOAT_DTYPES])
