@@ -60,7 +60,8 @@ class MachineConstants:
     bandwidth: float         # bytes/s of one core on a large copy
 
 
-MACHINE_FORMAT = 2       # bump when the measurement changes, so old caches are re-measured
+MACHINE_FORMAT = 3       # bump when the measurement changes, so old caches are re-measured
+# (3: measured on one thread; format 2 ran on every thread of the pool)
 
 
 class CacheWarning(RuntimeWarning):
@@ -136,9 +137,13 @@ def _best_time(fn: Callable[[], object], repeats: int = 5) -> float:
 
 
 def _measure_machine() -> MachineConstants:
-    """One core's peak: fuel_kernel's own F32 matmul (single-threaded by construction, unlike a
-    BLAS pool) and a large F32 copy through CONTIGUIZE.  Best of several runs, after a warm-up."""
+    """One core's peak: fuel_kernel's own F32 matmul and a large F32 copy through CONTIGUIZE, both
+    on one thread (fuel_kernel.threads(1) for the measurement: both kernels split over the intra-op
+    pool, and constants measured on a 16-core Xeon's 16 threads, 655 GFLOP/s and 261 GB/s, were
+    cached and then priced the choices of a process pinned to one core, where the core's own are
+    165 GFLOP/s and 25 GB/s).  Best of several runs, after a warm-up."""
     from . import _dispatch
+    from .threads import threads
     from .types import OpKind
     table = _dispatch.bindings()
     n = 384
@@ -149,13 +154,14 @@ def _measure_machine() -> MachineConstants:
         run_matmul: Callable[[], object] = lambda: matmul(a, a, out=c)
     except NoKernelError:
         run_matmul = lambda: np.matmul(a, a, out=c)
-    run_matmul()
-    flops = 2.0 * n ** 3 / _best_time(run_matmul, repeats=7)
     src = np.ones(1 << 22, dtype=np.float32)
     dst = np.empty_like(src)
     copy = table.lookup(OpKind.CONTIGUIZE, [DType.F32, DType.F32], 0)
-    copy(src, out=dst)
-    bandwidth = 2.0 * src.nbytes / _best_time(lambda: copy(src, out=dst), repeats=7)
+    with threads(1):
+        run_matmul()
+        flops = 2.0 * n ** 3 / _best_time(run_matmul, repeats=7)
+        copy(src, out=dst)
+        bandwidth = 2.0 * src.nbytes / _best_time(lambda: copy(src, out=dst), repeats=7)
     return MachineConstants(flops, bandwidth)
 
 
@@ -178,10 +184,20 @@ class Choice:
     verdicts: List[Verdict] = field(default_factory=list)
 
 
+# The share of the shorter of a kernel's two times (arithmetic, memory) that its longer one does not
+# hide.  With max() alone two kernels moving the same bytes tied wherever both were memory-bound,
+# however much arithmetic either did: on a 16-core Xeon's core (165 GFLOP/s against 25 GB/s copied)
+# the BLAS sibling, whose 8-row products run at a fifth of the core's rate, won 8 x 2048 x 2048 from
+# the native engine on its smaller call overhead and ran it 2-3x slower.
+OVERLAP_SLACK = 0.1
+
+
 def estimate_ns(cost: CostEstimate, machine: MachineConstants) -> float:
+    """A cost claim as time: the longer of its arithmetic and memory times, a tenth of the shorter
+    (OVERLAP_SLACK), and its fixed overhead."""
     compute = cost.flops / machine.peak_flops
     memory = cost.bytes_moved / machine.bandwidth
-    return max(compute, memory) * 1e9 + cost.overhead_ns
+    return (max(compute, memory) + OVERLAP_SLACK * min(compute, memory)) * 1e9 + cost.overhead_ns
 
 
 def _shape_of(operand: Operand) -> tuple[int, ...]:

@@ -950,9 +950,8 @@ class _Planner:
         when prepack is off, when the route picker chose another kernel than the native engine and
         estimates it faster than the pre-packed one too (without compile(measure=True)), or when that
         measurement does not find the pre-packed engine faster than the chosen kernel (native or
-        not).  The estimate matters where the model ties the two engines that pack B per call (both
-        memory-bound in max(flops, bytes) on a core whose flop rate is high against its bandwidth:
-        8-row products on a 16-core Xeon went to BLAS, 2.2-2.7x ONNX Runtime's MatMul)."""
+        not).  The pre-packed engine reads B once, so where both engines that pack B per call are
+        memory-bound its estimate is the lower."""
         why = _prepack_refusal(node, choice.kernel)
         label = f"prepack node {node.id} ({node.name or node.label})"
         if why == "":
@@ -987,8 +986,8 @@ class _Planner:
         source = choice.kernel.source
         if source != "native" and not self.measure and packed_ns >= chosen_ns:
             # BLAS chosen and ahead of the pre-packed engine too (many rows, where its arithmetic
-            # leads); the model's max(flops, bytes) hides BLAS's packing pass, so it can only err
-            # towards BLAS: a measurement tells
+            # leads); the model hides most of BLAS's packing pass under its arithmetic, so it can
+            # only err towards BLAS: a measurement tells
             self.explain_lines.append(f"{label}: not pre-packed: the route picker chose {source} "
                                       f"({chosen_ns:.0f} ns estimated against {packed_ns:.0f} ns pre-packed; "
                                       f"compile(measure=True) times the pre-packed native engine against it)")

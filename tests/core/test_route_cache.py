@@ -68,6 +68,21 @@ def test_machine_cache_from_an_older_format_is_remeasured_quietly(cache_dir, rec
     assert not [w for w in recwarn if issubclass(w.category, route.CacheWarning)]
 
 
+def test_the_machine_constants_are_measured_on_one_thread(monkeypatch):
+    """One core's constants, whatever the thread setting: measured on every thread of the pool and
+    cached, they had priced the choices of later single-core processes."""
+    best_time, seen = route._best_time, []
+
+    def timed(fn, repeats=5):
+        seen.append(fk.get_num_threads())
+        return best_time(fn, repeats)
+    monkeypatch.setattr(route, "_best_time", timed)
+    with fk.threads(3):
+        machine = route._measure_machine()
+        assert fk.get_num_threads() == 3
+    assert seen == [1, 1] and machine.peak_flops > 0 and machine.bandwidth > 0
+
+
 def test_valid_machine_cache_is_used(cache_dir):
     _write(os.path.join(cache_dir, "machine.json"),
            json.dumps({"format": route.MACHINE_FORMAT, "peak_flops": 1.5e10, "bandwidth": 2.5e10}))
