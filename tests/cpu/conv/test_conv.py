@@ -118,9 +118,26 @@ PLANE_SHAPES = [(2, 5, 12, 30, 6, 3, 3, 1, 1, 1, 1),              # Wq 31 for OW
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=[d.short_name for d in FLOAT_DTYPES])
 def test_conv2d_im2col_from_padded_planes(dtype, rng):
-    """Shapes that take the padded-plane packing, every layout of x and w, strided outputs, bias,
-    against the reference within the claim, and the same bits on 1 and 3 threads."""
-    for i, (N, C, H, W, O, KH, KW, stride, padding, dilation, groups) in enumerate(PLANE_SHAPES):
+    """Shapes that take the padded-plane packing (the masked planes' on AVX-512 CPUs where their
+    geometry allows)."""
+    check_plane_shapes(PLANE_SHAPES, dtype, rng)
+
+
+# Shapes of the masked planes (AVX-512 CPUs: no padding stored, Wq = OW; the padded planes elsewhere):
+# (N, C, H, W, O, KH, KW, stride, padding, dilation, groups)
+MASKED_SHAPES = [(2, 3, 5, 7, 4, 3, 3, 1, 1, 1, 1),                # OW 7: a 32-pixel strip spans 5 rows
+                 (2, 3, 11, 13, 5, 3, 3, 2, 1, 1, 1),              # stride 2, odd extents: phases of 6 and 5 rows
+                 (1, 4, 9, 20, 3, 3, 3, 1, 2, 2, 1),               # dilation 2, padding 2: OW == W, x in place
+                 (1, 4, 12, 16, 4, 5, 5, 1, 2, 1, 2),              # 5x5, two groups
+                 (1, 2, 6, 9, 3, 1, 3, 1, (0, 1), 1, 1),           # a 1x3 kernel: masked columns only
+                 (1, 3, 6, 6, 2, 3, 3, 1, 3, 1, 1),                # padding 3: OW > W, zeros stored past W
+                 (1, 3, 40, 40, 9, 3, 3, (2, 1), (1, 2), 1, 1)]    # strides 2 x 1, more than one chunk of rows
+
+
+def check_plane_shapes(shapes, dtype, rng):
+    """Each shape, every layout of x and w, strided outputs, bias, against the reference within the
+    claim, and the same bits on 1 and 3 threads."""
+    for i, (N, C, H, W, O, KH, KW, stride, padding, dilation, groups) in enumerate(shapes):
         for bias in (False, True):
             dts = [dtype] * (4 if bias else 3)
             kernel, = [k for k in fk.bindings().alternatives(fk.OpKind.CONV2D, dts) if k.source == "im2col"]
@@ -143,6 +160,30 @@ def test_conv2d_im2col_from_padded_planes(dtype, rng):
                 err = np.abs(results[0].astype(np.float64) - expected)
                 assert (err <= claim.max_rel * scale + claim.max_abs).all(), (i, bias, layout, err.max())
                 assert results[1].tobytes() == results[0].tobytes(), (i, bias, layout)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=[d.short_name for d in FLOAT_DTYPES])
+def test_conv2d_im2col_from_masked_planes(dtype, rng):
+    """Shapes whose padding the masked planes leave out (on AVX-512 CPUs; the padded planes or the
+    image's packing elsewhere)."""
+    check_plane_shapes(MASKED_SHAPES, dtype, rng)
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_conv2d_masked_lanes_never_reach_the_sum(stride, rng):
+    """x in place inside a buffer of NaN: each channel's rows framed by NaN rows, NaN before and after
+    them in the storage.  The masked planes read whole vectors around x's rows (or mask the loads near
+    the storage's ends); a NaN that reached a sum would show in the output."""
+    N, C, H, W, O = 2, 5, 9, 40, 6
+    buf = np.full((N, C + 2, H + 2, W), np.nan, np.float32)
+    x = buf[:, 1:C + 1, 1:H + 1, :]
+    x[...] = rng.standard_normal(x.shape).astype(np.float32)
+    w = rng.standard_normal((O, C, 3, 3)).astype(np.float32)
+    kernel, = [k for k in fk.bindings().alternatives(fk.OpKind.CONV2D, [fk.DType.F32] * 3) if k.source == "im2col"]
+    expected, scale = reference(x, w, None, stride, 1, 1, 1)
+    got = run(kernel, x, w, None, np.empty(expected.shape, np.float32), stride, 1, 1, 1)
+    assert not np.isnan(got).any()
+    assert (np.abs(got - expected) <= 1e-5 * scale + 1e-6).all()
 
 
 # (C, H, W, O, stride): 3x3, padding 1; K = 9 C from one K block to three (kstep from K alone), O
