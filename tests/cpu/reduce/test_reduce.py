@@ -579,3 +579,44 @@ def test_reduce_to_dispatch_and_schema(rng):
     assert out.dtype == np.int64 and out.tolist() == [3, 5, 7]
     with pytest.raises(fk.ShapeError):
         fk.dispatch(fk.OpKind.REDUCE_MAX_TO, [x], params=fk.params.reduce_to((2, 4)))
+
+
+def column_sum_steps(x):
+    """The F32 column sums' documented steps (reduce_kernels.h.in, fk_dsum_outer): rows in groups of
+    8 added in F32 in row order, two groups to a 16-row F64 leaf (from +0), leaves merged by a binary
+    counter, the stack summed from its top, rounded once to F32."""
+    stack, k = [], 0
+    for s in range(0, x.shape[0], 16):
+        leaf = np.zeros(x.shape[1])
+        for g in range(s, min(s + 16, x.shape[0]), 8):
+            a = x[g].copy()
+            for r in range(g + 1, min(g + 8, s + 16, x.shape[0])):
+                a = a + x[r]
+            leaf = leaf + a.astype(np.float64)
+        t = k + 1
+        while t % 2 == 0:
+            leaf = stack.pop() + leaf
+            t //= 2
+        stack.append(leaf)
+        k += 1
+    total = np.zeros(x.shape[1])
+    for level in reversed(stack):
+        total = level + total
+    return total.astype(np.float32)
+
+
+@pytest.mark.parametrize("rows", [1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 100, 257, 1000])
+def test_f32_column_sums_are_the_documented_steps(rows, rng):
+    """REDUCE_SUM_TO of F32 columns, and SUM over axis 0 below its parallel chunks' size (dense rows:
+    whole 16-row leaves in one pass; strided rows: the group-at-a-time path) give exactly the bits
+    of their documented steps."""
+    x = (rng.standard_normal((rows, 70)) * 10.0 ** rng.uniform(-4, 4, (1, 70))).astype(np.float32)
+    reduce_to = fk.bindings().lookup(fk.OpKind.REDUCE_SUM_TO, [fk.DType.F32] * 2)
+    total = fk.bindings().lookup(fk.OpKind.SUM, [fk.DType.F32] * 2)
+    for view in (x, x[:, ::2], x[::3]):
+        want = column_sum_steps(view.astype(np.float32))
+        got = reduce_to(view, out=np.empty(view.shape[1], np.float32), params=fk.params.reduce_to((view.shape[1],)))
+        assert got.tobytes() == want.tobytes(), view.strides
+        if rows <= 257:
+            got = total(view, out=np.empty(view.shape[1], np.float32), params=fk.params.reduce((0,)))
+            assert got.tobytes() == want.tobytes(), view.strides
