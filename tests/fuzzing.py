@@ -844,8 +844,9 @@ def valid_shapes(draw, op, dtypes):
             params = fk.params.matmul(m, n, k, batch=batch, m_compute=fk.MatmulM.deferred(2))
             return [a, b, ()], params, out, {}
         params = draw(st.sampled_from(["none", "all", "rows"]))
-        if params == "none":
+        if params == "none":             # without params the batch is A's and B's, broadcast
             params = None
+            out = tuple(np.broadcast_shapes(a[:-2], b[:-2])) + (m, n)
         else:
             mc = fk.MatmulM.all() if params == "all" else fk.MatmulM.rows(draw(st.integers(0, m)))
             params = fk.params.matmul(m, n, k, batch=batch, m_compute=mc)

@@ -633,7 +633,9 @@ def _matmul(inputs, params, out_dtype, out_shape):
                 rows = mc.value
     r = matmul_reference(a, b) * scale if scale != 1.0 else matmul_reference(a, b)
     if r.shape != tuple(out_shape):
-        try:                              # a batch broadcast that only the output spells out
+        if params is None or params.kind != "matmul":   # the batch is A's and B's, as they broadcast
+            raise ExpectError(fk.ShapeError)
+        try:                              # a batch broadcast that only params.matmul's batch spells out
             r = np.broadcast_to(r, out_shape).copy()
         except ValueError:
             raise ExpectError(fk.ShapeError) from None
