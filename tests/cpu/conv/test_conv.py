@@ -215,18 +215,21 @@ def test_conv2d_im2col_has_the_matmul_engines_bits(shape, rng):
         assert got[n].reshape(O, -1).tobytes() == want.tobytes(), n
 
 
-def test_conv2d_im2col_planes_in_batches_of_images(rng):
-    """Images whose planes pass FK_CONV_PLANE_ELEMS (4M elements: 160 channels of 132 x 132) go one
-    batch at a time: three images in one call give the bits of each image alone."""
+@pytest.mark.parametrize("stride", [1, 2])
+def test_conv2d_im2col_planes_in_batches_of_images(stride, rng):
+    """Images whose planes pass FK_CONV_PLANE_ELEMS a thread (1M elements; 160 channels of 132 x 132
+    padded, or of four 65 x 65 phases: stride 1 reads x in place on AVX-512 CPUs, stride 2 fills
+    them) go one batch at a time: three images in one call give the bits of each image alone."""
     x = rng.standard_normal((3, 160, 130, 130)).astype(np.float32)
     w = (rng.standard_normal((8, 160, 3, 3)) * 0.1).astype(np.float32)
     kernel, = [k for k in fk.bindings().alternatives(fk.OpKind.CONV2D, [fk.DType.F32] * 3) if k.source == "im2col"]
-    whole = run(kernel, x, w, None, np.empty((3, 8, 130, 130), np.float32), 1, 1, 1, 1)
+    side = (130 - 1) // stride + 1
+    whole = run(kernel, x, w, None, np.empty((3, 8, side, side), np.float32), stride, 1, 1, 1)
     for n in range(3):
-        alone = run(kernel, x[n:n + 1], w, None, np.empty((1, 8, 130, 130), np.float32), 1, 1, 1, 1)
+        alone = run(kernel, x[n:n + 1], w, None, np.empty((1, 8, side, side), np.float32), stride, 1, 1, 1)
         assert alone.tobytes() == whole[n:n + 1].tobytes(), n
-    expected, scale = reference(x[2:, :, :20, :20], w, None, 1, 1, 1, 1)
-    inner = (Ellipsis, slice(0, 19), slice(0, 19))     # outputs that read no column or row past 20
+    expected, scale = reference(x[2:, :, :20, :20], w, None, stride, 1, 1, 1)
+    inner = (Ellipsis, slice(0, 19 // stride), slice(0, 19 // stride))   # outputs that read no column or row past 20
     assert (np.abs(whole[2:][inner] - expected[inner]) <= 1e-5 * scale[inner]).all()
 
 
