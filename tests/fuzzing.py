@@ -851,6 +851,13 @@ def valid_shapes(draw, op, dtypes):
             mc = fk.MatmulM.all() if params == "all" else fk.MatmulM.rows(draw(st.integers(0, m)))
             params = fk.params.matmul(m, n, k, batch=batch, m_compute=mc)
         return [a, b], params, out, {}
+    if op == fk.OpKind.MATMUL_PACK_B:
+        # the output is a byte buffer whose size depends on B's dtype, which no shape rule can
+        # infer: ops.matmul_packed_nbytes gives it.  Now and then B of another rank, refused
+        ndim = draw(st.sampled_from((2, 2, 2, 2, 1, 3)))
+        b = draw_shape(draw, ndim, ndim, 256)
+        k, n = ((1,) + b)[-2:]
+        return [b], None, (ops.matmul_packed_nbytes(dtypes[0], k, n),), {}
     if op in SOFTMAX_BACKWARD_OPS:                 # y and dy of one shape
         y = draw_shape(draw, 1, 4, 1024)
         return [y, y], valid_params(draw, family, [y]), y, {}
