@@ -95,6 +95,31 @@ def test_f32_every_input(op):
 
 
 @pytest.mark.parametrize("op", FLOAT_UNARY, ids=lambda op: op.name)
+def test_contiguous_vector_forms_give_the_strided_bits(op):
+    """A contiguous F32 row runs the CPU's intrinsic form (AVX-512 or AVX2, where the op has one),
+    whose vectors may branch on their lanes (GELU_ERF skips a scale step when no lane is below
+    -12.5, SILU when none is below -87, EXP when all are in its normal range); a strided row runs
+    the portable function.  Both must give the same bits, on vectors wholly inside each branch
+    (a dense sweep over -130..130, and over -16..8 where GELU_ERF and ERF change form) and on
+    vectors that mix them (the same values shuffled, with the special values)."""
+    rng = np.random.default_rng(5)
+    dense = np.concatenate([np.linspace(-130, 130, 1 << 18, dtype=np.float32),
+                            np.linspace(-16, 8, 1 << 18, dtype=np.float32), SPECIALS])
+    mixed = rng.permutation(dense)
+    k = fk.bindings().lookup(op, [D.F32, D.F32])
+    for x in (dense, mixed):
+        contiguous = np.empty_like(x)
+        strided = np.empty(2 * x.size, np.float32)
+        wide = np.zeros(2 * x.size, np.float32)
+        wide[1::2] = x
+        with np.errstate(all="ignore"):
+            k(x, out=contiguous)
+            k(wide[1::2], out=strided[::2])
+        differ = contiguous.view(np.uint32) != strided[::2].view(np.uint32)
+        assert not differ.any(), f"{op.name}: {x[differ][:5]} give {contiguous[differ][:5]} and {strided[::2][differ][:5]}"
+
+
+@pytest.mark.parametrize("op", FLOAT_UNARY, ids=lambda op: op.name)
 def test_half_types_every_value(op):
     """F16 and BF16 compute through the F32 function and round once."""
     for dtype, x in ((D.F16, np.arange(0, 1 << 16, dtype=np.uint16).view(np.float16)),
