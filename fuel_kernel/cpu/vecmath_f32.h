@@ -1520,7 +1520,7 @@ FK_V3_INLINE void fk_v3_gelu_erff_n(const __m256 *x, __m256 *y, const int N) {
             e[v] = _mm256_fmadd_ps(e[v], _mm256_mul_ps(t[v], t[v]), t[v]);
             __m256i ni = _mm256_sub_epi32(_mm256_castps_si256(m[v]), _mm256_set1_epi32(0x4B400000 - 127));
             __m256 phi = _mm256_mul_ps(_mm256_fmadd_ps(r[v], e[v], r[v]), _mm256_castsi256_ps(_mm256_slli_epi32(ni, 23)));
-            y[v] = _mm256_fnmadd_ps(fk_v3_abs(x[v]), phi, _mm256_max_ps(_mm256_setzero_ps(), x[v]));
+            y[v] = _mm256_fnmadd_ps(zc[v], phi, _mm256_max_ps(_mm256_setzero_ps(), x[v]));   /* zc = |x| here */
         }
         return;
     }

@@ -97,8 +97,8 @@ def test_f32_every_input(op):
 @pytest.mark.parametrize("op", FLOAT_UNARY, ids=lambda op: op.name)
 def test_contiguous_vector_forms_give_the_strided_bits(op):
     """A contiguous F32 row runs the CPU's intrinsic form (AVX-512 or AVX2, where the op has one),
-    whose vectors may branch on their lanes (GELU_ERF skips a scale step when no lane is below
-    -12.5, SILU when none is below -87, EXP when all are in its normal range); a strided row runs
+    whose vectors may branch on their lanes (GELU_ERF takes a shorter path when every |x| <= 12.5,
+    SILU when none is below -87, EXP when all are in its normal range); a strided row runs
     the portable function.  Both must give the same bits, on vectors wholly inside each branch
     (a dense sweep over -130..130, and over -16..8 where GELU_ERF and ERF change form) and on
     vectors that mix them (the same values shuffled, with the special values)."""
