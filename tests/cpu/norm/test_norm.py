@@ -244,6 +244,24 @@ def test_streamed_outputs_are_the_plain_stores_bits(op, dtype, shift, rng):
         np.testing.assert_array_equal(big[r0:r0 + 100].view(np.uint8), small.view(np.uint8), err_msg=str(r0))
 
 
+@pytest.mark.parametrize("shift", [0, 1, 3])
+def test_streamed_softmax_backward_is_the_plain_stores_bits(shift, rng):
+    """SOFTMAX_LAST_DIM_BACKWARD streams an F32 dx of 4 MiB and more as the forward rows do (the
+    elements before each row's first line boundary plainly, then whole lines): the same bits as the
+    same rows written into small outputs, whatever the output's offset from a line boundary."""
+    rows, d = 1100, 1027 if shift else 1024
+    op = fk.OpKind.SOFTMAX_LAST_DIM_BACKWARD
+    kernel = fk.bindings().lookup(op, [fk.DType.F32] * 3, 0)
+    y = rng.random((rows, d), dtype=np.float32) / d
+    dy = rng.standard_normal((rows, d)).astype(np.float32)
+    buffer = np.empty(rows * d + 64, np.float32)
+    big = buffer[shift:shift + rows * d].reshape(rows, d)
+    call(kernel, op, [y, dy], big)
+    for r0 in range(0, rows, 100):
+        small = call(kernel, op, [y[r0:r0 + 100], dy[r0:r0 + 100]], np.empty((min(100, rows - r0), d), np.float32))
+        np.testing.assert_array_equal(big[r0:r0 + 100].view(np.uint8), small.view(np.uint8), err_msg=str(r0))
+
+
 def test_constant_rows_normalize_to_the_bias_exactly():
     """The F32 LAYER_NORM mean of a constant row is its value, so x - mean is exactly 0."""
     x = np.full((3, 777), 1e4 + 0.5, np.float32)
