@@ -25,6 +25,10 @@ LOG_SOFTMAX f32 4096x1024 0.12-0.14x (0.13-0.15x), 128x768 0.40-0.43x (0.30-0.35
 SOFTMAX 128x768 0.30-0.33x (0.75-0.80x).
 Backward, f32 4096x1024 (3 --quick runs, 2026-12-01): SOFTMAX_LAST_DIM_BACKWARD 0.288-0.306x NumPy
 (native-f64 0.77-0.93x), LOG_SOFTMAX_LAST_DIM_BACKWARD 0.53-0.76x (native-f64 2.5-3.4x).
+2026-12-06, one pinned core of a Zen 4 VM, against PyTorch, 3 runs: SOFTMAX_LAST_DIM_BACKWARD 1.12x
+(1.10-1.17; before its products left dx's row alone and dx was streamed, 1.57x),
+LOG_SOFTMAX_LAST_DIM_BACKWARD 1.04x (1.01-1.05; before its AVX-512 form, 1.23x).
+Run: python -m bench --only SOFTMAX_LAST_DIM_BACKWARD
 """
 import numpy as np
 
