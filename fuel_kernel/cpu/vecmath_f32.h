@@ -261,19 +261,25 @@ static inline float fk_cosf_any(float x) {
  * error 2.1e-8 at 1, growing to 2.6e-5 at 4) and erf(x) = +-(1 - p), where erfc/erf <= 0.19 shrinks
  * p's error five-fold and more (erfc/erf = 1.5e-8 at 4).  Measured over every F32 input: at most 1 ulp.
  *
- * GELU_ERF(x) = x Phi(x), Phi the normal CDF.  z = |x| clamped to 15.5 (inf and NaN too), where
- * Phi(-z) = exp(-z^2/2) R(z), R(z) = erfcx(z/sqrt 2)/2 smooth from 1/2 at 0 down to 0.026: interval
- * k = floor(z), u = z - k in [0, 1], R by a degree-7 polynomial (relative fit error 6e-8, R(0) = 1/2
- * exactly).  -z^2/2 = w + wl exactly (the argument reaches -120, where rounding it once would cost up
- * to 120 ulp); exp(w + wl) = 2^n (1 + e), e = expm1((w - n ln2) + wl): w - n ln2 is exp's reduced
- * argument (at most 0.35), and adding wl to it rounds by at most 2^-26, a quarter ulp of exp (one
- * addition where carrying wl through as e + wl (1 + e) took two operations, one on the FMA pipe).
+ * GELU_ERF(x) = x Phi(x), Phi the normal CDF.  z = |x| clamped to 14.5 (inf and NaN too; the result
+ * is x or -0 from 14.35 on), where Phi(-z) = exp(-z^2/2) R(z), R(z) = erfcx(z/sqrt 2)/2 smooth from
+ * 1/2 at 0 down to 0.03.  R's intervals are those of t = z + 1 in [1, 16) by its exponent and two
+ * leading mantissa bits (fk_gelu_erf_interval: widths 1/4 on [0, 1), 1/2 on [1, 3), 1 on [3, 7), 2
+ * on [7, 15), narrow where R bends most), u = z less the interval's left end (exact), R by a degree-5
+ * polynomial (relative fit error 9.6e-8, R(0) = 1/2 exactly; tools/fit_gelu_erf.py fits both
+ * tables).  z^2 = w + wl exactly (-z^2/2 reaches -105, where rounding it once would cost up to 105
+ * ulp); exp(-(w + wl)/2) = 2^n (1 + e): n = round(-w/2 / ln2), s = (w + 2 n ln2) + wl = -2 r for exp's
+ * reduced argument r (|r| <= 0.35; adding wl rounds by at most 2^-25, a quarter ulp of exp), and
+ * e = expm1(-s/2) = s (-1/2 + s Q(s)), Q of degree 4 (3.9e-9 of exp).  Working with z^2 and s
+ * instead of -z^2/2 and r saves the product by -1/2, and e = s t one operation of the last step's two.
  * Phi(-z) 2^64 = fma(R, e, R) 2^(n+64): exp and the product round once together, and the 2^64 keeps
  * Phi(-z) normal.  x <= 0: x Phi(-z), then the 2^-64, so a subnormal result rounds once more (below
- * about -14.9 it is -0, -inf included); x > 0: x - x Phi(-z) as one fma (x itself from 5.5 on, +inf
- * included).  Error: R's fit and evaluation plus one rounding each for the fma, the product and the
- * scaling; measured: at most 3 ulp (36 inputs, the largest error 2.90 ulp of the exact value at
- * x = -1.8436; every input with 2^-30 <= |x| < 16 checked, and all 2^32 in the long test mode). */
+ * about -14.35 it is -0, -inf included); x > 0: x - x Phi(-z) as one fma (x itself from 5.5 on, +inf
+ * included).  Error: R's fit and evaluation plus the roundings of e, the fma, the product and the
+ * scaling; measured over all 2^32 inputs: at most 3.5 ulp (the largest error 3.50 ulp of the exact
+ * value at x = -7.5126, in R's widest interval of greatest fit error; the degree-7 polynomial on unit
+ * intervals before it reached 2.90 ulp but took two more FMAs and two more lookups a vector: 11% of
+ * the AVX-512 form's time on a Zen 4 core). */
 
 /* min(a, c) of a >= 0 (or a NaN, which gives c) and c > 0, compared as bits (ordered like the values
  * there): the float select a < c ? a : c feeding a table index keeps GCC from vectorizing the loop */
@@ -291,7 +297,8 @@ FK_VM_INLINE float fk_interval_f32(float v, int32_t *k) {
     return m - FK_ROUND_MAGIC;
 }
 #define FK_ERF_DEGREE 5
-#define FK_GELU_ERF_DEGREE 7
+#define FK_GELU_ERF_DEGREE 5
+#define FK_GELU_ERF_CLAMP 14.5f
 /* For |x| up to 12.5 Phi(-z) is normal (Phi(-12.9) = 2.2e-38), and so is x Phi(-z): the vector forms
  * skip the portable steps' 2^64 scale on vectors with no |x| past it (see fk_v4_gelu_erff) */
 #define FK_GELU_ERF_MODERATE 12.5f
@@ -303,16 +310,26 @@ static const float fk_erf_tab[6][16] = {
     {-3.760933578e-01f, -3.353372514e-01f, -2.299248725e-01f, -1.002462134e-01f, 4.151284099e-01f, 2.956927121e-01f, 1.784240156e-01f, 9.236569703e-02f, 4.133084044e-02f, 1.606357098e-02f, 5.440611392e-03f, 1.609572791e-03f, 4.166472645e-04f, 9.449128993e-05f, 1.879354750e-05f, 3.280689725e-06f},
     {-5.401044518e-07f, -1.811659336e-01f, -3.244341314e-01f, -4.070346057e-01f, -4.151078463e-01f, -2.365220487e-01f, -1.189309284e-01f, -5.277521536e-02f, -2.066691220e-02f, -7.142156363e-03f, -2.178158145e-03f, -5.862105754e-04f, -1.392252016e-04f, -2.917961319e-05f, -5.396766483e-06f, -8.807979839e-07f},
     {1.283791661e-01f, 1.053055599e-01f, 4.099975526e-02f, -5.179249123e-02f, 1.572992057e-01f, 7.709987462e-02f, 3.389485553e-02f, 1.332832966e-02f, 4.677734803e-03f, 1.462715911e-03f, 4.069514689e-04f, 1.006216335e-04f, 2.209037302e-05f, 4.302737125e-06f, 7.430861615e-07f, 1.137242975e-07f}};
-/* fk_gelu_erf_tab[j][k]: the coefficient of u^(7-j) of R on [k, k + 1] */
-static const float fk_gelu_erf_tab[8][16] = {
-    {-1.064413576e-03f, -1.051355575e-04f, -1.001362853e-05f, -2.290917564e-06f, -2.314432777e-06f, 2.483915978e-06f, 2.938613534e-06f, 1.699828886e-06f, 3.612347541e-07f, -5.367851372e-07f, 1.742774884e-06f, -3.918812865e-07f, -1.737671823e-06f, 3.691329766e-07f, -5.666614129e-07f, 8.107798521e-07f},
-    {6.973649841e-03f, 7.504144451e-04f, 9.766893345e-05f, 2.200075141e-05f, 1.242878625e-05f, -8.160904144e-06f, -1.061998137e-05f, -6.212770131e-06f, -1.272649911e-06f, 2.061987288e-06f, -6.533636224e-06f, 1.485905386e-06f, 6.540495178e-06f, -1.382871801e-06f, 2.131991096e-06f, -3.044957793e-06f},
-    {-2.402943559e-02f, -2.965214895e-03f, -4.995844210e-04f, -1.218772377e-04f, -4.626329974e-05f, 2.312548304e-06f, 1.187466569e-05f, 7.467715932e-06f, 9.716134173e-07f, -3.607338840e-06f, 9.553283235e-06f, -2.403254939e-06f, -9.943735677e-06f, 2.013721769e-06f, -3.248599342e-06f, 4.549277946e-06f},
-    {6.138200313e-02f, 9.167077951e-03f, 1.944282325e-03f, 5.523684667e-04f, 1.997194922e-04f, 6.642423250e-05f, 2.271234916e-05f, 1.054756103e-05f, 8.218078619e-06f, 8.003599760e-06f, -4.115987394e-06f, 3.898507202e-06f, 8.985750355e-06f, -6.120414469e-07f, 3.140756235e-06f, -3.016863047e-06f},
-    {-1.327107698e-01f, -2.506415732e-02f, -6.692823954e-03f, -2.309169155e-03f, -9.616579046e-04f, -4.516226763e-04f, -2.357753692e-04f, -1.350188832e-04f, -8.362852532e-05f, -5.510088158e-05f, -3.316275615e-05f, -2.587197378e-05f, -2.108916851e-05f, -1.253374103e-05f, -1.088813224e-05f, -6.105330613e-06f},
-    {2.499682307e-01f, 6.210460514e-02f, 2.131050639e-02f, 9.156076238e-03f, 4.606524948e-03f, 2.594233956e-03f, 1.589328167e-03f, 1.038424089e-03f, 7.134910556e-04f, 5.102835130e-04f, 3.759915417e-04f, 2.858720836e-04f, 2.223744232e-04f, 1.752713288e-04f, 1.413113059e-04f, 1.148502561e-04f},
-    {-3.989409804e-01f, -1.373638809e-01f, -6.273808330e-02f, -3.440041468e-02f, -2.129977569e-02f, -1.434565894e-02f, -1.026628725e-02f, -7.687842008e-03f, -5.961897783e-03f, -4.753199406e-03f, -3.875277936e-03f, -3.218508326e-03f, -2.714688424e-03f, -2.319879131e-03f, -2.005052753e-03f, -1.749917166e-03f},
-    {5.000000000e-01f, 2.615782917e-01f, 1.681019962e-01f, 1.215139478e-01f, 9.441064298e-02f, 7.691930234e-02f, 6.477931142e-02f, 5.589348078e-02f, 4.912254587e-02f, 4.379878938e-02f, 3.950669244e-02f, 3.597488999e-02f, 3.301897272e-02f, 3.050941415e-02f, 2.835266106e-02f, 2.647948824e-02f}};
+/* fk_gelu_erf_tab[j][k]: the coefficient of u^(5-j) of R on interval k; fk_gelu_erf_expm1_q: Q's,
+ * highest power first (tools/fit_gelu_erf.py printed both) */
+static const float fk_gelu_erf_tab[6][16] = {
+    {-2.004215494e-02f, -1.130618528e-02f, -5.636589136e-03f, -4.760429729e-03f, -2.005404560e-03f, -8.440390229e-04f, -3.625230165e-04f, -1.780058083e-04f, -6.852861407e-05f, -2.161626617e-05f, -8.028840057e-06f, -3.232750259e-06f, -1.148492515e-06f, -3.359530467e-07f, -1.191193633e-07f, -4.746430449e-08f},
+    {6.079141051e-02f, 3.622286022e-02f, 2.155403607e-02f, 1.454859786e-02f, 8.668429218e-03f, 3.902328899e-03f, 1.867168234e-03f, 9.731687023e-04f, 4.967262503e-04f, 1.760915911e-04f, 7.274043310e-05f, 3.337454837e-05f, 1.576620343e-05f, 5.192772733e-06f, 2.061590976e-06f, 9.307374285e-07f},
+    {-1.327724755e-01f, -8.416529745e-02f, -5.465998128e-02f, -3.676990792e-02f, -2.494371869e-02f, -1.244952716e-02f, -6.672624964e-03f, -3.818858648e-03f, -2.281261375e-03f, -9.500191081e-04f, -4.535104090e-04f, -2.396227501e-04f, -1.358675800e-04f, -5.368595521e-05f, -2.504617987e-05f, -1.313055418e-05f},
+    {2.499887794e-01f, 1.700778902e-01f, 1.187515408e-01f, 8.496472985e-02f, 6.209177896e-02f, 3.518238291e-02f, 2.130816318e-02f, 1.364657842e-02f, 9.149622172e-03f, 4.603702575e-03f, 2.594478661e-03f, 1.589976484e-03f, 1.038047718e-03f, 5.098915426e-04f, 2.856748470e-04f, 1.753793913e-04f},
+    {-3.989420831e-01f, -2.954340279e-01f, -2.241318375e-01f, -1.737685055e-01f, -1.373634338e-01f, -9.027118981e-02f, -6.273799390e-02f, -4.561385885e-02f, -3.439986333e-02f, -2.129949071e-02f, -1.434566826e-02f, -1.026632451e-02f, -7.687724661e-03f, -4.753156565e-03f, -3.218489699e-03f, -2.319885651e-03f},
+    {5.000000000e-01f, 4.140321016e-01f, 3.496188223e-01f, 3.002324700e-01f, 2.615782917e-01f, 2.057806700e-01f, 1.681019962e-01f, 1.413313299e-01f, 1.215139404e-01f, 9.441063553e-02f, 7.691930234e-02f, 6.477931142e-02f, 5.589347705e-02f, 4.379878938e-02f, 3.597488999e-02f, 3.050941415e-02f}};
+static const float fk_gelu_erf_expm1_q[5] = {2.148683416e-05f, -2.615516714e-04f, 2.604349982e-03f, -2.083314024e-02f, 1.249999702e-01f};
+
+/* GELU_ERF's interval of 0 <= z <= FK_GELU_ERF_CLAMP: *k from the bits of t = z + 1 (its exponent and
+ * two leading mantissa bits; a NaN z is clamped before), and the interval's left end, exact (t's
+ * bits past those cleared, less 1).  Where t rounds up across an interval's end, u = z - left is a
+ * hair below 0 (still exact), on the polynomial of the interval above. */
+FK_VM_INLINE float fk_gelu_erf_interval(float z, int32_t *k) {
+    uint32_t b = fk_f32_bits(z + 1.0f);
+    *k = (int32_t)((b - 0x3F800000u) >> 21);
+    return fk_bits_f32(b & 0xFFE00000u) - 1.0f;
+}
 
 FK_VM_INLINE float fk_fast_erff(float x) {
     float a = fabsf(x);
@@ -329,19 +346,23 @@ FK_VM_INLINE float fk_fast_erff(float x) {
 
 FK_VM_INLINE float fk_fast_gelu_erff(float x) {
     float z = fabsf(x);
-    float zc = fk_min_nonneg_f32(z, 15.5f);                     /* NaN too (kept below) */
+    float zc = fk_min_nonneg_f32(z, FK_GELU_ERF_CLAMP);        /* NaN too (kept below) */
     float xc = copysignf(zc, x);
     int32_t k;
-    float u = zc - fk_interval_f32(zc, &k);                     /* exact */
+    float u = zc - fk_gelu_erf_interval(zc, &k);               /* exact */
     float r = fk_gelu_erf_tab[0][k];
 #pragma GCC unroll 8
     for (int j = 1; j <= FK_GELU_ERF_DEGREE; j++) r = fmaf(r, u, fk_gelu_erf_tab[j][k]);
-    /* -z^2/2 = w + wl exactly; exp(w + wl) = 2^n (1 + s), s = e + wl (1 + e), e = expm1(w - n ln2)
-     * as in exp; R (1 + s) is one fma, so neither exp nor the product rounds on its own */
-    float zn = -0.5f * zc;
-    float w = zn * zc, wl = fmaf(zn, zc, -w);
-    float m = fmaf(w, 1.44269504088896341f, FK_ROUND_MAGIC);  /* as in exp: n = m - 1.5 * 2^23 */
-    float e = fk_expm1_reduced(fmaf(m - FK_ROUND_MAGIC, 2.12194440e-4f, fmaf(m - FK_ROUND_MAGIC, -0.693359375f, w)) + wl);
+    /* z^2 = w + wl exactly; exp(-z^2/2) = 2^n (1 + e), e = expm1(-s/2), s = -2 (exp's reduced
+     * argument); R (1 + e) is one fma, so neither exp nor the product rounds on its own */
+    float w = zc * zc, wl = fmaf(zc, zc, -w);
+    float m = fmaf(w, -0.5f * 1.44269504088896341f, FK_ROUND_MAGIC);   /* n = m - 1.5 * 2^23 */
+    float n = m - FK_ROUND_MAGIC;
+    float s = fmaf(n, -2.0f * 2.12194440e-4f, fmaf(n, 2.0f * 0.693359375f, w)) + wl;
+    float t = fk_gelu_erf_expm1_q[0];
+#pragma GCC unroll 8
+    for (int j = 1; j < 5; j++) t = fmaf(t, s, fk_gelu_erf_expm1_q[j]);
+    float e = s * fmaf(s, t, -0.5f);
     int32_t ni = (int32_t)(fk_f32_bits(m) - 0x4B400000u);
     float q = fmaf(r, e, r) * fk_pow2i_f32(ni + 64);   /* Phi(-z) 2^64 */
     float y = x > 0.0f ? fmaf(-xc, q * FK_TWO_POW_M64, x) : (xc * q) * FK_TWO_POW_M64;
@@ -954,14 +975,12 @@ FK_V4_INLINE __m512 fk_v4_erff(__m512 x) {
     return fk_v4_keep_nan(x, y);
 }
 
-/* fk_fast_gelu_erff: the same clamp, polynomial and exp steps, and the same bits (compared on all
- * 2^32 inputs) in fewer instructions.  The interval is floor(z) (vcvttps2dq) and u its fraction
- * (vreduceps), where the portable rounding of z - 1/2 puts an odd integer z at the top of the
- * interval below: both give the same result there.  Where the portable code scales Phi(-z) by 2^(n + 64)
+/* fk_fast_gelu_erff: the same clamp, interval, polynomial and exp steps, and the same bits (compared
+ * on all 2^32 inputs) in fewer instructions.  Where the portable code scales Phi(-z) by 2^(n + 64)
  * exactly and takes the 2^-64 back after the product with x, here the product is formed unscaled
  * (Phi(-z) 2^-n is normal) and one vscalefps by 2^n rounds where the portable 2^-64 does: powers
  * of two commute with rounding but in the subnormals, where each rounds once.  The clamp is one
- * vminps (a NaN |x| gives 15.5), x <= 0 clamps x itself at -15.5, the two sides are a masked mul
+ * vminps (a NaN |x| gives 14.5), x <= 0 clamps x itself at -14.5, the two sides are a masked mul
  * and a masked fnmadd, and one vfixupimmps gives NaN (x itself), -inf (-0) and +inf (+inf).  In L2
  * on a Zen 4 core 43.5 -> 33.6 us per 64K (about 40 instructions a vector where there were 50).
  * A vector whose every |x| <= FK_GELU_ERF_MODERATE (nearly all of them) takes a shorter path: no
@@ -970,20 +989,25 @@ FK_V4_INLINE __m512 fk_v4_erff(__m512 x) {
  * vscalefps and one fnmadd where the masked forms take three operations on the FMA pipes (max(0, x)
  * keeps -0 and +0 as they are).  With wl added to exp's argument (fk_fast_gelu_erff): 35.8 -> 31.2
  * us per 64K (Zen 4, L2); on Intel cores, where every 512-bit operation takes port 0 or 5, each one
- * saved counts. */
-/* Phi(-z) 2^-n of 0 <= z <= 15.5 (fk_fast_gelu_erff's R, exp and product), and n */
+ * saved counts.  Stop 55's degree-5 R on t's intervals and the exp in z^2 and s: 30.8 -> 27.4 us
+ * (about 36 operations a vector; the index's four integer and float operations replace vcvttps2dq
+ * and vreduceps, and cost 1.9 us of what dropping two lookups and two FMAs saved). */
+/* Phi(-z) 2^-n of 0 <= z <= FK_GELU_ERF_CLAMP (fk_fast_gelu_erff's R, exp and product), and n */
 FK_V4_INLINE __m512 fk_v4_gelu_erf_phi(__m512 zc, __m512 *n) {
-    __m512i k = _mm512_cvttps_epi32(zc);
-    __m512 u = _mm512_reduce_ps(zc, _MM_FROUND_TO_NEG_INF);        /* zc - floor(zc), exact */
+    __m512i b = _mm512_castps_si512(_mm512_add_ps(zc, _mm512_set1_ps(1.0f)));
+    __m512i k = _mm512_srli_epi32(_mm512_sub_epi32(b, _mm512_set1_epi32(0x3F800000)), 21);
+    __m512 left = _mm512_castsi512_ps(_mm512_and_si512(b, _mm512_set1_epi32((int)0xFFE00000u)));
+    __m512 u = _mm512_sub_ps(zc, _mm512_sub_ps(left, _mm512_set1_ps(1.0f)));       /* exact */
     __m512 r = fk_v4_lookup(fk_gelu_erf_tab[0], k);
     for (int j = 1; j <= FK_GELU_ERF_DEGREE; j++) r = _mm512_fmadd_ps(r, u, fk_v4_lookup(fk_gelu_erf_tab[j], k));
-    __m512 zn = _mm512_mul_ps(_mm512_set1_ps(-0.5f), zc);
-    __m512 w = _mm512_mul_ps(zn, zc), wl = _mm512_fmsub_ps(zn, zc, w);
-    *n = _mm512_sub_ps(_mm512_fmadd_ps(w, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(FK_ROUND_MAGIC)),
-                       _mm512_set1_ps(FK_ROUND_MAGIC));
-    __m512 rr = _mm512_fmadd_ps(*n, _mm512_set1_ps(-0.693359375f), w);
-    rr = _mm512_add_ps(_mm512_fmadd_ps(*n, _mm512_set1_ps(2.12194440e-4f), rr), wl);
-    __m512 e = fk_v4_expm1_reduced(rr);
+    __m512 w = _mm512_mul_ps(zc, zc), wl = _mm512_fmsub_ps(zc, zc, w);
+    __m512 m = _mm512_fmadd_ps(w, _mm512_set1_ps(-0.5f * 1.44269504088896341f), _mm512_set1_ps(FK_ROUND_MAGIC));
+    *n = _mm512_sub_ps(m, _mm512_set1_ps(FK_ROUND_MAGIC));
+    __m512 s = _mm512_fmadd_ps(*n, _mm512_set1_ps(2.0f * 0.693359375f), w);
+    s = _mm512_add_ps(_mm512_fmadd_ps(*n, _mm512_set1_ps(-2.0f * 2.12194440e-4f), s), wl);
+    __m512 t = _mm512_set1_ps(fk_gelu_erf_expm1_q[0]);
+    for (int j = 1; j < 5; j++) t = _mm512_fmadd_ps(t, s, _mm512_set1_ps(fk_gelu_erf_expm1_q[j]));
+    __m512 e = _mm512_mul_ps(s, _mm512_fmadd_ps(s, t, _mm512_set1_ps(-0.5f)));
     return _mm512_fmadd_ps(r, e, r);
 }
 FK_V4_INLINE __m512 fk_v4_gelu_erff(__m512 x) {
@@ -993,9 +1017,9 @@ FK_V4_INLINE __m512 fk_v4_gelu_erff(__m512 x) {
         __m512 q = fk_v4_gelu_erf_phi(z, &n);
         return _mm512_fnmadd_ps(z, _mm512_scalef_ps(q, n), _mm512_max_ps(_mm512_setzero_ps(), x));
     }
-    __m512 q = fk_v4_gelu_erf_phi(_mm512_min_ps(z, _mm512_set1_ps(15.5f)), &n);
+    __m512 q = fk_v4_gelu_erf_phi(_mm512_min_ps(z, _mm512_set1_ps(FK_GELU_ERF_CLAMP)), &n);
     __mmask16 pos = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ);
-    __m512 xc = _mm512_max_ps(x, _mm512_set1_ps(-15.5f));
+    __m512 xc = _mm512_max_ps(x, _mm512_set1_ps(-FK_GELU_ERF_CLAMP));
     __m512 t = _mm512_scalef_ps(_mm512_mask_mul_ps(q, (__mmask16)~pos, xc, q), n);   /* x <= 0: x Phi(-z) */
     __m512 y = _mm512_mask_fnmadd_ps(t, pos, x, x);                                  /* x > 0: x - x Phi(-z) */
     /* vfixupimmps by x's class: QNaN and SNaN take x (token 1), -inf -0 (7), +inf +inf (5) */
@@ -1376,8 +1400,7 @@ FK_V3_INLINE __m256 fk_v3_erff(__m256 x) {
 
 /* fk_v3_expf_normal on N vectors x[0..N) into y[0..N) (N a constant where inlined), each step for
  * every vector before the next step, so their dependent chains overlap; the same steps, the same bits.
- * (fk_v3_gelu_erff_n runs the same expm1 steps across its vectors; one helper for both, with the
- * polynomial's start and end in loops of their own here, made SIGMOID 15% slower on a Zen 2 core.) */
+ * (fk_v3_gelu_erff_n runs its own expm1 steps across its vectors the same way.) */
 FK_V3_INLINE void fk_v3_expf_normal_n(const __m256 *x, __m256 *y, const int N) {
     __m256 k[N], r[N], p[N];
 #pragma GCC unroll 4
@@ -1476,15 +1499,20 @@ FK_V3_INLINE void fk_v3_gelu_erff_n(const __m256 *x, __m256 *y, const int N) {
     __m256 moderate = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
 #pragma GCC unroll 4
     for (int v = 0; v < N; v++) {
-        zc[v] = fk_v3_min_nonneg(fk_v3_abs(x[v]), 15.5f);
+        zc[v] = fk_v3_min_nonneg(fk_v3_abs(x[v]), FK_GELU_ERF_CLAMP);
         moderate = _mm256_and_ps(moderate, _mm256_cmp_ps(zc[v], fk_v3_set(FK_GELU_ERF_MODERATE), _CMP_LE_OQ));
         xc[v] = fk_v3_copysign(zc[v], x[v]);
-        u[v] = _mm256_sub_ps(zc[v], fk_v3_interval(zc[v], &k[v]));
+        /* fk_gelu_erf_interval */
+        __m256i b = _mm256_castps_si256(_mm256_add_ps(zc[v], fk_v3_set(1.0f)));
+        k[v] = _mm256_srli_epi32(_mm256_sub_epi32(b, _mm256_set1_epi32(0x3F800000)), 21);
+        __m256 left = _mm256_castsi256_ps(_mm256_and_si256(b, _mm256_set1_epi32((int)0xFFE00000u)));
+        u[v] = _mm256_sub_ps(zc[v], _mm256_sub_ps(left, fk_v3_set(1.0f)));
         any = _mm256_or_si256(any, k[v]);
     }
     if (_mm256_testz_si256(any, _mm256_set1_epi32(8))) {
-        /* every lane's interval below 8 (|x| < 7.5: all but the far tails): the low half of each row
-         * alone, one permute per coefficient instead of two and a blend; the same coefficients */
+        /* every lane's interval below 8 (|x| < 3: the body of a unit-scale activation): the low
+         * half of each row alone, one permute per coefficient instead of two and a blend; the same
+         * coefficients */
 #pragma GCC unroll 4
         for (int v = 0; v < N; v++) r[v] = _mm256_permutevar8x32_ps(_mm256_loadu_ps(fk_gelu_erf_tab[0]), k[v]);
         for (int j = 1; j <= FK_GELU_ERF_DEGREE; j++)
@@ -1498,26 +1526,25 @@ FK_V3_INLINE void fk_v3_gelu_erff_n(const __m256 *x, __m256 *y, const int N) {
 #pragma GCC unroll 4
             for (int v = 0; v < N; v++) r[v] = _mm256_fmadd_ps(r[v], u[v], fk_v3_lookup(fk_gelu_erf_tab[j], k[v]));
     }
-    __m256 w[N], wl[N], m[N], t[N], e[N];
+    __m256 m[N], s[N], t[N], e[N];
 #pragma GCC unroll 4
     for (int v = 0; v < N; v++) {
-        __m256 zn = _mm256_mul_ps(fk_v3_set(-0.5f), zc[v]);
-        w[v] = _mm256_mul_ps(zn, zc[v]);
-        wl[v] = _mm256_fmsub_ps(zn, zc[v], w[v]);
-        m[v] = _mm256_fmadd_ps(w[v], fk_v3_set(1.44269504088896341f), fk_v3_set(FK_ROUND_MAGIC));
+        __m256 w = _mm256_mul_ps(zc[v], zc[v]), wl = _mm256_fmsub_ps(zc[v], zc[v], w);
+        m[v] = _mm256_fmadd_ps(w, fk_v3_set(-0.5f * 1.44269504088896341f), fk_v3_set(FK_ROUND_MAGIC));
         __m256 n = _mm256_sub_ps(m[v], fk_v3_set(FK_ROUND_MAGIC));
-        t[v] = _mm256_add_ps(_mm256_fmadd_ps(n, fk_v3_set(2.12194440e-4f), _mm256_fmadd_ps(n, fk_v3_set(-0.693359375f), w[v])), wl[v]);
-        e[v] = fk_v3_set(fk_expf_p[0]);
+        s[v] = _mm256_add_ps(_mm256_fmadd_ps(n, fk_v3_set(-2.0f * 2.12194440e-4f), _mm256_fmadd_ps(n, fk_v3_set(2.0f * 0.693359375f), w)), wl);
+        t[v] = fk_v3_set(fk_gelu_erf_expm1_q[0]);
     }
-    /* fk_v3_expm1_reduced's steps, across the vectors */
-    for (int j = 1; j < 6; j++)
+    /* Q's steps, across the vectors, then e = expm1(-s/2) */
+    for (int j = 1; j < 5; j++)
 #pragma GCC unroll 4
-        for (int v = 0; v < N; v++) e[v] = _mm256_fmadd_ps(e[v], t[v], fk_v3_set(fk_expf_p[j]));
+        for (int v = 0; v < N; v++) t[v] = _mm256_fmadd_ps(t[v], s[v], fk_v3_set(fk_gelu_erf_expm1_q[j]));
+#pragma GCC unroll 4
+    for (int v = 0; v < N; v++) e[v] = _mm256_mul_ps(s[v], _mm256_fmadd_ps(s[v], t[v], fk_v3_set(-0.5f)));
     if (_mm256_movemask_ps(moderate) == 0xff) {
         /* every |x| <= FK_GELU_ERF_MODERATE (no NaN or infinity): Phi(-z) = fma(R, e, R) 2^n exactly */
 #pragma GCC unroll 4
         for (int v = 0; v < N; v++) {
-            e[v] = _mm256_fmadd_ps(e[v], _mm256_mul_ps(t[v], t[v]), t[v]);
             __m256i ni = _mm256_sub_epi32(_mm256_castps_si256(m[v]), _mm256_set1_epi32(0x4B400000 - 127));
             __m256 phi = _mm256_mul_ps(_mm256_fmadd_ps(r[v], e[v], r[v]), _mm256_castsi256_ps(_mm256_slli_epi32(ni, 23)));
             y[v] = _mm256_fnmadd_ps(zc[v], phi, _mm256_max_ps(_mm256_setzero_ps(), x[v]));   /* zc = |x| here */
@@ -1526,7 +1553,6 @@ FK_V3_INLINE void fk_v3_gelu_erff_n(const __m256 *x, __m256 *y, const int N) {
     }
 #pragma GCC unroll 4
     for (int v = 0; v < N; v++) {
-        e[v] = _mm256_fmadd_ps(e[v], _mm256_mul_ps(t[v], t[v]), t[v]);
         /* 2^(n + 64) from the rounding sum's bits, as fk_pow2i_f32(ni + 64) */
         __m256i ni = _mm256_sub_epi32(_mm256_castps_si256(m[v]), _mm256_set1_epi32(0x4B400000 - 64 - 127));
         __m256 scale = _mm256_castsi256_ps(_mm256_slli_epi32(ni, 23));
