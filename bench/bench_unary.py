@@ -21,7 +21,9 @@ two-float pow (before, this day: 1.58x (1.45-1.61) and 0.43x).  Then, the same b
 FMA-pipe instructions per 16 lanes: POW 0.93x (0.92-0.94) NumPy, 0.25x (0.24-0.25) PyTorch.
 2026-12-06, same VM and method: GELU_ERF f32 0.88x (0.83-1.08, 6 runs) PyTorch at 4M, 0.85x (0.84-0.85)
 in L2, after cuts to its F32 form (before: 1.08x and 0.90x).  Later that day, every op at 4M, 3 runs:
-every f32 op 0.03-1.02x PyTorch but GELU_ERF 1.05x (1.04-1.05); every bf16 op 0.03-1.00x.
+every f32 op 0.03-1.02x PyTorch but GELU_ERF 1.05x (1.04-1.05); every bf16 op 0.03-1.00x.  Stop 55:
+ROUND by rint, 0.96x (0.95-1.01) NumPy; GELU_ERF's degree-5 form 0.91x (0.88-0.93) PyTorch at 4M,
+0.73x (0.72-0.74) in L2.
 """
 import math
 
