@@ -1,4 +1,5 @@
-"""The float GEMM engine on several threads (gemm_core.h.in, fk_gemm_shared_*): A and B packed once
+"""The float GEMM engine on several threads (gemm_core.h.in, fk_gemm_shared_*): B (and A, unless its
+rows are read in place: F32/F64 with unit column stride, all but a last partial tile) packed once
 into shared panels, blocks of C computed from them.  Every thread count gives the one-thread
 (serial engine) bits for every float dtype, operand layout, output layout (in place or through the
 compute-type buffer), row count, bias (FUSED_LINEAR) and FP8 input; and the products are right
