@@ -353,8 +353,8 @@ FK_VM_INLINE float fk_fast_gelu_erff(float x) {
     float r = fk_gelu_erf_tab[0][k];
 #pragma GCC unroll 8
     for (int j = 1; j <= FK_GELU_ERF_DEGREE; j++) r = fmaf(r, u, fk_gelu_erf_tab[j][k]);
-    /* z^2 = w + wl exactly; exp(-z^2/2) = 2^n (1 + e), e = expm1(-s/2), s = -2 (exp's reduced
-     * argument); R (1 + e) is one fma, so neither exp nor the product rounds on its own */
+    /* z^2 = w + wl exactly; exp(-z^2/2) = 2^n (1 + e), e = expm1(-s/2), s = -2 r for exp's reduced
+     * argument r; R (1 + e) is one fma, so neither exp nor the product rounds on its own */
     float w = zc * zc, wl = fmaf(zc, zc, -w);
     float m = fmaf(w, -0.5f * 1.44269504088896341f, FK_ROUND_MAGIC);   /* n = m - 1.5 * 2^23 */
     float n = m - FK_ROUND_MAGIC;
@@ -990,7 +990,7 @@ FK_V4_INLINE __m512 fk_v4_erff(__m512 x) {
  * keeps -0 and +0 as they are).  With wl added to exp's argument (fk_fast_gelu_erff): 35.8 -> 31.2
  * us per 64K (Zen 4, L2); on Intel cores, where every 512-bit operation takes port 0 or 5, each one
  * saved counts.  Stop 55's degree-5 R on t's intervals and the exp in z^2 and s: 30.8 -> 27.4 us
- * (about 36 operations a vector; the index's four integer and float operations replace vcvttps2dq
+ * (about 37 operations a vector; the index's four integer and float operations replace vcvttps2dq
  * and vreduceps, and cost 1.9 us of what dropping two lookups and two FMAs saved). */
 /* Phi(-z) 2^-n of 0 <= z <= FK_GELU_ERF_CLAMP (fk_fast_gelu_erff's R, exp and product), and n */
 FK_V4_INLINE __m512 fk_v4_gelu_erf_phi(__m512 zc, __m512 *n) {
