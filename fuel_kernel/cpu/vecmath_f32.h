@@ -950,6 +950,12 @@ FK_V4_INLINE __m512 fk_v4_lookup(const float *row, __m512i k) {
     return _mm512_permutexvar_ps(k, _mm512_loadu_ps(row));
 }
 /* fk_interval_f32; the index is the rounding sum's bits, of which vpermps reads the low 4 */
+/* fk_gelu_erf_interval */
+FK_V4_INLINE __m512 fk_v4_gelu_erf_interval(__m512 z, __m512i *k) {
+    __m512i b = _mm512_castps_si512(_mm512_add_ps(z, _mm512_set1_ps(1.0f)));
+    *k = _mm512_srli_epi32(_mm512_sub_epi32(b, _mm512_set1_epi32(0x3F800000)), 21);
+    return _mm512_sub_ps(_mm512_castsi512_ps(_mm512_and_si512(b, _mm512_set1_epi32((int)0xFFE00000u))), _mm512_set1_ps(1.0f));
+}
 FK_V4_INLINE __m512 fk_v4_interval(__m512 v, __m512i *k) {
     __m512 m = _mm512_add_ps(_mm512_sub_ps(v, _mm512_set1_ps(0.5f)), _mm512_set1_ps(FK_ROUND_MAGIC));
     *k = _mm512_castps_si512(m);
@@ -994,10 +1000,8 @@ FK_V4_INLINE __m512 fk_v4_erff(__m512 x) {
  * and vreduceps, and cost 1.9 us of what dropping two lookups and two FMAs saved). */
 /* Phi(-z) 2^-n of 0 <= z <= FK_GELU_ERF_CLAMP (fk_fast_gelu_erff's R, exp and product), and n */
 FK_V4_INLINE __m512 fk_v4_gelu_erf_phi(__m512 zc, __m512 *n) {
-    __m512i b = _mm512_castps_si512(_mm512_add_ps(zc, _mm512_set1_ps(1.0f)));
-    __m512i k = _mm512_srli_epi32(_mm512_sub_epi32(b, _mm512_set1_epi32(0x3F800000)), 21);
-    __m512 left = _mm512_castsi512_ps(_mm512_and_si512(b, _mm512_set1_epi32((int)0xFFE00000u)));
-    __m512 u = _mm512_sub_ps(zc, _mm512_sub_ps(left, _mm512_set1_ps(1.0f)));       /* exact */
+    __m512i k;
+    __m512 u = _mm512_sub_ps(zc, fk_v4_gelu_erf_interval(zc, &k));                   /* exact */
     __m512 r = fk_v4_lookup(fk_gelu_erf_tab[0], k);
     for (int j = 1; j <= FK_GELU_ERF_DEGREE; j++) r = _mm512_fmadd_ps(r, u, fk_v4_lookup(fk_gelu_erf_tab[j], k));
     __m512 w = _mm512_mul_ps(zc, zc), wl = _mm512_fmsub_ps(zc, zc, w);
@@ -1326,6 +1330,12 @@ FK_V3_INLINE __m256 fk_v3_lookup(const float *row, __m256i k) {
     return _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(k, 28)));
 }
 /* fk_interval_f32; the permutes read the index's low 3 bits and the blend its bit 3 */
+/* fk_gelu_erf_interval; the permutes read the index's low 3 bits and the blend its bit 3 */
+FK_V3_INLINE __m256 fk_v3_gelu_erf_interval(__m256 z, __m256i *k) {
+    __m256i b = _mm256_castps_si256(_mm256_add_ps(z, fk_v3_set(1.0f)));
+    *k = _mm256_srli_epi32(_mm256_sub_epi32(b, _mm256_set1_epi32(0x3F800000)), 21);
+    return _mm256_sub_ps(_mm256_castsi256_ps(_mm256_and_si256(b, _mm256_set1_epi32((int)0xFFE00000u))), fk_v3_set(1.0f));
+}
 FK_V3_INLINE __m256 fk_v3_interval(__m256 v, __m256i *k) {
     __m256 m = _mm256_add_ps(_mm256_sub_ps(v, fk_v3_set(0.5f)), fk_v3_set(FK_ROUND_MAGIC));
     *k = _mm256_castps_si256(m);
@@ -1502,11 +1512,7 @@ FK_V3_INLINE void fk_v3_gelu_erff_n(const __m256 *x, __m256 *y, const int N) {
         zc[v] = fk_v3_min_nonneg(fk_v3_abs(x[v]), FK_GELU_ERF_CLAMP);
         moderate = _mm256_and_ps(moderate, _mm256_cmp_ps(zc[v], fk_v3_set(FK_GELU_ERF_MODERATE), _CMP_LE_OQ));
         xc[v] = fk_v3_copysign(zc[v], x[v]);
-        /* fk_gelu_erf_interval */
-        __m256i b = _mm256_castps_si256(_mm256_add_ps(zc[v], fk_v3_set(1.0f)));
-        k[v] = _mm256_srli_epi32(_mm256_sub_epi32(b, _mm256_set1_epi32(0x3F800000)), 21);
-        __m256 left = _mm256_castsi256_ps(_mm256_and_si256(b, _mm256_set1_epi32((int)0xFFE00000u)));
-        u[v] = _mm256_sub_ps(zc[v], _mm256_sub_ps(left, fk_v3_set(1.0f)));
+        u[v] = _mm256_sub_ps(zc[v], fk_v3_gelu_erf_interval(zc[v], &k[v]));
         any = _mm256_or_si256(any, k[v]);
     }
     if (_mm256_testz_si256(any, _mm256_set1_epi32(8))) {
