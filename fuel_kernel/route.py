@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, List, Optional, Sequence
 
 import numpy as np
 
+from . import spec
 from .errors import NoKernelError, ParamsError
 from .records import CostEstimate
 from .types import DType, KernelCaps
@@ -134,6 +135,23 @@ def _best_time(fn: Callable[[], object], repeats: int = 5) -> float:
         fn()
         best = min(best, time.perf_counter() - start)
     return max(best, 1e-9)            # a coarse clock can read 0; never divide by it
+
+
+# Rounds of a measurement: each round times every candidate once, so a burst of load on the host
+# falls on all of them rather than on one candidate's consecutive repeats.
+MEASURE_ROUNDS = 5
+
+
+def _measure_interleaved(runs: dict[str, Callable[[], object]], rounds: int = MEASURE_ROUNDS) -> dict[str, float]:
+    """Each run's best time in ns over `rounds` rounds that call every run once, in turn, after one
+    warm-up call each (scratch, pages, a BLAS library's threads)."""
+    for run in runs.values():
+        run()
+    best = {name: math.inf for name in runs}
+    for _ in range(rounds):
+        for name, run in runs.items():
+            best[name] = min(best[name], _best_time(run, repeats=1))
+    return {name: t * 1e9 for name, t in best.items()}
 
 
 def _measure_machine() -> MachineConstants:
@@ -289,10 +307,12 @@ def pick(alternatives: Sequence[Kernel], operands: Sequence[Operand], params: Op
     if not viable:
         raise NoKernelError(f"no alternative survives the filters for {describe or 'this key'}: "
                             + "; ".join(f"{v.source}: {v.verdict}" for v in verdicts))
+    viable, own_threads = _pool_first(viable)
     if measure and len(viable) > 1:
         viable = _measured_order(viable, operands, params)
     else:
         viable.sort(key=lambda vk: (not vk[0].priced, vk[0].estimate_ns, tie_break(vk[1])))
+    viable += own_threads
     winner_verdict, winner = viable[0]
     winner_verdict.verdict = "chosen" + winner_verdict.verdict
     for v, _ in viable[1:]:
@@ -300,13 +320,35 @@ def pick(alternatives: Sequence[Kernel], operands: Sequence[Operand], params: Op
     return Choice(winner, verdicts)
 
 
+def _pool_first(viable: list[tuple[Verdict, Kernel]]) -> tuple[list[tuple[Verdict, Kernel]],
+                                                                list[tuple[Verdict, Kernel]]]:
+    """(the candidates to rank, the ones ranked after them): with more than one thread, the
+    alternatives of spec.OWN_THREAD_SOURCES go last wherever another one is viable.  Timed alone
+    they can win, but OpenBLAS's threads spin after each call on the cores the pool's next job
+    needs: a GPT-2 block plan at S = 512 on a 16-core Xeon's 16 threads ran in 9.6-10.6 ms on the
+    native engine alone, 15.6-17.4 ms with its four products on BLAS and 26-36 ms with two of
+    them (the sum of its steps timed alone 8.6-16 ms in each)."""
+    from .threads import get_num_threads
+    threads = get_num_threads()
+    if threads <= 1:
+        return viable, []
+    own = [vk for vk in viable if vk[1].source in spec.OWN_THREAD_SOURCES]
+    if len(own) == len(viable):
+        return viable, []
+    for v, _ in own:
+        v.verdict = f" (runs its own threads: ranked after the pool's kernels at {threads} threads)" + v.verdict
+    return [vk for vk in viable if vk[1].source not in spec.OWN_THREAD_SOURCES], own
+
+
 def _measured_order(viable: list[tuple[Verdict, Kernel]], operands: Sequence[Operand],
                     params: Optional[OpParams]) -> list[tuple[Verdict, Kernel]]:
-    """Order candidates by their measured time on these shapes; the result is cached on disk."""
+    """Order candidates by their measured time on these shapes (the best of MEASURE_ROUNDS
+    interleaved rounds) at the current thread count; the result is cached on disk."""
+    from .threads import get_num_threads
     shapes = [_shape_of(o) for o in operands]
     k0 = viable[0][1]
     key = json.dumps([repr(k0.op), [d.short_name for d in k0.dtypes], k0.backend, shapes,
-                      sorted(str(v.identity) for v, _ in viable), repr(params)])
+                      sorted(str(v.identity) for v, _ in viable), repr(params), get_num_threads()])
     cache = _load_measure_cache()
     timings: Optional[dict[str, Any]] = cache.get(key)
     wanted = {str(v.identity) for v, _ in viable}
@@ -324,10 +366,10 @@ def _measured_order(viable: list[tuple[Verdict, Kernel]], operands: Sequence[Ope
                 arrays.append(np.zeros(shape, dtype=dtype.numpy))
         n_in = len(arrays) - k0.n_outputs
         inputs, outputs = arrays[:n_in], arrays[n_in:]
-        timings = {}
-        for v, k in viable:
-            k.run(inputs, outputs, params)                    # warm up
-            timings[str(v.identity)] = _best_time(lambda: k.run(inputs, outputs, params), repeats=3) * 1e9
+        def runner(kernel: Kernel) -> Callable[[], object]:
+            return lambda: kernel.run(inputs, outputs, params)
+        runs = {str(v.identity): runner(k) for v, k in viable}
+        timings = _measure_interleaved(runs)
         cache[key] = timings
         _store_measure_cache(cache)
     measured: dict[str, Any] = timings

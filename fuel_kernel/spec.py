@@ -858,6 +858,11 @@ CPU_KERNELS["quant"] += tuple(
                "FK_CAP_STRIDED_INPUT | FK_CAP_STRIDED_OUTPUT")
     for out in QEMBEDDING_OUT_DTYPES)
 
+# Sources whose kernels run on a thread pool of their own (the BLAS sibling: OpenBLAS's), not on
+# fuel_kernel's.  OpenBLAS's threads spin for a while after each call, on the cores the pool's next
+# job needs, so with more than one thread route.pick ranks these after every other alternative.
+OWN_THREAD_SOURCES = ("blas",)
+
 # matmul_blas: MATMUL through SciPy's BLAS ?gemm for the float dtypes stored in a C type BLAS
 # computes in (cpu/matmul_blas_kernels.h.in); cpu/_matmul_blas.pyx binds the routines from
 # scipy.linalg.cython_blas and registers no row when SciPy is absent

@@ -769,8 +769,9 @@ def _time_prepacked(prepacked: Any, chosen: Any, a: Value, b: np.ndarray, packed
     packed operand's storage is the whole buffer, which only a plan or a C caller passes."""
     import json
     from .builders import Graph
+    from ..threads import get_num_threads
     key = json.dumps(["prepack", a.dtype.short_name, int(chosen.backend), list(a.shape), list(b.shape),
-                      str(chosen.identity), str(prepacked.identity)])
+                      str(chosen.identity), str(prepacked.identity), get_num_threads()])
     cache = route._load_measure_cache()
     timings: Any = cache.get(key)
     if not route._valid_timings(timings, {"prepacked", "chosen"}):
@@ -779,10 +780,8 @@ def _time_prepacked(prepacked: Any, chosen: Any, a: Value, b: np.ndarray, packed
         plan = g.compile(g.matmul_prepacked(g.input(a.shape, a.dtype), g.constant(packed), b.shape[1]),
                          fuse=False, prepack=False)
         c_out = np.empty(c.shape, dtype=c.dtype.numpy)
-        runs = {"prepacked": lambda: plan.run([x]), "chosen": lambda: chosen(x, b, out=c_out)}
-        for run in runs.values():
-            run()                                        # warm: scratch, pages, the BLAS library
-        timings = {name: route._best_time(run, repeats=3) * 1e9 for name, run in runs.items()}
+        timings = route._measure_interleaved({"prepacked": lambda: plan.run([x]),
+                                              "chosen": lambda: chosen(x, b, out=c_out)})
         cache[key] = timings
         route._store_measure_cache(cache)
     return float(timings["prepacked"]), float(timings["chosen"])

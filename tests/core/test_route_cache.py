@@ -143,6 +143,76 @@ def test_measured_route_entry_with_bad_timings_is_remeasured(cache_dir, two_copy
             assert all(isinstance(v, float) for v in json.load(handle)[key].values())
 
 
+def test_a_measurement_at_one_thread_count_does_not_decide_another(cache_dir, two_copy_alternatives):
+    """The measured cache keys on the thread setting: timings at one thread priced the choice at
+    16, where the candidates' threads behave otherwise."""
+    t = fk.bindings()
+    with fk.threads(1):
+        t.pick(two_copy_alternatives, [F32, F32], CPU, [(64,), (64,)], measure=True)
+    with fk.threads(2):
+        t.pick(two_copy_alternatives, [F32, F32], CPU, [(64,), (64,)], measure=True)
+    with open(os.path.join(cache_dir, "measured_routes.json")) as handle:
+        keys = [json.loads(key) for key in json.load(handle)]
+    assert sorted(key[-1] for key in keys) == [1, 2]
+
+
+def test_a_measurement_interleaves_the_candidates(monkeypatch):
+    """Each round times every candidate once, so a burst of load falls on all of them."""
+    calls = []
+    runs = {name: (lambda name=name: calls.append(name)) for name in ("a", "b")}
+    times = route._measure_interleaved(runs, rounds=3)
+    assert calls == ["a", "b"] * 4 and set(times) == {"a", "b"}
+    assert all(np.isfinite(v) and v > 0 for v in times.values())
+
+
+@pytest.fixture
+def blas_and_pool_alternatives():
+    """A fresh runtime fused key with two equally priced alternatives, one under the source of a
+    kernel that runs its own threads (spec.OWN_THREAD_SOURCES) and one that does not."""
+    assert fk.spec.OWN_THREAD_SOURCES == ("blas",)
+    t = fk.bindings()
+    copy = t.lookup(fk.OpKind.CONTIGUIZE, [F32, F32], CPU).capsule()
+    other = t.lookup(fk.OpKind.NEG, [F32, F32], CPU).capsule()
+    fused = fk.new_runtime_fused_id()
+    key = fk.BindingKey.runtime_fused(fused)
+    with fk.edit_bindings() as tx:
+        tx.register(key, [F32, F32], CPU, copy, source="blas", revision=1, cost=_dispatch.DEFAULT_COST)
+        tx.register(key, [F32, F32], CPU, other, source="zeta", revision=1, cost=_dispatch.DEFAULT_COST)
+    yield key
+    with fk.edit_bindings() as tx:
+        tx.drop_runtime_fused(fused)
+
+
+@pytest.mark.parametrize("measure", [False, True])
+def test_own_thread_kernels_rank_after_the_pools_with_more_than_one_thread(cache_dir, blas_and_pool_alternatives,
+                                                                          measure):
+    """On one thread 'blas' competes (the estimates' tie goes to it by name, or it is timed); on
+    more, OpenBLAS's threads would spin on the cores the pool's next job needs, so 'zeta' is chosen
+    and 'blas' is not even timed."""
+    t = fk.bindings()
+    alternatives = t.alternatives(blas_and_pool_alternatives, [F32, F32], CPU)
+    with fk.threads(1):
+        alone = route.pick(alternatives, [(64,), (64,)], measure=measure)
+    if measure:
+        assert all("measured" in v.verdict for v in alone.verdicts)
+    else:
+        assert alone.kernel.source == "blas"
+    with fk.threads(2):
+        choice = route.pick(alternatives, [(64,), (64,)], measure=measure)
+    assert choice.kernel.source == "zeta"
+    (blas,) = [v for v in choice.verdicts if v.source == "blas"]
+    assert blas.verdict.startswith("slower") and "own threads" in blas.verdict and "measured" not in blas.verdict
+
+
+def test_own_thread_kernels_are_chosen_where_nothing_else_serves(fixed_machine):
+    t = fk.bindings()
+    alternatives = [k for k in t.alternatives(fk.OpKind.MATMUL, [F32] * 3, CPU) if k.source == "blas"]
+    if not alternatives:
+        pytest.skip("SciPy's BLAS sibling is not registered")
+    with fk.threads(2):
+        assert route.pick(alternatives, [(8, 8), (8, 8), (8, 8)]).kernel.source == "blas"
+
+
 # ---- unpriced alternatives -------------------------------------------------------------------------
 def test_unpriced_alternative_does_not_beat_a_priced_one(cache_dir):
     """'alpha' is registered without a cost and would win at 0 ns (and on the name tie-break);
