@@ -69,6 +69,21 @@ def same_bits_on_every_count(call):
     return want
 
 
+def test_more_threads_than_block_ranges_same_bits(rng):
+    """Past FK_GEMM_MAX_CLAIMS (64) threads, several tasks start on one range of C's blocks and
+    every block is still computed once: 70 threads (on however many cores) give the one-thread
+    bits."""
+    a, b, c, _ = operands(520, 300, 2000, D.F32, "contiguous", rng)
+    mm = native(OP.MATMUL, [D.F32] * 3)
+    with fk.threads(1):
+        want = np.array(mm(a, b, out=c))
+    calls = _dispatch._parallel_calls()
+    with fk.threads(70):
+        got = np.array(mm(a, b, out=np.full_like(c, np.nan)))
+    assert _dispatch._parallel_calls() > calls, "the product ran on one thread"
+    assert got.tobytes() == want.tobytes()
+
+
 @pytest.mark.parametrize("dtype", FLOATS, ids=lambda d: d.short_name)
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_matmul_same_bits_for_every_thread_count(dtype, layout, rng):
