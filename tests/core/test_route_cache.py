@@ -100,20 +100,26 @@ def test_graph_compiles_with_a_zero_peak_in_the_cache(cache_dir):
 
 
 # ---- measured_routes.json -------------------------------------------------------------------------
-@pytest.fixture
-def two_copy_alternatives():
-    """A fresh runtime fused key with two priced f32 -> f32 alternatives; dropped after."""
+def _fresh_key_with(copy_source, neg_source, neg_revision):
+    """Yields a fresh runtime fused key holding CONTIGUIZE's f32 kernel under `copy_source`
+    (revision 1) and NEG's under `neg_source`, equally priced; drops the key after."""
     t = fk.bindings()
     copy = t.lookup(fk.OpKind.CONTIGUIZE, [F32, F32], CPU).capsule()
     other = t.lookup(fk.OpKind.NEG, [F32, F32], CPU).capsule()
     fused = fk.new_runtime_fused_id()
     key = fk.BindingKey.runtime_fused(fused)
     with fk.edit_bindings() as tx:
-        tx.register(key, [F32, F32], CPU, copy, source="zeta", revision=1, cost=_dispatch.DEFAULT_COST)
-        tx.register(key, [F32, F32], CPU, other, source="alpha", revision=2, cost=_dispatch.DEFAULT_COST)
+        tx.register(key, [F32, F32], CPU, copy, source=copy_source, revision=1, cost=_dispatch.DEFAULT_COST)
+        tx.register(key, [F32, F32], CPU, other, source=neg_source, revision=neg_revision, cost=_dispatch.DEFAULT_COST)
     yield key
     with fk.edit_bindings() as tx:
         tx.drop_runtime_fused(fused)
+
+
+@pytest.fixture
+def two_copy_alternatives():
+    """A fresh runtime fused key with two priced f32 -> f32 alternatives; dropped after."""
+    yield from _fresh_key_with("zeta", "alpha", 2)
 
 
 @pytest.mark.parametrize("content", ["[1, 2]", "{not json", "7"])
@@ -170,17 +176,7 @@ def blas_and_pool_alternatives():
     """A fresh runtime fused key with two equally priced alternatives, one under the source of a
     kernel that runs its own threads (spec.OWN_THREAD_SOURCES) and one that does not."""
     assert fk.spec.OWN_THREAD_SOURCES == ("blas",)
-    t = fk.bindings()
-    copy = t.lookup(fk.OpKind.CONTIGUIZE, [F32, F32], CPU).capsule()
-    other = t.lookup(fk.OpKind.NEG, [F32, F32], CPU).capsule()
-    fused = fk.new_runtime_fused_id()
-    key = fk.BindingKey.runtime_fused(fused)
-    with fk.edit_bindings() as tx:
-        tx.register(key, [F32, F32], CPU, copy, source="blas", revision=1, cost=_dispatch.DEFAULT_COST)
-        tx.register(key, [F32, F32], CPU, other, source="zeta", revision=1, cost=_dispatch.DEFAULT_COST)
-    yield key
-    with fk.edit_bindings() as tx:
-        tx.drop_runtime_fused(fused)
+    yield from _fresh_key_with("blas", "zeta", 1)
 
 
 @pytest.mark.parametrize("measure", [False, True])
