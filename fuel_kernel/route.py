@@ -9,8 +9,9 @@ cost (or whose cost function gives no usable time) is priced by the op family's 
 Transaction.fill_unset_cost would price it, and ranks after every priced alternative.  Ties break
 on stable registration data (source, precision claim, caps, revision), never on registration
 order or an address.  A measured mode times the candidates
-on the real shapes instead and caches the choice on disk.  Graph.compile and BindingTable.pick
-both call pick().
+on the real shapes instead and caches the choice on disk, per thread setting.  With more than one
+thread, kernels that run threads of their own (spec.OWN_THREAD_SOURCES: the BLAS sibling) rank
+after the rest.  Graph.compile and BindingTable.pick both call pick().
 """
 from __future__ import annotations
 
