@@ -949,13 +949,13 @@ FK_V4_INLINE __m512 fk_v4_logf(__m512 x) {
 FK_V4_INLINE __m512 fk_v4_lookup(const float *row, __m512i k) {
     return _mm512_permutexvar_ps(k, _mm512_loadu_ps(row));
 }
-/* fk_interval_f32; the index is the rounding sum's bits, of which vpermps reads the low 4 */
 /* fk_gelu_erf_interval */
 FK_V4_INLINE __m512 fk_v4_gelu_erf_interval(__m512 z, __m512i *k) {
     __m512i b = _mm512_castps_si512(_mm512_add_ps(z, _mm512_set1_ps(1.0f)));
     *k = _mm512_srli_epi32(_mm512_sub_epi32(b, _mm512_set1_epi32(0x3F800000)), 21);
     return _mm512_sub_ps(_mm512_castsi512_ps(_mm512_and_si512(b, _mm512_set1_epi32((int)0xFFE00000u))), _mm512_set1_ps(1.0f));
 }
+/* fk_interval_f32; the index is the rounding sum's bits, of which vpermps reads the low 4 */
 FK_V4_INLINE __m512 fk_v4_interval(__m512 v, __m512i *k) {
     __m512 m = _mm512_add_ps(_mm512_sub_ps(v, _mm512_set1_ps(0.5f)), _mm512_set1_ps(FK_ROUND_MAGIC));
     *k = _mm512_castps_si512(m);
@@ -1329,13 +1329,13 @@ FK_V3_INLINE __m256 fk_v3_lookup(const float *row, __m256i k) {
     __m256 hi = _mm256_permutevar8x32_ps(_mm256_loadu_ps(row + 8), k);
     return _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(k, 28)));
 }
-/* fk_interval_f32; the permutes read the index's low 3 bits and the blend its bit 3 */
 /* fk_gelu_erf_interval; the permutes read the index's low 3 bits and the blend its bit 3 */
 FK_V3_INLINE __m256 fk_v3_gelu_erf_interval(__m256 z, __m256i *k) {
     __m256i b = _mm256_castps_si256(_mm256_add_ps(z, fk_v3_set(1.0f)));
     *k = _mm256_srli_epi32(_mm256_sub_epi32(b, _mm256_set1_epi32(0x3F800000)), 21);
     return _mm256_sub_ps(_mm256_castsi256_ps(_mm256_and_si256(b, _mm256_set1_epi32((int)0xFFE00000u))), fk_v3_set(1.0f));
 }
+/* fk_interval_f32; the permutes read the index's low 3 bits and the blend its bit 3 */
 FK_V3_INLINE __m256 fk_v3_interval(__m256 v, __m256i *k) {
     __m256 m = _mm256_add_ps(_mm256_sub_ps(v, fk_v3_set(0.5f)), fk_v3_set(FK_ROUND_MAGIC));
     *k = _mm256_castps_si256(m);

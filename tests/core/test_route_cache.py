@@ -200,13 +200,12 @@ def test_own_thread_kernels_rank_after_the_pools_with_more_than_one_thread(cache
     assert blas.verdict.startswith("slower") and "own threads" in blas.verdict and "measured" not in blas.verdict
 
 
-def test_own_thread_kernels_are_chosen_where_nothing_else_serves(fixed_machine):
+def test_own_thread_kernels_are_chosen_where_nothing_else_serves(fixed_machine, blas_and_pool_alternatives):
     t = fk.bindings()
-    alternatives = [k for k in t.alternatives(fk.OpKind.MATMUL, [F32] * 3, CPU) if k.source == "blas"]
-    if not alternatives:
-        pytest.skip("SciPy's BLAS sibling is not registered")
+    alternatives = [k for k in t.alternatives(blas_and_pool_alternatives, [F32, F32], CPU) if k.source == "blas"]
+    assert len(alternatives) == 1
     with fk.threads(2):
-        assert route.pick(alternatives, [(8, 8), (8, 8), (8, 8)]).kernel.source == "blas"
+        assert route.pick(alternatives, [(64,), (64,)]).kernel.source == "blas"
 
 
 # ---- unpriced alternatives -------------------------------------------------------------------------
