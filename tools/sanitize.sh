@@ -42,12 +42,13 @@ if [[ "${FK_SANITIZE_REUSE:-0}" != "1" || ! -d "$scratch/fuel_kernel" ]]; then
         > build.log 2>&1) || { tail -40 "$scratch/build.log"; exit 1; }
 fi
 
-# the build must be instrumented: the core names libasan among its needed libraries.  readelf
+# the build must be instrumented: the core names libasan (libtsan) among its needed libraries.  readelf
 # reads the file itself (ldd would also list the runtimes preloaded below, and a `ldd | grep -q`
 # pipeline can fail under pipefail when grep exits before ldd has written everything)
-if [[ "$sanitizers" == *address* ]]; then
-    needed="$(readelf -d "$scratch"/fuel_kernel/_dispatch*.so)"
-    [[ "$needed" == *"libasan"* ]] || { echo "sanitize: the build is not instrumented" >&2; exit 1; }
+needed="$(readelf -d "$scratch"/fuel_kernel/_dispatch*.so)"
+if [[ "$sanitizers" == *address* && "$needed" != *"libasan"* || "$sanitizers" == thread && "$needed" != *"libtsan"* ]]; then
+    echo "sanitize: the build is not instrumented" >&2
+    exit 1
 fi
 
 logs="$scratch/sanitizer-logs"
@@ -58,7 +59,7 @@ runtimes="libasan.so libubsan.so"
 [[ "$sanitizers" == thread ]] && runtimes="libtsan.so"
 for runtime in $runtimes; do
     path="$(gcc -print-file-name=$runtime)"
-    [[ -f "$path" ]] || { echo "sanitize: gcc has no $runtime (install libasan/libubsan)" >&2; exit 2; }
+    [[ -f "$path" ]] || { echo "sanitize: gcc has no $runtime (install gcc's sanitizer runtimes)" >&2; exit 2; }
     preload="$preload $path"
 done
 export LD_PRELOAD="$preload"
