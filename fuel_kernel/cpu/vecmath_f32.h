@@ -880,13 +880,16 @@ FK_V4_INLINE __m512 fk_v4_clamp(__m512 x, float lo, float hi) {
 
 /* fk_expf_scaled: the same clamp, reduction and polynomial; 2^(n + scale) by vscalefps */
 /* exp(x) = 2^n y of x clamped to [-126, 89]: y (1 <= y < 2 but for rounding) and *n, unscaled */
-FK_V4_INLINE __m512 fk_v4_expf_parts(__m512 x, __m512 *n) {
-    __m512 xc = fk_v4_clamp(x, -126.0f, 89.0f);
-    __m512 k = _mm512_add_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)), _mm512_set1_ps(FK_ROUND_MAGIC));
+/* exp(x) = y 2^n without the clamp: y returned, n in *n (x must keep n in range: see the callers) */
+FK_V4_INLINE __m512 fk_v4_expf_parts_unclamped(__m512 x, __m512 *n) {
+    __m512 k = _mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _mm512_set1_ps(FK_ROUND_MAGIC));
     *n = _mm512_sub_ps(k, _mm512_set1_ps(FK_ROUND_MAGIC));
-    __m512 r = _mm512_fmadd_ps(*n, _mm512_set1_ps(-0.693359375f), xc);
+    __m512 r = _mm512_fmadd_ps(*n, _mm512_set1_ps(-0.693359375f), x);
     r = _mm512_fmadd_ps(*n, _mm512_set1_ps(2.12194440e-4f), r);
     return _mm512_add_ps(fk_v4_expm1_reduced(r), _mm512_set1_ps(1.0f));
+}
+FK_V4_INLINE __m512 fk_v4_expf_parts(__m512 x, __m512 *n) {
+    return fk_v4_expf_parts_unclamped(fk_v4_clamp(x, -126.0f, 89.0f), n);
 }
 FK_V4_INLINE __m512 fk_v4_expf_scaled(__m512 x, float scale) {
     __m512 n, y = fk_v4_expf_parts(x, &n);
@@ -894,10 +897,18 @@ FK_V4_INLINE __m512 fk_v4_expf_scaled(__m512 x, float scale) {
     return fk_v4_keep_nan(x, y);
 }
 FK_V4_INLINE __m512 fk_v4_expf(__m512 x) { return fk_v4_expf_scaled(x, 0.0f); }
+/* fk_fast_expf of x in [-87, 88] (no NaN): fk_v4_expf's steps without its clamp and NaN fix-up */
+FK_V4_INLINE __m512 fk_v4_expf_normal(__m512 x) {
+    __m512 n, y = fk_v4_expf_parts_unclamped(x, &n);
+    return _mm512_scalef_ps(y, n);
+}
 
-/* fk_fast_sigmoidf: (x >= 0 ? 1 : t) / (1 + t), t = exp(-|x|) */
+/* fk_fast_sigmoidf: (x >= 0 ? 1 : t) / (1 + t), t = exp(-|x|); where every |x| <= 87 (no NaN, no
+ * infinity) exp(-|x|) takes no clamp and no NaN fix-up (fk_v4_siluf) */
 FK_V4_INLINE __m512 fk_v4_sigmoidf(__m512 x) {
-    __m512 t = fk_v4_expf(-_mm512_abs_ps(x));
+    __m512 nx = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u)));
+    __m512 t = _mm512_cmp_ps_mask(nx, _mm512_set1_ps(-87.0f), _CMP_GE_OQ) == 0xffff ? fk_v4_expf_normal(nx)
+                                                                                    : fk_v4_expf(nx);
     __m512 d = _mm512_add_ps(_mm512_set1_ps(1.0f), t);
     __mmask16 pos = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ);
     return _mm512_div_ps(_mm512_mask_mov_ps(t, pos, _mm512_set1_ps(1.0f)), d);
@@ -912,11 +923,15 @@ FK_V4_INLINE __m512 fk_v4_sigmoidf(__m512 x) {
  * beside the division, which bounds this function. */
 #define FK_SILU_UNSCALED_MIN -87.0f
 FK_V4_INLINE __m512 fk_v4_siluf(__m512 x) {
-    if (!_mm512_cmp_ps_mask(x, _mm512_set1_ps(FK_SILU_UNSCALED_MIN), _CMP_LT_OQ)) {
-        __m512 t = fk_v4_expf(-_mm512_abs_ps(x));
+    __m512 nx = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u)));
+    if (_mm512_cmp_ps_mask(nx, _mm512_set1_ps(FK_SILU_UNSCALED_MIN), _CMP_GE_OQ) == 0xffff) {
+        /* every |x| <= 87 (no NaN, no infinity; the test was x >= -87, which let NaN and huge
+         * positive lanes in): exp(-|x|) needs no clamp and the result no NaN fix-up, 5 operations
+         * fewer (L2 on a Zen 4 core: 24.9 -> 20.2 us per 64K) */
+        __m512 t = fk_v4_expf_normal(nx);
         __m512 d = _mm512_add_ps(_mm512_set1_ps(1.0f), t);
         __mmask16 pos = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ);
-        return fk_v4_keep_nan(x, _mm512_div_ps(_mm512_mask_mov_ps(_mm512_mul_ps(x, t), pos, x), d));
+        return _mm512_div_ps(_mm512_mask_mov_ps(_mm512_mul_ps(x, t), pos, x), d);
     }
     __m512 u = fk_v4_expf_scaled(-_mm512_abs_ps(x), 64.0f);
     __m512 d = _mm512_add_ps(_mm512_set1_ps(1.0f), _mm512_mul_ps(u, _mm512_set1_ps(FK_TWO_POW_M64)));
@@ -1068,10 +1083,7 @@ FK_V4_INLINE __m512 fk_v4_geluf(__m512 x) {
     /* exp(-|wh| + l), l = -wl where x's sign bit is clear (wh has x's sign), else wl: wl ^ (~x & sign) */
     __m512 a = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(wh), sign));
     __m512 l = _mm512_castsi512_ps(_mm512_ternarylogic_epi32(_mm512_castps_si512(wl), _mm512_castps_si512(x), sign, 0xD2));
-    __m512 k = _mm512_add_ps(_mm512_mul_ps(a, _mm512_set1_ps(1.44269504088896341f)), _mm512_set1_ps(FK_ROUND_MAGIC));
-    __m512 n = _mm512_sub_ps(k, _mm512_set1_ps(FK_ROUND_MAGIC));
-    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), a));
-    __m512 y = _mm512_add_ps(fk_v4_expm1_reduced(r), _mm512_set1_ps(1.0f));
+    __m512 n, y = fk_v4_expf_parts_unclamped(a, &n);
     __m512 u = _mm512_fmadd_ps(y, l, y);                                         /* t 2^-n */
     /* 1 + t as 1 + (t 2^64) 2^-64 in one fma, as the portable code forms it: t itself may be
      * subnormal, and a subnormal result costs Intel cores a microcode assist */
