@@ -356,10 +356,10 @@ FK_VM_INLINE float fk_fast_gelu_erff(float x) {
     for (int j = 1; j <= FK_GELU_ERF_DEGREE; j++) r = fmaf(r, u, fk_gelu_erf_tab[j][k]);
     /* z^2 = w + wl exactly; exp(-z^2/2) = 2^n (1 + e), e = expm1(-s/2), s = -2 r for exp's reduced
      * argument r; R (1 + e) is one fma, so neither exp nor the product rounds on its own */
-    float w = zc * zc, wl = fmaf(zc, zc, -w);
+    float w = zc * zc;
     float m = fmaf(w, -0.5f * 1.44269504088896341f, FK_ROUND_MAGIC);   /* n = m - 1.5 * 2^23 */
     float n = m - FK_ROUND_MAGIC;
-    float s = fmaf(n, -2.0f * 2.12194440e-4f, fmaf(n, 2.0f * 0.693359375f, w)) + wl;
+    float s = fmaf(n, -2.0f * 2.12194440e-4f, fmaf(zc, zc, n * (2.0f * 0.693359375f)));
     float t = fk_gelu_erf_expm1_q[0];
 #pragma GCC unroll 8
     for (int j = 1; j < 5; j++) t = fmaf(t, s, fk_gelu_erf_expm1_q[j]);
@@ -978,11 +978,22 @@ FK_V4_INLINE __m512 fk_v4_logf(__m512 x) {
 FK_V4_INLINE __m512 fk_v4_lookup(const float *row, __m512i k) {
     return _mm512_permutexvar_ps(k, _mm512_loadu_ps(row));
 }
-/* fk_gelu_erf_interval */
-FK_V4_INLINE __m512 fk_v4_gelu_erf_interval(__m512 z, __m512i *k) {
-    __m512i b = _mm512_castps_si512(_mm512_add_ps(z, _mm512_set1_ps(1.0f)));
-    *k = _mm512_srli_epi32(_mm512_sub_epi32(b, _mm512_set1_epi32(0x3F800000)), 21);
-    return _mm512_sub_ps(_mm512_castsi512_ps(_mm512_and_si512(b, _mm512_set1_epi32((int)0xFFE00000u))), _mm512_set1_ps(1.0f));
+/* GELU_ERF's 16 coefficients, looked up by kt = bits(z + 1) >> 21 (fk_v4_gelu_erf_interval), which
+ * is the interval k plus 0x3F800000 >> 21 = 508: vpermps reads kt's low 4 bits, (k + 12) mod 16, so
+ * the row is rotated by 12 lanes first (the rotation does not depend on the data: it stays out of
+ * the loop) */
+FK_V4_INLINE __m512 fk_v4_gelu_erf_lookup(const float *row, __m512i kt) {
+    const __m512i rotate = _mm512_setr_epi32(4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3);
+    return _mm512_permutexvar_ps(kt, _mm512_permutexvar_ps(rotate, _mm512_loadu_ps(row)));
+}
+/* the left ends of fk_gelu_erf_interval's intervals: the values its bit operations give */
+static const float fk_gelu_erf_left[16] = {0.0f, 0.25f, 0.5f, 0.75f, 1.0f, 1.5f, 2.0f, 2.5f,
+                                           3.0f, 4.0f, 5.0f, 6.0f, 7.0f, 9.0f, 11.0f, 13.0f};
+/* fk_gelu_erf_interval: *kt for fk_v4_gelu_erf_lookup and the left end from a table, 3 operations
+ * where the bit arithmetic took 5 (the index's subtraction, the mask and the 1 taken off the end) */
+FK_V4_INLINE __m512 fk_v4_gelu_erf_interval(__m512 z, __m512i *kt) {
+    *kt = _mm512_srli_epi32(_mm512_castps_si512(_mm512_add_ps(z, _mm512_set1_ps(1.0f))), 21);
+    return fk_v4_gelu_erf_lookup(fk_gelu_erf_left, *kt);
 }
 /* fk_interval_f32; the index is the rounding sum's bits, of which vpermps reads the low 4 */
 FK_V4_INLINE __m512 fk_v4_interval(__m512 v, __m512i *k) {
@@ -1031,13 +1042,13 @@ FK_V4_INLINE __m512 fk_v4_erff(__m512 x) {
 FK_V4_INLINE __m512 fk_v4_gelu_erf_phi(__m512 zc, __m512 *n) {
     __m512i k;
     __m512 u = _mm512_sub_ps(zc, fk_v4_gelu_erf_interval(zc, &k));                   /* exact */
-    __m512 r = fk_v4_lookup(fk_gelu_erf_tab[0], k);
-    for (int j = 1; j <= FK_GELU_ERF_DEGREE; j++) r = _mm512_fmadd_ps(r, u, fk_v4_lookup(fk_gelu_erf_tab[j], k));
-    __m512 w = _mm512_mul_ps(zc, zc), wl = _mm512_fmsub_ps(zc, zc, w);
+    __m512 r = fk_v4_gelu_erf_lookup(fk_gelu_erf_tab[0], k);
+    for (int j = 1; j <= FK_GELU_ERF_DEGREE; j++) r = _mm512_fmadd_ps(r, u, fk_v4_gelu_erf_lookup(fk_gelu_erf_tab[j], k));
+    __m512 w = _mm512_mul_ps(zc, zc);
     __m512 m = _mm512_fmadd_ps(w, _mm512_set1_ps(-0.5f * 1.44269504088896341f), _mm512_set1_ps(FK_ROUND_MAGIC));
     *n = _mm512_sub_ps(m, _mm512_set1_ps(FK_ROUND_MAGIC));
-    __m512 s = _mm512_fmadd_ps(*n, _mm512_set1_ps(2.0f * 0.693359375f), w);
-    s = _mm512_add_ps(_mm512_fmadd_ps(*n, _mm512_set1_ps(-2.0f * 2.12194440e-4f), s), wl);
+    __m512 s = _mm512_fmadd_ps(zc, zc, _mm512_mul_ps(*n, _mm512_set1_ps(2.0f * 0.693359375f)));
+    s = _mm512_fmadd_ps(*n, _mm512_set1_ps(-2.0f * 2.12194440e-4f), s);
     __m512 t = _mm512_set1_ps(fk_gelu_erf_expm1_q[0]);
     for (int j = 1; j < 5; j++) t = _mm512_fmadd_ps(t, s, _mm512_set1_ps(fk_gelu_erf_expm1_q[j]));
     __m512 e = _mm512_mul_ps(s, _mm512_fmadd_ps(s, t, _mm512_set1_ps(-0.5f)));
@@ -1045,7 +1056,8 @@ FK_V4_INLINE __m512 fk_v4_gelu_erf_phi(__m512 zc, __m512 *n) {
 }
 FK_V4_INLINE __m512 fk_v4_gelu_erff(__m512 x) {
     __m512 z = _mm512_abs_ps(x), n;
-    if (_mm512_cmp_ps_mask(z, _mm512_set1_ps(FK_GELU_ERF_MODERATE), _CMP_LE_OQ) == 0xffff) {
+    __mmask16 moderate = _mm512_cmp_ps_mask(z, _mm512_set1_ps(FK_GELU_ERF_MODERATE), _CMP_LE_OQ);
+    if (_kortestc_mask16_u8(moderate, moderate)) {
         /* every |x| <= FK_GELU_ERF_MODERATE (no NaN, no infinity: nothing to clamp or fix up) */
         __m512 q = fk_v4_gelu_erf_phi(z, &n);
         return _mm512_fnmadd_ps(z, _mm512_scalef_ps(q, n), _mm512_max_ps(_mm512_setzero_ps(), x));
@@ -1564,10 +1576,11 @@ FK_V3_INLINE void fk_v3_gelu_erff_n(const __m256 *x, __m256 *y, const int N) {
     __m256 m[N], s[N], t[N], e[N];
 #pragma GCC unroll 4
     for (int v = 0; v < N; v++) {
-        __m256 w = _mm256_mul_ps(zc[v], zc[v]), wl = _mm256_fmsub_ps(zc[v], zc[v], w);
+        __m256 w = _mm256_mul_ps(zc[v], zc[v]);
         m[v] = _mm256_fmadd_ps(w, fk_v3_set(-0.5f * 1.44269504088896341f), fk_v3_set(FK_ROUND_MAGIC));
         __m256 n = _mm256_sub_ps(m[v], fk_v3_set(FK_ROUND_MAGIC));
-        s[v] = _mm256_add_ps(_mm256_fmadd_ps(n, fk_v3_set(-2.0f * 2.12194440e-4f), _mm256_fmadd_ps(n, fk_v3_set(2.0f * 0.693359375f), w)), wl);
+        s[v] = _mm256_fmadd_ps(n, fk_v3_set(-2.0f * 2.12194440e-4f),
+                               _mm256_fmadd_ps(zc[v], zc[v], _mm256_mul_ps(n, fk_v3_set(2.0f * 0.693359375f))));
         t[v] = fk_v3_set(fk_gelu_erf_expm1_q[0]);
     }
     /* Q's steps, across the vectors; e = expm1(-s/2) in each branch's loop (computed before the
