@@ -1291,6 +1291,14 @@ FK_V4_INLINE __m512 fk_v4_floor(__m512 x) { return _mm512_roundscale_ps(x, _MM_F
 FK_V4_INLINE __m512 fk_v4_ceil(__m512 x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC); }
 /* a NaN comes out quiet, which the BF16 rounding does either way (see fk_v3_round) */
 FK_V4_INLINE __m512 fk_v4_round(__m512 x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+/* FK_U_SIGN_F in one vfixupimmps by x's class: NaN and +-0 give x itself (token 1), -inf and negative
+ * values -1 (9), +1, +inf and positive values +1 (10).  The AVX2 loop GCC made of the two selects took
+ * 9 operations per 8 lanes and ran 4M elements 15% slower than a copy (Zen 4); this one is F32's
+ * contiguous loop and BF16's (the same bits as the selects for every input, NaN included) */
+FK_V4_INLINE __m512 fk_v4_sign(__m512 x) {
+    return _mm512_fixupimm_ps(x, x, _mm512_set1_epi32(0x1 | 0x1 << 4 | 0x1 << 8 | 0x1 << 12 | 0x9 << 16 |
+                                                      0xA << 20 | 0x9 << 24 | (int)(0xAu << 28)), 0);
+}
 
 /* fk_v4_bf16_round by AVX512_BF16's vcvtneps2bf16 where the CPU has it (have_bf16, read once per row
  * with __builtin_cpu_supports): the instruction rounds to nearest even and quiets a NaN keeping its
