@@ -268,10 +268,11 @@ static inline float fk_cosf_any(float x) {
  * leading mantissa bits (fk_gelu_erf_interval: widths 1/4 on [0, 1), 1/2 on [1, 3), 1 on [3, 7), 2
  * on [7, 15), narrow where R bends most), u = z less the interval's left end (exact), R by a degree-5
  * polynomial (relative fit error 9.6e-8, R(0) = 1/2 exactly; tools/fit_gelu_erf.py fits both
- * tables).  z^2 = w + wl exactly (-z^2/2 reaches -105, where rounding it once would cost up to 105
- * ulp); exp(-(w + wl)/2) = 2^n (1 + e): n = round(-w/2 / ln2), s = (w + 2 n ln2) + wl = -2 r for exp's
- * reduced argument r (|r| <= 0.35; adding wl rounds by at most 2^-25, a quarter ulp of exp), and
- * e = expm1(-s/2) = s (-1/2 + s Q(s)), Q of degree 4 (3.9e-9 of exp).  Working with z^2 and s
+ * tables).  z^2 must not be rounded on its own (-z^2/2 reaches -105, where rounding it once would
+ * cost up to 105 ulp): exp(-z^2/2) = 2^n (1 + e), n = round(-w/2 / ln2) from w = z^2 rounded, and
+ * s = z^2 + 2 n ln2 = -2 r for exp's reduced argument r (|r| <= 0.35) as fma(z, z, 2 n ln2_hi) (the
+ * exact z^2 plus an exact product, rounded once) + 2 n ln2_lo: two roundings of at most 2^-25
+ * each, a quarter ulp of exp; e = expm1(-s/2) = s (-1/2 + s Q(s)), Q of degree 4 (3.9e-9 of exp).  Working with z^2 and s
  * instead of -z^2/2 and r saves the product by -1/2, and e = s t one operation of the last step's two.
  * Phi(-z) 2^64 = fma(R, e, R) 2^(n+64): exp and the product round once together, and the 2^64 keeps
  * Phi(-z) normal.  x <= 0: x Phi(-z), then the 2^-64, so a subnormal result rounds once more (below
@@ -354,8 +355,9 @@ FK_VM_INLINE float fk_fast_gelu_erff(float x) {
     float r = fk_gelu_erf_tab[0][k];
 #pragma GCC unroll 8
     for (int j = 1; j <= FK_GELU_ERF_DEGREE; j++) r = fmaf(r, u, fk_gelu_erf_tab[j][k]);
-    /* z^2 = w + wl exactly; exp(-z^2/2) = 2^n (1 + e), e = expm1(-s/2), s = -2 r for exp's reduced
-     * argument r; R (1 + e) is one fma, so neither exp nor the product rounds on its own */
+    /* exp(-z^2/2) = 2^n (1 + e), e = expm1(-s/2), s = z^2 + 2 n ln2 = -2 r for exp's reduced
+     * argument r, z^2 exact inside the first fma (n 2 ln2_hi is exact: 8 bits times 9); R (1 + e) is
+     * one fma, so neither exp nor the product rounds on its own */
     float w = zc * zc;
     float m = fmaf(w, -0.5f * 1.44269504088896341f, FK_ROUND_MAGIC);   /* n = m - 1.5 * 2^23 */
     float n = m - FK_ROUND_MAGIC;
@@ -1037,7 +1039,10 @@ FK_V4_INLINE __m512 fk_v4_erff(__m512 x) {
  * us per 64K (Zen 4, L2); on Intel cores, where every 512-bit operation takes port 0 or 5, each one
  * saved counts.  Stop 55's degree-5 R on t's intervals and the exp in z^2 and s: 30.8 -> 27.4 us
  * (about 37 operations a vector; the index's four integer and float operations replace vcvttps2dq
- * and vreduceps, and cost 1.9 us of what dropping two lookups and two FMAs saved). */
+ * and vreduceps, and cost 1.9 us of what dropping two lookups and two FMAs saved).  Stop 59: the
+ * index used as it comes and the left end looked up (fk_v4_gelu_erf_interval), z^2's low part
+ * formed inside exp's reduction, one kortestw: 33 operations on ports 0 and 5 a vector by llvm-mca's
+ * Ice Lake model (37 before), 28.0-28.6 -> 27.0-27.2 us per 64K on the Zen 4 (FMA-bound there). */
 /* Phi(-z) 2^-n of 0 <= z <= FK_GELU_ERF_CLAMP (fk_fast_gelu_erff's R, exp and product), and n */
 FK_V4_INLINE __m512 fk_v4_gelu_erf_phi(__m512 zc, __m512 *n) {
     __m512i k;
