@@ -1,4 +1,4 @@
-"""Run the benchmarks: python -m bench [--only SUBSTRING] [--json PATH] [--quick].
+"""Run the benchmarks: python -m bench [--module SUBSTRING] [--only SUBSTRING] [--json PATH] [--quick].
 
 Prints one table: case, contender, best time per call, ratio to the case's baseline (and, for a
 case that states what one call does, the rate: tokens/s, GB/s).
@@ -20,15 +20,20 @@ import sys  # noqa: E402
 from bench.harness import format_rate, format_seconds, time_case
 
 
-def benchmark_modules():
+def benchmark_modules(name_contains=""):
+    """The bench_* modules whose name contains name_contains, imported in name order."""
     here = os.path.dirname(os.path.abspath(__file__))
     for info in sorted(pkgutil.iter_modules([here]), key=lambda m: m.name):
-        if info.name.startswith("bench_"):
+        if info.name.startswith("bench_") and name_contains in info.name:
             yield importlib.import_module(f"bench.{info.name}")
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--module", default="",
+                        help="only the bench_* modules whose name contains this text (--only tests a case's "
+                             "name after its module has built it: its arrays, and for some its PyTorch "
+                             "and ONNX Runtime models, tens of seconds over all modules)")
     parser.add_argument("--only", default="", help="run cases whose name contains this text")
     parser.add_argument("--json", default=None, help="also write the results to this JSON file")
     parser.add_argument("--quick", action="store_true", help="fewer repeats (a smoke run)")
@@ -36,8 +41,11 @@ def main(argv=None):
     repeats, min_seconds = (2, 0.01) if args.quick else (7, 0.1)
     results = []
     failed_modules = []
+    modules = list(benchmark_modules(args.module))
+    if not modules:
+        parser.error(f"no bench_* module's name contains {args.module!r}")
     print(f"{'case':58} {'contender':28} {'time':>10} {'ratio':>8}")
-    for module in benchmark_modules():
+    for module in modules:
         try:
             for case in module.cases():
                 if args.only and args.only not in case.name:
