@@ -1064,8 +1064,8 @@ CLAIMS.update({
     # GELU: at most 4 ulp over every F32 input (28 inputs reach 4, about x = -1.82: the exp, its
     # low-part fma, the product by x and the division each round)
     "UNARY_GELU_F32": Claim(4, "vectorized: x sigmoid(w), w as a two-float sum"),
-    "UNARY_GELU_ERF_F32": Claim(4, "vectorized: x Phi(x), Phi(-|x|) = exp(-x^2/2) R(|x|), x^2 in two "
-                                   "floats, R piecewise"),
+    "UNARY_GELU_ERF_F32": Claim(4, "vectorized: x Phi(x), Phi(-|x|) = exp(-x^2/2) R(|x|), x^2 exact in "
+                                   "exp's reduction, R piecewise"),
     "UNARY_ERF_F32": Claim(1, "vectorized: piecewise polynomial, x + x p below 1, 1 - erfc above"),
     "UNARY_POWI_F32": Claim(1, "vectorized: exact for exp 1, 2, -1; two-float powers for 3..8; else "
                                "exp2(exp log2|x|) in F64"),

@@ -867,6 +867,9 @@ FK_VM_INLINE float fk_gelu_erf_grad_f32(float x) {
 
 /* -|x| as x with its sign bit set (the same bits as negating |x|, NaN included) */
 FK_V4_INLINE __m512 fk_v4_neg_abs(__m512 x) { return _mm512_or_ps(x, _mm512_set1_ps(-0.0f)); }
+/* every lane of m set, as one kortestw (a kmovw to a general register and a compare took two
+ * operations, the kmovw on port 0 beside the vector work) */
+FK_V4_INLINE int fk_v4_all(__mmask16 m) { return _kortestc_mask16_u8(m, m); }
 FK_V4_INLINE __m512 fk_v4_keep_nan(__m512 x, __m512 y) {
     return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
 }
@@ -914,8 +917,8 @@ FK_V4_INLINE __m512 fk_v4_expf_normal(__m512 x) {
  * infinity) exp(-|x|) takes no clamp and no NaN fix-up (fk_v4_siluf) */
 FK_V4_INLINE __m512 fk_v4_sigmoidf(__m512 x) {
     __m512 nx = fk_v4_neg_abs(x);
-    __m512 t = _mm512_cmp_ps_mask(nx, _mm512_set1_ps(-87.0f), _CMP_GE_OQ) == 0xffff ? fk_v4_expf_normal(nx)
-                                                                                    : fk_v4_expf(nx);
+    __m512 t = fk_v4_all(_mm512_cmp_ps_mask(nx, _mm512_set1_ps(-87.0f), _CMP_GE_OQ)) ? fk_v4_expf_normal(nx)
+                                                                                     : fk_v4_expf(nx);
     __m512 d = _mm512_add_ps(_mm512_set1_ps(1.0f), t);
     __mmask16 pos = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ);
     return _mm512_div_ps(_mm512_mask_mov_ps(t, pos, _mm512_set1_ps(1.0f)), d);
@@ -931,7 +934,7 @@ FK_V4_INLINE __m512 fk_v4_sigmoidf(__m512 x) {
 #define FK_SILU_UNSCALED_MIN -87.0f
 FK_V4_INLINE __m512 fk_v4_siluf(__m512 x) {
     __m512 nx = fk_v4_neg_abs(x);
-    if (_mm512_cmp_ps_mask(nx, _mm512_set1_ps(FK_SILU_UNSCALED_MIN), _CMP_GE_OQ) == 0xffff) {
+    if (fk_v4_all(_mm512_cmp_ps_mask(nx, _mm512_set1_ps(FK_SILU_UNSCALED_MIN), _CMP_GE_OQ))) {
         /* every |x| <= 87 (no NaN, no infinity; the test was x >= -87, which let NaN and huge
          * positive lanes in): exp(-|x|) needs no clamp and the result no NaN fix-up, 5 operations
          * fewer (L2 on a Zen 4 core: 24.9 -> 20.2 us per 64K) */
@@ -1042,7 +1045,7 @@ FK_V4_INLINE __m512 fk_v4_erff(__m512 x) {
  * (about 37 operations a vector; the index's four integer and float operations replace vcvttps2dq
  * and vreduceps, and cost 1.9 us of what dropping two lookups and two FMAs saved).  Stop 59: the
  * index used as it comes and the left end looked up (fk_v4_gelu_erf_interval), z^2's low part
- * formed inside exp's reduction, one kortestw: 33 operations on ports 0 and 5 a vector by llvm-mca's
+ * formed inside exp's reduction, one kortestw (fk_v4_all): 33 operations on ports 0 and 5 a vector by llvm-mca's
  * Ice Lake model (37 before), 28.0-28.6 -> 27.0-27.2 us per 64K on the Zen 4 (FMA-bound there). */
 /* Phi(-z) 2^-n of 0 <= z <= FK_GELU_ERF_CLAMP (fk_fast_gelu_erff's R, exp and product), and n */
 FK_V4_INLINE __m512 fk_v4_gelu_erf_phi(__m512 zc, __m512 *n) {
@@ -1062,8 +1065,7 @@ FK_V4_INLINE __m512 fk_v4_gelu_erf_phi(__m512 zc, __m512 *n) {
 }
 FK_V4_INLINE __m512 fk_v4_gelu_erff(__m512 x) {
     __m512 z = _mm512_abs_ps(x), n;
-    __mmask16 moderate = _mm512_cmp_ps_mask(z, _mm512_set1_ps(FK_GELU_ERF_MODERATE), _CMP_LE_OQ);
-    if (_kortestc_mask16_u8(moderate, moderate)) {
+    if (fk_v4_all(_mm512_cmp_ps_mask(z, _mm512_set1_ps(FK_GELU_ERF_MODERATE), _CMP_LE_OQ))) {
         /* every |x| <= FK_GELU_ERF_MODERATE (no NaN, no infinity: nothing to clamp or fix up) */
         __m512 q = fk_v4_gelu_erf_phi(z, &n);
         return _mm512_fnmadd_ps(z, _mm512_scalef_ps(q, n), _mm512_max_ps(_mm512_setzero_ps(), x));
