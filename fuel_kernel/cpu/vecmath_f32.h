@@ -151,7 +151,7 @@ FK_VM_INLINE float fk_fast_tanhf(float x) {
  * below x = -120 the result rounds to -0. */
 FK_VM_INLINE float fk_fast_siluf(float x) {
     float u = fk_expf_scaled(-fabsf(x), 64);
-    float d = 1.0f + u * FK_TWO_POW_M64;
+    float d = fmaf(u, FK_TWO_POW_M64, 1.0f);
     int pos = x >= 0.0f;
     float q = (pos ? x : x * u) / d;                            /* one division for both sides */
     float y = pos ? q : q * FK_TWO_POW_M64;
@@ -369,7 +369,9 @@ FK_VM_INLINE float fk_fast_gelu_erff(float x) {
     float e = s * fmaf(s, t, -0.5f);
     int32_t ni = (int32_t)(fk_f32_bits(m) - 0x4B400000u);
     float q = fmaf(r, e, r) * fk_pow2i_f32(ni + 64);   /* Phi(-z) 2^64 */
-    float y = x > 0.0f ? fmaf(-xc, q * FK_TWO_POW_M64, x) : (xc * q) * FK_TWO_POW_M64;
+    /* x > 0: x - x Phi(-z), Phi(-z) held at 2^-126 or above so that it is never subnormal (an Intel
+     * core's microcode assist; from z = 6 on the result rounds to x either way) */
+    float y = x > 0.0f ? fmaf(-xc, (q > 0x1p-62f ? q : 0x1p-62f) * FK_TWO_POW_M64, x) : (xc * q) * FK_TWO_POW_M64;
     return fk_keep_nan(x, y);
 }
 
@@ -409,7 +411,7 @@ FK_VM_INLINE float fk_fast_geluf(float x) {
     float wl, wh = fk_gelu_inner_f32(xc, &wl);
     /* sigmoid(w) from t = exp(-|w|), with the low part: exp(-|wh| -+ wl) */
     float u = fk_expf_dd_scaled(-fabsf(wh), x < 0.0f ? wl : -wl, 64);   /* t * 2^64 */
-    float d = 1.0f + u * FK_TWO_POW_M64;
+    float d = fmaf(u, FK_TWO_POW_M64, 1.0f);
     /* one division for both sides, the numerator chosen first by a bit blend (GCC split a ?: back
      * into two divisions per vector): 11% faster in L2 on AVX-512 at sigma = 4 inputs, the same bits */
     uint32_t pos = 0u - (uint32_t)(x >= 0.0f);
@@ -1650,8 +1652,10 @@ FK_V3_INLINE void fk_v3_gelu_erff_n(const __m256 *x, __m256 *y, const int N) {
         __m256 scale = _mm256_castsi256_ps(_mm256_slli_epi32(ni, 23));
         __m256 q = _mm256_mul_ps(_mm256_fmadd_ps(r[v], e[v], r[v]), scale);
         __m256 m64 = fk_v3_set(FK_TWO_POW_M64);
-        __m256 pos = _mm256_fnmadd_ps(xc[v], _mm256_mul_ps(q, m64), x[v]);
-        __m256 neg = _mm256_mul_ps(_mm256_mul_ps(xc[v], q), m64);
+        __m256 pos = _mm256_fnmadd_ps(xc[v], _mm256_mul_ps(_mm256_max_ps(q, fk_v3_set(0x1p-62f)), m64), x[v]);
+        /* both sides are formed on every lane: a positive lane's x Phi(-z) would be subnormal past
+         * 12.9 (a microcode assist on Intel cores), so the negative side reads min(0, xc) (-0 kept) */
+        __m256 neg = _mm256_mul_ps(_mm256_mul_ps(_mm256_min_ps(_mm256_setzero_ps(), xc[v]), q), m64);
         y[v] = fk_v3_keep_nan(x[v], _mm256_blendv_ps(neg, pos, _mm256_cmp_ps(x[v], _mm256_setzero_ps(), _CMP_GT_OQ)));
     }
 }
