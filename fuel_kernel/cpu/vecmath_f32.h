@@ -151,7 +151,7 @@ FK_VM_INLINE float fk_fast_tanhf(float x) {
  * below x = -120 the result rounds to -0. */
 FK_VM_INLINE float fk_fast_siluf(float x) {
     float u = fk_expf_scaled(-fabsf(x), 64);
-    float d = fmaf(u, FK_TWO_POW_M64, 1.0f);
+    float d = fmaf(u, FK_TWO_POW_M64, 1.0f);     /* one fma: t = u 2^-64 is subnormal past 87 */
     int pos = x >= 0.0f;
     float q = (pos ? x : x * u) / d;                            /* one division for both sides */
     float y = pos ? q : q * FK_TWO_POW_M64;
@@ -411,7 +411,7 @@ FK_VM_INLINE float fk_fast_geluf(float x) {
     float wl, wh = fk_gelu_inner_f32(xc, &wl);
     /* sigmoid(w) from t = exp(-|w|), with the low part: exp(-|wh| -+ wl) */
     float u = fk_expf_dd_scaled(-fabsf(wh), x < 0.0f ? wl : -wl, 64);   /* t * 2^64 */
-    float d = fmaf(u, FK_TWO_POW_M64, 1.0f);
+    float d = fmaf(u, FK_TWO_POW_M64, 1.0f);     /* one fma: t = u 2^-64 is subnormal past |w| = 87 */
     /* one division for both sides, the numerator chosen first by a bit blend (GCC split a ?: back
      * into two divisions per vector): 11% faster in L2 on AVX-512 at sigma = 4 inputs, the same bits */
     uint32_t pos = 0u - (uint32_t)(x >= 0.0f);
@@ -1119,10 +1119,11 @@ FK_V4_INLINE __m512 fk_v4_gelu_inner(__m512 xc, __m512 *wl) {
  * 2^-64 back twice, here t 2^-n (n the exp reduction's power) is carried and vscalefps applies 2^n
  * where the portable 2^-64 products round (in the subnormals only).  GCC's own v4 loop of the
  * portable function took 85.5 us per 64K in L2 on a Zen 4 core, this 50.7 (42 with the Horner
- * inner argument).  The exp's argument -|wh| is not clamped: past -126 (|x| > 11.4) the portable
- * clamp changes t, but the result is x or -0 either way (and scaling by 2^n, n down to -205, gives
- * -0 where the portable 2^-64 does); -|wh| and the low part's sign are bit operations; a NaN x
- * comes back by vfixupimmps: 42 -> 37 us. */
+ * inner argument).  The exp's argument is -|wh| held at -110 (the portable clamp is -126, past
+ * |x| = 11.4; either way the result is x or -0 there, and the subnormal or zero results of x < 0 get
+ * the portable 2^-64's rounding from fk_v4_scalef_tiny); the low part's sign is a bit operation; a
+ * NaN x comes back by vfixupimmps: 42 -> 37 us.  Stop 60 took out every subnormal step where the
+ * result is normal (Intel's microcode assists), for 2-4% on the Zen 4. */
 FK_V4_INLINE __m512 fk_v4_geluf(__m512 x) {
     const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
     __m512 xc = fk_v4_clamp(x, -12.0f, 12.0f);
