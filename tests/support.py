@@ -22,6 +22,15 @@ def imports_this_tree():
     return Path(fk.__file__).resolve().parent == SOURCE_TREE / "fuel_kernel"
 
 
+def cpu_flags():
+    """The CPU's feature flags as Linux lists them ("avx512f", "amx_bf16", ...); empty elsewhere."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return set(next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), []))
+    except OSError:
+        return set()
+
+
 LAYOUTS = ("contiguous", "strided", "broadcast", "negative", "offset", "transposed")
 
 ALL_DTYPES = tuple(fk.DType)

@@ -8,8 +8,11 @@ and must be within their claim of the F64 result rounded once.  POW and POWI che
 special cases.  With FUEL_KERNEL_FUZZ_LONG=1 (the project's long-test switch, as in
 tests/properties/test_fuzz.py) every one of the 2**32 F32 inputs is checked instead.
 """
+import ctypes
+import ctypes.util
 import math
 import os
+import platform
 
 import ml_dtypes
 import numpy as np
@@ -17,7 +20,7 @@ import pytest
 
 import fuel_kernel as fk
 from oracles import TRANSCENDENTAL_UNARY
-from support import assert_same
+from support import assert_same, cpu_flags
 
 D = fk.DType
 Op = fk.OpKind
@@ -260,30 +263,24 @@ def test_powi_small_exponents_where_x_needs_no_scaling(n):
     assert np.array_equal(y.view(np.uint32), out.view(np.uint32))
 
 
+# <fenv.h>'s FE_UNDERFLOW and FE_ALL_EXCEPT where this test knows them (glibc's values)
+FENV_FLAGS = {"x86_64": (0x10, 0x3D), "aarch64": (0x08, 0x1F)}
+LIBM = ctypes.CDLL(ctypes.util.find_library("m"))
+
+
 def _raises_underflow(kernel, x):
     """Whether running `kernel` on `x` (in the calling thread) sets the C library's FE_UNDERFLOW
     flag: a tiny inexact result somewhere in its steps."""
-    import ctypes
-    import ctypes.util
-    libm = ctypes.CDLL(ctypes.util.find_library("m"))
-    fe_underflow = 0x10                                          # x86-64 <fenv.h>
+    fe_underflow, fe_all = FENV_FLAGS[platform.machine()]
     out = np.empty_like(x)
     with fk.threads(1):
-        libm.feclearexcept(0x3D)
+        LIBM.feclearexcept(fe_all)
         kernel(x, out=out)
-        return bool(libm.fetestexcept(fe_underflow))
+        return bool(LIBM.fetestexcept(fe_underflow))
 
 
-def _has_avx512():
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line.split() for line in f if line.startswith("flags")), [])
-    except OSError:
-        return False
-    return {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= set(flags)
-
-
-@pytest.mark.skipif(os.uname().machine not in ("x86_64", "AMD64"), reason="x86-64 <fenv.h> flags")
+@pytest.mark.skipif(platform.machine() not in FENV_FLAGS,
+                    reason=f"<fenv.h> flag values known for {sorted(FENV_FLAGS)} only")
 @pytest.mark.parametrize("dtype", [D.F32, D.BF16], ids=lambda d: d.short_name)
 @pytest.mark.parametrize("op", [Op.GELU, Op.GELU_ERF, Op.SILU, Op.SIGMOID, Op.TANH, Op.ERF, Op.EXP], ids=lambda o: o.name)
 def test_no_subnormal_steps_where_the_result_is_normal(op, dtype):
@@ -297,6 +294,6 @@ def test_no_subnormal_steps_where_the_result_is_normal(op, dtype):
     lo = -80.0 if op == Op.EXP else -9.0
     x = np.linspace(lo, 80.0, 1 << 16, dtype=np.float32)
     assert not _raises_underflow(kernel, x.astype(dtype.numpy))
-    if op in (Op.GELU, Op.GELU_ERF) and _has_avx512():
+    if op in (Op.GELU, Op.GELU_ERF) and {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= cpu_flags():
         tail = np.linspace(-30.0, -9.0, 1 << 16, dtype=np.float32)
         assert not _raises_underflow(kernel, tail.astype(dtype.numpy))

@@ -5,7 +5,7 @@ import pytest
 
 import fuel_kernel as fk
 from oracles import matmul_reference
-from support import LAYOUTS, gemm_k_blocks, make_operand
+from support import LAYOUTS, cpu_flags, gemm_k_blocks, make_operand
 
 MM_DTYPES = (fk.DType.F32, fk.DType.F64, fk.DType.F16, fk.DType.BF16, fk.DType.U8, fk.DType.I8,
              fk.DType.I16, fk.DType.I32, fk.DType.U32, fk.DType.I64)
@@ -139,9 +139,7 @@ def test_cost_lets_a_picker_choose_by_shape():
     by_source = {k.source: k for k in kernels}
     big = ((512, 512), (512, 512), (512, 512))
     one_row = ((1, 4096), (4096, 4096), (1, 4096))
-    with open("/proc/cpuinfo") as f:
-        flags = set(f.read().split())
-    avx512 = {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd"} <= flags
+    avx512 = {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd"} <= cpu_flags()
     faster, slower = ("native", "blas") if avx512 else ("blas", "native")
     assert seconds(by_source[faster], *big) < seconds(by_source[slower], *big)
     assert seconds(by_source["native"], *one_row) < seconds(by_source["blas"], *one_row)
@@ -559,11 +557,7 @@ def f32_engine_rounded(kernel_f32, *operands):
 def cpu_has_amx_bf16():
     """Whether this CPU has AMX-BF16 (Linux's cpu flags): its BF16 products of 16 rows and more run
     on the tile unit, whose sums are not the F32 engine's (gemm_core.h.in, AMX)"""
-    try:
-        with open("/proc/cpuinfo") as f:
-            return " amx_bf16" in f.read()
-    except OSError:
-        return False
+    return "amx_bf16" in cpu_flags()
 
 
 def assert_bf16_product(got, want, a, b, bias=None):
