@@ -290,6 +290,12 @@ FK_VM_INLINE float fk_min_nonneg_f32(float a, float c) {
     uint32_t ab = fk_f32_bits(a), cb = fk_f32_bits(c);
     return fk_bits_f32(ab < cb ? ab : cb);
 }
+/* max(a, c) of a >= 0 and c > 0, compared as bits: a float select there lets GCC scale both arms
+ * of it (a subnormal step, which the select was there to avoid) */
+FK_VM_INLINE float fk_max_nonneg_f32(float a, float c) {
+    uint32_t ab = fk_f32_bits(a), cb = fk_f32_bits(c);
+    return fk_bits_f32(ab > cb ? ab : cb);
+}
 /* The interval of 0 <= v < 16: floor(v) as a float (v - 1/2 rounded to an integer, so an integer v
  * may take the interval below, at its upper end), and *k the same as an index from the bits of the
  * rounding sum (a float-to-int conversion there keeps GCC from vectorizing; a NaN v gives some k in
@@ -371,7 +377,7 @@ FK_VM_INLINE float fk_fast_gelu_erff(float x) {
     float q = fmaf(r, e, r) * fk_pow2i_f32(ni + 64);   /* Phi(-z) 2^64 */
     /* x > 0: x - x Phi(-z), Phi(-z) held at 2^-126 or above so that it is never subnormal (an Intel
      * core's microcode assist; from z = 6 on the result rounds to x either way) */
-    float y = x > 0.0f ? fmaf(-xc, (q > 0x1p-62f ? q : 0x1p-62f) * FK_TWO_POW_M64, x) : (xc * q) * FK_TWO_POW_M64;
+    float y = x > 0.0f ? fmaf(-xc, fk_max_nonneg_f32(q, 0x1p-62f) * FK_TWO_POW_M64, x) : (xc * q) * FK_TWO_POW_M64;
     return fk_keep_nan(x, y);
 }
 
@@ -802,29 +808,38 @@ FK_VM_INLINE float fk_sigmoid_grad_f32(float x) {
     return t / (d * d);
 }
 
-/* tanh'(x) = 1 - tanh(x)^2 = 4t / (1 + t)^2, t = exp(-2|x|) (no cancellation where tanh -> +-1) */
+/* tanh'(x) = 1 - tanh(x)^2 = 4t / (1 + t)^2, t = exp(-2|x|) (no cancellation where tanh -> +-1).
+ * t is carried as t 2^64 (1 + t as one fma) and the quotient scaled back once: where 4t is normal
+ * and t is not (43.6 < |x| < 44.4) no step is subnormal (an Intel core's microcode assist), and a
+ * subnormal result rounds once. */
 FK_VM_INLINE float fk_tanh_grad_f32(float x) {
-    float t = fk_fast_expf(-2.0f * fabsf(x));
-    float d = 1.0f + t;
-    return (4.0f * t) / (d * d);
+    float t = fk_expf_scaled(-2.0f * fabsf(x), 64);
+    float d = fmaf(t, FK_TWO_POW_M64, 1.0f);
+    return ((4.0f * t) / (d * d)) * FK_TWO_POW_M64;
 }
 
-/* SiLU'(x) = sigmoid(x) + x sigmoid'(x); past |x| = 120, t is 0 in F32, so x is clamped there (the
- * limits 1 at +inf and 0 at -inf come out of the same formula) */
+/* SiLU'(x) = sigmoid(x) + x sigmoid'(x); below x = -120, t is 0 in F32, so x is clamped there (the
+ * limits 1 at +inf and 0 at -inf come out of the same formula).  Above, x is clamped at 80: the
+ * derivative is 1 from x = 20 on, and t = exp(-80) is normal where exp(-87.4) would not be (a
+ * subnormal step costs an Intel core a microcode assist).  Below 0, t is carried as t 2^64 (1 + t
+ * as one fma) and the result scaled back once: no step is subnormal where the result is normal
+ * (down to x = -91.5), and a subnormal result rounds once. */
 FK_VM_INLINE float fk_silu_grad_f32(float x) {
-    float xc = fk_clamp_f32(x, -120.0f, 120.0f);
-    float t = fk_fast_expf(-fabsf(xc));
-    float d = 1.0f + t;
-    float s = (xc >= 0.0f ? 1.0f : t) / d;
-    float ds = t / (d * d);
-    return fk_keep_nan(x, fmaf(xc, ds, s));
+    float xc = fk_clamp_f32(x, -120.0f, 80.0f);
+    float t = fk_expf_scaled(-fabsf(xc), 64);                             /* exp(-|x|) 2^64 */
+    float d = fmaf(t, FK_TWO_POW_M64, 1.0f);
+    float s = (xc >= 0.0f ? 0x1p64f : t) / d;                             /* sigmoid(x) 2^64 */
+    float ds = t / (d * d);                                               /* sigmoid'(x) 2^64 */
+    return fk_keep_nan(x, fmaf(xc, ds, s) * FK_TWO_POW_M64);
 }
 
 /* GELU'(x) (tanh form) = sigmoid(w) + x sigmoid'(w) w', w = C1 x + C3 x^3 carried in two floats as
  * in fk_fast_geluf (so sigmoid(w), sigmoid'(w) keep their relative accuracy in the tail), w' = C1
- * + 3 C3 x^2.  Past x = 12 the derivative rounds to 1; below x = -12 it is below 1e-42 and is 0. */
+ * + 3 C3 x^2.  From x = 5 on the derivative rounds to 1, and x is clamped at 9.5, where t =
+ * exp(-|w|) is still normal (past 10.4 it would be subnormal: an Intel core's microcode assist);
+ * below x = -12 it is below 1e-42 and is 0. */
 FK_VM_INLINE float fk_gelu_grad_f32(float x) {
-    float xc = fk_clamp_f32(x, -12.0f, 12.0f);
+    float xc = fk_clamp_f32(x, -12.0f, 9.5f);
     float wl, wh = fk_gelu_inner_f32(xc, &wl);
     float x2h = xc * xc;                                                  /* as in the inner argument */
     float t = fk_expf_dd_scaled(-fabsf(wh), xc < 0.0f ? wl : -wl, 0);     /* exp(-|w|) */
@@ -839,14 +854,20 @@ FK_VM_INLINE float fk_gelu_grad_f32(float x) {
 
 /* GELU_ERF'(x) = Phi(x) + x phi(x): Phi(x) = GELU_ERF(x) / x (fk_fast_gelu_erff's accuracy plus one
  * division; 1/2 for |x| < 2^-60), phi(x) = exp(-x^2/2) / sqrt(2 pi) with x^2 in two floats.  x is
- * clamped to +-15, where Phi is 0 or 1 and x phi(x) is 0 in F32. */
+ * clamped to -15, where Phi is 0 and x phi(x) is 0 in F32, and to 12.5, where the derivative is 1
+ * (from 5.9 on) and Phi(-x) and phi(x) are still normal (from 13 on they would be subnormal in some
+ * step of GELU_ERF, or of the loop GCC makes of it: an Intel core's microcode assist).  The clamp
+ * works on the bits, as fk_min_nonneg_f32 does.  Phi and phi are carried times 2^64 and the result
+ * scaled back once: near x = -13, where Phi(x) is subnormal and the result is not, no step is
+ * subnormal, and a subnormal result rounds once. */
 FK_VM_INLINE float fk_gelu_erf_grad_f32(float x) {
-    float xc = copysignf(fk_min_nonneg_f32(fabsf(x), 15.0f), x);       /* NaN too (kept below) */
+    uint32_t a = fk_f32_bits(x) & 0x7fffffffu, limit = fk_f32_bits(x) >> 31 ? 0x41700000u : 0x41480000u;   /* 15, 12.5 */
+    float xc = copysignf(fk_bits_f32(a < limit ? a : limit), x);       /* NaN too (kept below) */
     float g = fk_fast_gelu_erff(xc);
-    float cdf = fabsf(xc) < 8.67361738e-19f ? 0.5f : g / xc;
+    float cdf = fabsf(xc) < 8.67361738e-19f ? 0x1p63f : (g * 0x1p64f) / xc;           /* Phi(x) 2^64 */
     float h = xc * xc, l = fmaf(xc, xc, -h);
-    float pdf = 3.989422804e-01f * fk_expf_dd_scaled(-0.5f * h, -0.5f * l, 0);
-    return fk_keep_nan(x, fmaf(xc, pdf, cdf));
+    float pdf = 3.989422804e-01f * fk_expf_dd_scaled(-0.5f * h, -0.5f * l, 64);       /* phi(x) 2^64 */
+    return fk_keep_nan(x, fmaf(xc, pdf, cdf) * FK_TWO_POW_M64);
 }
 
 /* ---- exp, log, sigmoid, SiLU, erf and GELU (both forms) on 16 AVX-512 lanes --------------------
