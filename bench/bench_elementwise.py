@@ -140,6 +140,10 @@ def _numpy_backward(op, x, dy):
     if op == Op.GELU_BACKWARD:
         s = _np_sigmoid(x * (_C1 + _C3 * x * x))
         return dy * (s + x * s * (1 - s) * (_C1 + 3 * _C3 * x * x))
+    if op == Op.GELU_ERF_BACKWARD:
+        special, _ = optional_import("scipy.special")
+        cdf = np.float32(0.5) * (1 + special.erf(x * np.float32(np.sqrt(0.5))))
+        return dy * (cdf + x * np.exp(np.float32(-0.5) * x * x) * np.float32(1 / np.sqrt(2 * np.pi)))
     if op == Op.RELU_BACKWARD:
         return np.where(x > 0, dy, np.float32(0))
     if op == Op.POWI_BACKWARD:
@@ -166,20 +170,25 @@ def _torch_backward(torch, op, tx, tdy):
         return lambda: aten.silu_backward(tdy, tx)
     if op == Op.GELU_BACKWARD:
         return lambda: aten.gelu_backward(tdy, tx, approximate="tanh")
+    if op == Op.GELU_ERF_BACKWARD:
+        return lambda: aten.gelu_backward(tdy, tx)
     if op == Op.RELU_BACKWARD:
         return lambda: aten.threshold_backward(tdy, tx, 0)
     return lambda: tdy * (3 * tx * tx)
 
 
 def activation_backward_cases(table, rng, torch, reason):
-    """GELU, SILU, SIGMOID, TANH, RELU and POWI(3) backward on 4M f32 against NumPy computing the
-    same formula (GELU_ERF's needs erf, which NumPy lacks)."""
+    """GELU (both forms), SILU, SIGMOID, TANH, RELU and POWI(3) backward on 4M f32 against NumPy
+    computing the same formula (GELU_ERF's with SciPy's erf, which NumPy lacks; skipped without SciPy)."""
     D = fk.DType
     x = (rng.standard_normal(N) * 3).astype(np.float32)
     dy = rng.standard_normal(N).astype(np.float32)
     out = np.empty_like(x)
-    for op in (fk.OpKind.GELU_BACKWARD, fk.OpKind.SILU_BACKWARD, fk.OpKind.SIGMOID_BACKWARD,
-               fk.OpKind.TANH_BACKWARD, fk.OpKind.RELU_BACKWARD, fk.OpKind.POWI_BACKWARD):
+    ops = [fk.OpKind.GELU_BACKWARD, fk.OpKind.SILU_BACKWARD, fk.OpKind.SIGMOID_BACKWARD,
+           fk.OpKind.TANH_BACKWARD, fk.OpKind.RELU_BACKWARD, fk.OpKind.POWI_BACKWARD]
+    if optional_import("scipy.special")[0] is not None:
+        ops.insert(1, fk.OpKind.GELU_ERF_BACKWARD)
+    for op in ops:
         kernel = table.lookup(op, [D.F32] * 3)
         params = fk.params.powi(3) if op == fk.OpKind.POWI_BACKWARD else None
         contenders = {"numpy formula": lambda op=op: _numpy_with_overflow_quiet(op, x, dy),

@@ -319,3 +319,27 @@ def test_backward_no_subnormal_steps_where_the_result_is_normal(op, dtype):
     hi = -lo if op in (Op.TANH_BACKWARD, Op.SIGMOID_BACKWARD) else 80.0
     x = np.linspace(lo, hi, 1 << 16, dtype=np.float32).astype(dtype.numpy)
     assert not _raises_underflow(kernel, x, np.ones_like(x))
+
+
+@pytest.mark.parametrize("op", sorted(BACKWARD_NORMAL_FROM, key=lambda o: o.name), ids=lambda o: o.name)
+def test_backward_contiguous_vector_forms_give_the_strided_bits(op):
+    """Contiguous F32 rows of SILU_BACKWARD and GELU_ERF_BACKWARD run their AVX-512 form on
+    x86-64-v4 CPUs (the other derivatives GCC's loop of the portable function); strided rows run
+    the portable function one element at a time.  Both must give the same bits over a dense sweep,
+    the same values shuffled, the special values, and dy of mixed magnitudes (NaN and inf too)."""
+    rng = np.random.default_rng(6)
+    dense = np.concatenate([np.linspace(-130, 130, 1 << 18, dtype=np.float32),
+                            np.linspace(-16, 16, 1 << 18, dtype=np.float32), SPECIALS])
+    k = fk.bindings().lookup(op, [D.F32] * 3)
+    for x in (dense, rng.permutation(dense)):
+        dy = (rng.choice([1.0, -2.5, 1e30, -1e-30, 3e-39], x.size) * rng.uniform(0.5, 1, x.size)).astype(np.float32)
+        dy[rng.choice(x.size, 4, replace=False)] = [np.nan, np.inf, -np.inf, -0.0]
+        contiguous = np.empty_like(x)
+        strided = np.empty(2 * x.size, np.float32)
+        wide = np.zeros((2, 2 * x.size), np.float32)
+        wide[0, 1::2], wide[1, 1::2] = x, dy
+        with np.errstate(all="ignore"):
+            k(x, dy, out=contiguous)
+            k(wide[0, 1::2], wide[1, 1::2], out=strided[::2])
+        differ = contiguous.view(np.uint32) != strided[::2].view(np.uint32)
+        assert not differ.any(), f"{op.name}: {x[differ][:5]} give {contiguous[differ][:5]} and {strided[::2][differ][:5]}"
