@@ -31,6 +31,15 @@ def cpu_flags():
         return set()
 
 
+def cpu_vendor():
+    """The CPU's vendor as Linux lists it ("GenuineIntel", "AuthenticAMD", ...); "" elsewhere."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("vendor_id")), "")
+    except OSError:
+        return ""
+
+
 LAYOUTS = ("contiguous", "strided", "broadcast", "negative", "offset", "transposed")
 
 ALL_DTYPES = tuple(fk.DType)

@@ -67,6 +67,68 @@ FK_INLINE int64_t fk_align_head(const void *out, int64_t n, int64_t itemsize) {
     return (int64_t)((64u - misalign) / (uint64_t)itemsize);
 }
 
+/* ---- streamed rows ----------------------------------------------------------------------------
+ * A contiguous row of a large output is computed FK_STREAM_CHUNK bytes at a time into an L1 buffer
+ * and copied to the output with non-temporal stores: the output's lines are then not read in before
+ * being overwritten (a plain store reads each one first: a third of a unary op's memory traffic).
+ * The row's elements before its first 64-byte line are written plainly; the row fences
+ * (fk_stream_fence) before it returns, so another thread may read the output once the call is done.
+ * Results do not depend on it.  Large is FK_STREAM_BYTES (4 MiB, compute_common.h: the rule GEMM
+ * and the norms follow) on Intel cores, where a core's plain stores reach a large buffer at a copy's
+ * speed whether or not it lies in L3 (the 16-core Xeon: CEIL f32 4M 4.6 -> 1.3 ms in the bench,
+ * GELU_ERF 4.1 -> 2.7 ms); FK_STREAM_BYTES_OTHER elsewhere: a Zen 4 core's 32 MB L3 serves
+ * a 4M-element op's bytes faster than memory takes streamed ones (EXP f32 4M 1.0 -> 1.3 ms, NEG
+ * bf16 0.22 -> 0.35 ms), while past its L3 streaming wins there too (a 128 MB output 1.5x faster). */
+#define FK_STREAM_CHUNK 4096            /* bytes computed into the L1 buffer at a time */
+#define FK_STREAM_MIN_ROW 16384         /* shorter rows store plainly (the fence costs more than it saves) */
+#define FK_STREAM_BYTES_OTHER ((int64_t)64 << 20)
+#if defined(__x86_64__)
+#define FK_CAN_STREAM 1
+#else
+#define FK_CAN_STREAM 0
+#endif
+/* whether a kernel's rows may stream into this output */
+FK_INLINE int fk_output_streams(const fk_storage *out) {
+#if FK_CAN_STREAM
+    return (int64_t)out->nbytes >= (__builtin_cpu_is("intel") ? FK_STREAM_BYTES : FK_STREAM_BYTES_OTHER);
+#else
+    (void)out;
+    return 0;
+#endif
+}
+/* The elements of a contiguous row before its output reaches a 64-byte line, or -1 where the row
+ * does not stream (shorter than FK_STREAM_MIN_ROW bytes, or an output not aligned to its itemsize). */
+FK_INLINE int64_t fk_stream_head(const void *out, int64_t n, int64_t itemsize) {
+    uint64_t misalign = (uint64_t)(uintptr_t)out & 63u;
+    if (n * itemsize < FK_STREAM_MIN_ROW || misalign % (uint64_t)itemsize) return -1;
+    return misalign ? (int64_t)((64u - misalign) / (uint64_t)itemsize) : 0;
+}
+/* bytes from src to dst, both 64-byte aligned, with non-temporal stores (a last part of under 16
+ * bytes plainly) */
+FK_INLINE void fk_stream_store(void *dst, const void *src, int64_t bytes) {
+    int64_t i = 0;
+#if FK_CAN_STREAM
+    for (; i + 16 <= bytes; i += 16)
+        _mm_stream_si128((__m128i *)((char *)dst + i), _mm_load_si128((const __m128i *)((const char *)src + i)));
+#endif
+    memcpy((char *)dst + i, (const char *)src + i, (size_t)(bytes - i));
+}
+/* A streamed contiguous row of n elements of type T from A to O, H of them before O's first line:
+ * CALL(a, o, m) computes m elements from a into o (a plain call for the head, then one per chunk
+ * into the L1 buffer). */
+#define FK_STREAM_ROW(T, A, O, N, H, CALL)                                                         \
+    do {                                                                                          \
+        _Alignas(64) T buf_[FK_STREAM_CHUNK / sizeof(T)];                                         \
+        const int64_t chunk_ = (int64_t)(FK_STREAM_CHUNK / sizeof(T));                            \
+        if ((H) > 0) CALL((A), (O), (H));                                                         \
+        for (int64_t i_ = (H); i_ < (N); i_ += chunk_) {                                          \
+            int64_t m_ = (N) - i_ < chunk_ ? (N) - i_ : chunk_;                                   \
+            CALL((A) + i_, buf_, m_);                                                             \
+            fk_stream_store((O) + i_, buf_, m_ * (int64_t)sizeof(T));                             \
+        }                                                                                         \
+        fk_stream_fence();                                                                        \
+    } while (0)
+
 /* ---- validation prologue ---------------------------------------------------------------------- */
 static inline int fk_check_params_kind(const fk_params *params, int kind, const char *op) {
     int got = params ? params->kind : FK_PARAMS_NONE;

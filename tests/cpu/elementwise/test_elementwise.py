@@ -15,7 +15,7 @@ import pytest
 import fuel_kernel as fk
 from oracles import (TRANSCENDENTAL_UNARY, activation_grad, compute_dtype, infinite_dy_meets_underflow,
                      softmax_last_dim, trunc_divide)
-from support import LAYOUTS, assert_same, make_operand, random_values
+from support import LAYOUTS, assert_same, cpu_vendor, make_operand, random_values
 
 D = fk.DType
 Op = fk.OpKind
@@ -301,6 +301,45 @@ def test_long_rows_give_the_same_bits_at_every_output_alignment(kernel, rng):
             out = output_at(LONG_ROW, out_dtype, offset)
             kernel(*inputs, out=out, params=params)
             assert out.tobytes() == pieces.tobytes(), f"output {offset} bytes past a line, broadcast={broadcast_last}"
+
+
+# outputs this large have their contiguous rows written with non-temporal stores: 4 MiB on Intel
+# cores, 64 MiB on others (elementwise_kernels.h)
+STREAM_BYTES = (4 << 20) if cpu_vendor() == "GenuineIntel" else (64 << 20)
+STREAMED = UNARY + PARAMS_OPS
+STREAMED_BINDINGS = [(k, i) for k, i in zip(BINDINGS, IDS) if k.op in STREAMED]
+# where STREAM_BYTES is 64 MiB, these bindings run at that size (the others at 4 MiB: plain stores)
+STREAMED_LARGE = {"exp-f32-f32", "neg-bf16-bf16", "sqrt-f64-f64", "abs-i8-i8", "powi-f32-f32"}
+
+
+@pytest.mark.parametrize("kernel", [k for k, _ in STREAMED_BINDINGS], ids=[i for _, i in STREAMED_BINDINGS])
+def test_streamed_rows_give_the_same_bits(kernel, rng):
+    """An output of STREAM_BYTES and more is computed a 4 KiB chunk at a time and stored with
+    non-temporal stores (the elements before its first 64-byte line plainly): the same bits as the
+    same elements computed into outputs too small to stream, at a line boundary, one element past
+    it, and in place over the input."""
+    dtypes = kernel.dtypes
+    params = params_for(kernel.op, dtypes[-1])
+    isz = dtypes[-1].numpy.itemsize
+    name = f"{kernel.op.short_name}-{'-'.join(d.short_name for d in dtypes)}"
+    size = STREAM_BYTES if STREAM_BYTES == 4 << 20 or name in STREAMED_LARGE else 4 << 20
+    n = size // isz + 1000 + 3                           # whole chunks, then a ragged last one
+    x = np.asarray(values(kernel.op, 0, (n,), dtypes[0], rng))
+    pieces = np.empty(n, dtypes[-1].numpy)
+    step = n // 3 + 1
+    for start in range(0, n, step):                      # each piece's own output is under 4 MiB
+        part = np.empty(min(step, n - start), dtypes[-1].numpy)
+        kernel(x[start:start + step], out=part, params=params)
+        pieces[start:start + step] = part
+    for offset in (0, isz):
+        out = output_at(n, dtypes[-1], offset)
+        kernel(x, out=out, params=params)
+        assert out.tobytes() == pieces.tobytes(), f"output {offset} bytes past a line"
+    if dtypes[0] == dtypes[-1]:
+        inplace = output_at(n, dtypes[0], isz)
+        inplace[...] = x
+        kernel(inplace, out=inplace, params=params)
+        assert inplace.tobytes() == pieces.tobytes(), "in place"
 
 
 def test_every_binding_has_a_case(rng):
