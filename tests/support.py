@@ -22,22 +22,23 @@ def imports_this_tree():
     return Path(fk.__file__).resolve().parent == SOURCE_TREE / "fuel_kernel"
 
 
-def cpu_flags():
-    """The CPU's feature flags as Linux lists them ("avx512f", "amx_bf16", ...); empty elsewhere."""
+def _cpuinfo(field):
+    """The first /proc/cpuinfo line's value for `field` ("" where there is none, or no such file)."""
     try:
         with open("/proc/cpuinfo") as f:
-            return set(next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), []))
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith(field)), "")
     except OSError:
-        return set()
+        return ""
+
+
+def cpu_flags():
+    """The CPU's feature flags as Linux lists them ("avx512f", "amx_bf16", ...); empty elsewhere."""
+    return set(_cpuinfo("flags").split())
 
 
 def cpu_vendor():
     """The CPU's vendor as Linux lists it ("GenuineIntel", "AuthenticAMD", ...); "" elsewhere."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("vendor_id")), "")
-    except OSError:
-        return ""
+    return _cpuinfo("vendor_id")
 
 
 LAYOUTS = ("contiguous", "strided", "broadcast", "negative", "offset", "transposed")

@@ -1306,22 +1306,6 @@ FK_V4_INLINE __m512 fk_v4_powf(__m512 x, __m512 y) {
                         & _mm512_cmp_ps_mask(y, y, _CMP_ORD_Q);
     return _mm512_mask_mov_ps(r, neg_base & non_int, _mm512_set1_ps(NAN));
 }
-/* o[i] = pow(a[i * ia], b[i * ib]) for ia, ib in {0, 1} (a broadcast operand has stride 0) */
-FK_V4_INLINE void fk_v4_pow_vec(const float *a, int64_t ia, const float *b, int64_t ib, float *o, int64_t n) {
-    int64_t i = 0;
-    __m512 xa = _mm512_set1_ps(a[0]), yb = _mm512_set1_ps(b[0]);
-    for (; i + 16 <= n; i += 16) {
-        __m512 x = ia ? _mm512_loadu_ps(a + i) : xa, y = ib ? _mm512_loadu_ps(b + i) : yb;
-        _mm512_storeu_ps(o + i, fk_v4_powf(x, y));
-    }
-    if (i < n) {
-        __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
-        __m512 x = ia ? _mm512_mask_loadu_ps(_mm512_set1_ps(1.0f), m, a + i) : xa;
-        __m512 y = ib ? _mm512_mask_loadu_ps(_mm512_set1_ps(1.0f), m, b + i) : yb;
-        _mm512_mask_storeu_ps(o + i, m, fk_v4_powf(x, y));
-    }
-}
-
 /* fk_silu_grad_f32 and fk_gelu_erf_grad_f32 on 16 lanes: the same clamps, exp, quotients and
  * scaling, operation for operation (the same bits, compared on all 2^32 inputs); GCC's own loops of
  * the portable forms took 2-3x PyTorch's time at 4M (about 85 instructions a vector for SiLU's, the
@@ -1352,24 +1336,33 @@ FK_V4_INLINE __m512 fk_v4_gelu_erf_grad(__m512 x) {
                                _mm512_fmadd_ps(e, _mm512_mul_ps(_mm512_set1_ps(-0.5f), l), e));   /* phi(x) 2^64 */
     return fk_v4_keep_nan(x, _mm512_mul_ps(_mm512_fmadd_ps(xc, pdf, cdf), _mm512_set1_ps(FK_TWO_POW_M64)));
 }
-/* o[i] = dy f'(x) of x = a[i * ia], dy = b[i * ib] (FK_ACT_APPLY: dy itself where dy is NaN), for
- * ia, ib in {0, 1} */
-#define FK_V4_ACT_VEC(NAME, GRAD)                                                                  \
+/* dy f'(x) (FK_ACT_APPLY: dy itself where dy is NaN) */
+FK_V4_INLINE __m512 fk_v4_silu_backward(__m512 x, __m512 dy) {
+    return fk_v4_keep_nan(dy, _mm512_mul_ps(dy, fk_v4_silu_grad(x)));
+}
+FK_V4_INLINE __m512 fk_v4_gelu_erf_backward(__m512 x, __m512 dy) {
+    return fk_v4_keep_nan(dy, _mm512_mul_ps(dy, fk_v4_gelu_erf_grad(x)));
+}
+/* NAME: o[i] = F(a[i * ia], b[i * ib]) for ia, ib in {0, 1} (a broadcast operand has stride 0),
+ * the last vector masked (its idle lanes computed on 1) */
+#define FK_V4_BINARY_VEC(NAME, F)                                                                  \
     FK_V4_INLINE void NAME(const float *a, int64_t ia, const float *b, int64_t ib, float *o, int64_t n) { \
         int64_t i = 0;                                                                            \
         __m512 xa = _mm512_set1_ps(a[0]), yb = _mm512_set1_ps(b[0]);                              \
         for (; i + 16 <= n; i += 16) {                                                            \
-            __m512 x = ia ? _mm512_loadu_ps(a + i) : xa, dy = ib ? _mm512_loadu_ps(b + i) : yb;   \
-            _mm512_storeu_ps(o + i, fk_v4_keep_nan(dy, _mm512_mul_ps(dy, GRAD(x))));              \
+            __m512 x = ia ? _mm512_loadu_ps(a + i) : xa, y = ib ? _mm512_loadu_ps(b + i) : yb;    \
+            _mm512_storeu_ps(o + i, F(x, y));                                                     \
         }                                                                                         \
         if (i < n) {                                                                              \
             __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);                                      \
-            __m512 x = ia ? _mm512_maskz_loadu_ps(m, a + i) : xa, dy = ib ? _mm512_maskz_loadu_ps(m, b + i) : yb; \
-            _mm512_mask_storeu_ps(o + i, m, fk_v4_keep_nan(dy, _mm512_mul_ps(dy, GRAD(x))));      \
+            __m512 x = ia ? _mm512_mask_loadu_ps(_mm512_set1_ps(1.0f), m, a + i) : xa;            \
+            __m512 y = ib ? _mm512_mask_loadu_ps(_mm512_set1_ps(1.0f), m, b + i) : yb;            \
+            _mm512_mask_storeu_ps(o + i, m, F(x, y));                                             \
         }                                                                                         \
     }
-FK_V4_ACT_VEC(fk_v4_silu_backward_vec, fk_v4_silu_grad)
-FK_V4_ACT_VEC(fk_v4_gelu_erf_backward_vec, fk_v4_gelu_erf_grad)
+FK_V4_BINARY_VEC(fk_v4_pow_vec, fk_v4_powf)
+FK_V4_BINARY_VEC(fk_v4_silu_backward_vec, fk_v4_silu_backward)
+FK_V4_BINARY_VEC(fk_v4_gelu_erf_backward_vec, fk_v4_gelu_erf_backward)
 
 /* 16 BF16 values widened to F32, and 16 F32 values rounded to BF16 as fk_f32_to_bf16_branchless
  * (to nearest even; a NaN keeps its sign and top payload bits, made quiet) */
