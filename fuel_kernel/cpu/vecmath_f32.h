@@ -353,27 +353,34 @@ FK_VM_INLINE float fk_fast_erff(float x) {
     return fk_keep_nan(x, y);
 }
 
-FK_VM_INLINE float fk_fast_gelu_erff(float x) {
-    float z = fabsf(x);
-    float zc = fk_min_nonneg_f32(z, FK_GELU_ERF_CLAMP);        /* NaN too (kept below) */
-    float xc = copysignf(zc, x);
+/* The parts of Phi(-z) = R(z) exp(-z^2/2) for 0 <= z <= FK_GELU_ERF_CLAMP: R(z) returned, exp(-z^2/2) =
+ * 2^n (1 + e) with *e = expm1(-s/2), s = z^2 + 2 n ln2 = -2 r for exp's reduced argument r, z^2
+ * exact inside the first fma (n 2 ln2_hi is exact: 8 bits times 9).  R (1 + e) is then one fma, so
+ * neither exp nor the product rounds on its own (GELU_ERF and its derivative share them). */
+FK_VM_INLINE float fk_gelu_erf_parts(float zc, float *e, int32_t *n) {
     int32_t k;
     float u = zc - fk_gelu_erf_interval(zc, &k);               /* exact */
     float r = fk_gelu_erf_tab[0][k];
 #pragma GCC unroll 8
     for (int j = 1; j <= FK_GELU_ERF_DEGREE; j++) r = fmaf(r, u, fk_gelu_erf_tab[j][k]);
-    /* exp(-z^2/2) = 2^n (1 + e), e = expm1(-s/2), s = z^2 + 2 n ln2 = -2 r for exp's reduced
-     * argument r, z^2 exact inside the first fma (n 2 ln2_hi is exact: 8 bits times 9); R (1 + e) is
-     * one fma, so neither exp nor the product rounds on its own */
     float w = zc * zc;
     float m = fmaf(w, -0.5f * 1.44269504088896341f, FK_ROUND_MAGIC);   /* n = m - 1.5 * 2^23 */
-    float n = m - FK_ROUND_MAGIC;
-    float s = fmaf(n, -2.0f * 2.12194440e-4f, fmaf(zc, zc, n * (2.0f * 0.693359375f)));
+    float nf = m - FK_ROUND_MAGIC;
+    float s = fmaf(nf, -2.0f * 2.12194440e-4f, fmaf(zc, zc, nf * (2.0f * 0.693359375f)));
     float t = fk_gelu_erf_expm1_q[0];
 #pragma GCC unroll 8
     for (int j = 1; j < 5; j++) t = fmaf(t, s, fk_gelu_erf_expm1_q[j]);
-    float e = s * fmaf(s, t, -0.5f);
-    int32_t ni = (int32_t)(fk_f32_bits(m) - 0x4B400000u);
+    *e = s * fmaf(s, t, -0.5f);
+    *n = (int32_t)(fk_f32_bits(m) - 0x4B400000u);
+    return r;
+}
+FK_VM_INLINE float fk_fast_gelu_erff(float x) {
+    float z = fabsf(x);
+    float zc = fk_min_nonneg_f32(z, FK_GELU_ERF_CLAMP);        /* NaN too (kept below) */
+    float xc = copysignf(zc, x);
+    float e;
+    int32_t ni;
+    float r = fk_gelu_erf_parts(zc, &e, &ni);
     float q = fmaf(r, e, r) * fk_pow2i_f32(ni + 64);   /* Phi(-z) 2^64 */
     /* x > 0: x - x Phi(-z), Phi(-z) held at 2^-126 or above so that it is never subnormal (an Intel
      * core's microcode assist; from z = 6 on the result rounds to x either way) */
@@ -852,22 +859,27 @@ FK_VM_INLINE float fk_gelu_grad_f32(float x) {
     return fk_keep_nan(x, y);
 }
 
-/* GELU_ERF'(x) = Phi(x) + x phi(x): Phi(x) = GELU_ERF(x) / x (fk_fast_gelu_erff's accuracy plus one
- * division; 1/2 for |x| < 2^-60), phi(x) = exp(-x^2/2) / sqrt(2 pi) with x^2 in two floats.  x is
- * clamped to -15, where Phi is 0 and x phi(x) is 0 in F32, and to 12.5, where the derivative is 1
- * (from 5.9 on) and Phi(-x) and phi(x) are still normal (from 13 on they would be subnormal in some
- * step of GELU_ERF, or of the loop GCC makes of it: an Intel core's microcode assist).  The clamp
- * works on the bits, as fk_min_nonneg_f32 does.  Phi and phi are carried times 2^64 and the result
- * scaled back once: near x = -13, where Phi(x) is subnormal and the result is not, no step is
- * subnormal, and a subnormal result rounds once. */
+/* GELU_ERF'(x) = Phi(x) + x phi(x) from GELU_ERF's own parts (fk_gelu_erf_parts, z = |x| held at
+ * FK_GELU_ERF_CLAMP): Phi(-z) = R (1 + e) 2^n and phi(z) = (1 + e) 2^n / sqrt(2 pi), each one fma
+ * and an exact power of two, so the derivative costs GELU_ERF's steps and three more (it took the
+ * forward, a division by x and a second exp before, 1.09x PyTorch's time on a Zen 4 core).  Both
+ * are carried times 2^64 (normal for every z up to the clamp) and the result scaled back once: no
+ * step is subnormal where the result is normal, and a subnormal result rounds once.  x > 0 gives
+ * (1 - Phi(-z)) + x phi(z), x <= 0 Phi(-z) + x phi(z).  Below x = -FK_GELU_ERF_CLAMP the result is
+ * -0 (its exact value is negative and under 1.3e-45 there, which rounds to 0 or the first
+ * subnormal); from x = 5.9 on it rounds to 1. */
+#define FK_INV_SQRT_2PI 3.989422804e-01f
 FK_VM_INLINE float fk_gelu_erf_grad_f32(float x) {
-    uint32_t a = fk_f32_bits(x) & 0x7fffffffu, limit = fk_f32_bits(x) >> 31 ? 0x41700000u : 0x41480000u;   /* 15, 12.5 */
-    float xc = copysignf(fk_bits_f32(a < limit ? a : limit), x);       /* NaN too (kept below) */
-    float g = fk_fast_gelu_erff(xc);
-    float cdf = fabsf(xc) < 8.67361738e-19f ? 0x1p63f : (g * 0x1p64f) / xc;           /* Phi(x) 2^64 */
-    float h = xc * xc, l = fmaf(xc, xc, -h);
-    float pdf = 3.989422804e-01f * fk_expf_dd_scaled(-0.5f * h, -0.5f * l, 64);       /* phi(x) 2^64 */
-    return fk_keep_nan(x, fmaf(xc, pdf, cdf) * FK_TWO_POW_M64);
+    float zc = fk_min_nonneg_f32(fabsf(x), FK_GELU_ERF_CLAMP);           /* NaN too (kept below) */
+    float e;
+    int32_t n;
+    float r = fk_gelu_erf_parts(zc, &e, &n);
+    float scale = fk_pow2i_f32(n + 64);
+    float cdf = fmaf(r, e, r) * scale;                                  /* Phi(-z) 2^64 */
+    float pdf = fmaf(FK_INV_SQRT_2PI, e, FK_INV_SQRT_2PI) * scale;      /* phi(z) 2^64 */
+    float y = fmaf(copysignf(zc, x), pdf, x > 0.0f ? 0x1p64f - cdf : cdf) * FK_TWO_POW_M64;
+    y = x < -FK_GELU_ERF_CLAMP ? -0.0f : y;
+    return fk_keep_nan(x, y);
 }
 
 /* ---- exp, log, sigmoid, SiLU, erf and GELU (both forms) on 16 AVX-512 lanes --------------------
@@ -1087,8 +1099,8 @@ FK_V4_INLINE __m512 fk_v4_erff(__m512 x) {
  * index used as it comes and the left end looked up (fk_v4_gelu_erf_interval), z^2's low part
  * formed inside exp's reduction, one kortestw (fk_v4_all): 33 operations on ports 0 and 5 a vector by llvm-mca's
  * Ice Lake model (37 before), 28.0-28.6 -> 27.0-27.2 us per 64K on the Zen 4 (FMA-bound there). */
-/* Phi(-z) 2^-n of 0 <= z <= FK_GELU_ERF_CLAMP (fk_fast_gelu_erff's R, exp and product), and n */
-FK_V4_INLINE __m512 fk_v4_gelu_erf_phi(__m512 zc, __m512 *n) {
+/* fk_gelu_erf_parts: R returned, *e and *n (as a float) */
+FK_V4_INLINE __m512 fk_v4_gelu_erf_parts(__m512 zc, __m512 *e, __m512 *n) {
     __m512i k;
     __m512 u = _mm512_sub_ps(zc, fk_v4_gelu_erf_interval(zc, &k));                   /* exact */
     __m512 r = fk_v4_gelu_erf_lookup(fk_gelu_erf_tab[0], k);
@@ -1100,7 +1112,12 @@ FK_V4_INLINE __m512 fk_v4_gelu_erf_phi(__m512 zc, __m512 *n) {
     s = _mm512_fmadd_ps(*n, _mm512_set1_ps(-2.0f * 2.12194440e-4f), s);
     __m512 t = _mm512_set1_ps(fk_gelu_erf_expm1_q[0]);
     for (int j = 1; j < 5; j++) t = _mm512_fmadd_ps(t, s, _mm512_set1_ps(fk_gelu_erf_expm1_q[j]));
-    __m512 e = _mm512_mul_ps(s, _mm512_fmadd_ps(s, t, _mm512_set1_ps(-0.5f)));
+    *e = _mm512_mul_ps(s, _mm512_fmadd_ps(s, t, _mm512_set1_ps(-0.5f)));
+    return r;
+}
+/* Phi(-z) 2^-n of 0 <= z <= FK_GELU_ERF_CLAMP (fk_fast_gelu_erff's R, exp and product), and n */
+FK_V4_INLINE __m512 fk_v4_gelu_erf_phi(__m512 zc, __m512 *n) {
+    __m512 e, r = fk_v4_gelu_erf_parts(zc, &e, n);
     return _mm512_fmadd_ps(r, e, r);
 }
 FK_V4_INLINE __m512 fk_v4_gelu_erff(__m512 x) {
@@ -1307,9 +1324,11 @@ FK_V4_INLINE __m512 fk_v4_powf(__m512 x, __m512 y) {
     return _mm512_mask_mov_ps(r, neg_base & non_int, _mm512_set1_ps(NAN));
 }
 /* fk_silu_grad_f32 and fk_gelu_erf_grad_f32 on 16 lanes: the same clamps, exp, quotients and
- * scaling, operation for operation (the same bits, compared on all 2^32 inputs); GCC's own loops of
- * the portable forms took 2-3x PyTorch's time at 4M (about 85 instructions a vector for SiLU's, the
- * exp's clamp, NaN fix-up and two-factor scale among them) */
+ * scaling, operation for operation (the same bits, compared on all 2^32 inputs; the powers of two
+ * by vscalefps, exact where every value is normal, as here); GCC's own loops of the portable forms
+ * took 2-3x PyTorch's time at 4M (about 85 instructions a vector for SiLU's, the exp's clamp, NaN
+ * fix-up and two-factor scale among them).  GELU_ERF's derivative from GELU_ERF's parts (stop 62):
+ * 38 us per 64K in L2 on a Zen 4 core, 4M 4.43 -> 2.55 ms. */
 FK_V4_INLINE __m512 fk_v4_silu_grad(__m512 x) {
     __m512 xc = fk_v4_clamp(x, -120.0f, 80.0f);
     __m512 t = fk_v4_expf_scaled(fk_v4_neg_abs(xc), 64.0f);                        /* exp(-|x|) 2^64 */
@@ -1320,21 +1339,19 @@ FK_V4_INLINE __m512 fk_v4_silu_grad(__m512 x) {
     return fk_v4_keep_nan(x, _mm512_mul_ps(_mm512_fmadd_ps(xc, ds, s), _mm512_set1_ps(FK_TWO_POW_M64)));
 }
 FK_V4_INLINE __m512 fk_v4_gelu_erf_grad(__m512 x) {
-    /* |x| held at 15 (x < 0) or 12.5 as bits (a NaN |x| gives the limit), then x's sign */
-    __mmask16 neg = _mm512_movepi32_mask(_mm512_castps_si512(x));
-    __m512 limit = _mm512_mask_mov_ps(_mm512_set1_ps(12.5f), neg, _mm512_set1_ps(15.0f));
-    __m512i a = _mm512_min_epu32(_mm512_castps_si512(_mm512_abs_ps(x)), _mm512_castps_si512(limit));
-    __m512 xc = _mm512_castsi512_ps(_mm512_ternarylogic_epi32(a, _mm512_castps_si512(x),
+    __m512 z = _mm512_abs_ps(x), e, n;
+    __m512 zc = _mm512_min_ps(z, _mm512_set1_ps(FK_GELU_ERF_CLAMP));     /* NaN: the clamp (kept below) */
+    __m512 r = fk_v4_gelu_erf_parts(zc, &e, &n);
+    __m512 n64 = _mm512_add_ps(n, _mm512_set1_ps(64.0f));
+    __m512 cdf = _mm512_scalef_ps(_mm512_fmadd_ps(r, e, r), n64);                                  /* Phi(-z) 2^64 */
+    __m512 pdf = _mm512_scalef_ps(_mm512_fmadd_ps(_mm512_set1_ps(FK_INV_SQRT_2PI), e, _mm512_set1_ps(FK_INV_SQRT_2PI)), n64);
+    __mmask16 pos = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ);
+    __m512 base = _mm512_mask_sub_ps(cdf, pos, _mm512_set1_ps(0x1p64f), cdf);
+    __m512 xc = _mm512_castsi512_ps(_mm512_ternarylogic_epi32(_mm512_castps_si512(zc), _mm512_castps_si512(x),
                                                                _mm512_set1_epi32((int)0x80000000u), 0xF8));
-    __m512 g = fk_v4_gelu_erff(xc);
-    __mmask16 tiny = _mm512_cmp_ps_mask(_mm512_abs_ps(xc), _mm512_set1_ps(8.67361738e-19f), _CMP_LT_OQ);
-    __m512 cdf = _mm512_mask_mov_ps(_mm512_div_ps(_mm512_mul_ps(g, _mm512_set1_ps(0x1p64f)), xc), tiny,
-                                    _mm512_set1_ps(0x1p63f));                                    /* Phi(x) 2^64 */
-    __m512 h = _mm512_mul_ps(xc, xc), l = _mm512_fmsub_ps(xc, xc, h);
-    __m512 e = fk_v4_expf_scaled(_mm512_mul_ps(_mm512_set1_ps(-0.5f), h), 64.0f);
-    __m512 pdf = _mm512_mul_ps(_mm512_set1_ps(3.989422804e-01f),
-                               _mm512_fmadd_ps(e, _mm512_mul_ps(_mm512_set1_ps(-0.5f), l), e));   /* phi(x) 2^64 */
-    return fk_v4_keep_nan(x, _mm512_mul_ps(_mm512_fmadd_ps(xc, pdf, cdf), _mm512_set1_ps(FK_TWO_POW_M64)));
+    __m512 y = _mm512_mul_ps(_mm512_fmadd_ps(xc, pdf, base), _mm512_set1_ps(FK_TWO_POW_M64));
+    y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, _mm512_set1_ps(-FK_GELU_ERF_CLAMP), _CMP_LT_OQ), _mm512_set1_ps(-0.0f));
+    return fk_v4_keep_nan(x, y);
 }
 /* dy f'(x) (FK_ACT_APPLY: dy itself where dy is NaN) */
 FK_V4_INLINE __m512 fk_v4_silu_backward(__m512 x, __m512 dy) {
