@@ -22,6 +22,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <immintrin.h>
 
@@ -78,30 +79,60 @@ FK_INLINE int64_t fk_align_head(const void *out, int64_t n, int64_t itemsize) {
  * speed whether or not it lies in L3 (the 16-core Xeon: CEIL f32 4M 4.6 -> 1.3 ms in the bench,
  * GELU_ERF 4.1 -> 2.7 ms); FK_STREAM_BYTES_OTHER elsewhere: a Zen 4 core's 32 MB L3 serves
  * a 4M-element op's bytes faster than memory takes streamed ones (EXP f32 4M 1.0 -> 1.3 ms, NEG
- * bf16 0.22 -> 0.35 ms), while past its L3 streaming wins there too (a 128 MB output 1.5x faster). */
+ * bf16 0.22 -> 0.35 ms), while past its L3 streaming wins there too (a 128 MB output 1.5x faster).
+ * Of the two-input ops, the activation derivatives stream (FK_BINARY_KERNEL's STREAMS), on Intel
+ * cores only: on the 16-core Xeon SILU_BACKWARD f32 4M 10.9 -> 3.5 ms, GELU_BACKWARD 13.9 -> 7.4,
+ * GELU_ERF_BACKWARD 9.1 -> 3.8, while ADD and MUL f32 went 1.8-1.9 -> 1.9-2.4 ms in a script and
+ * ADD bf16 1.1-1.2 -> 1.5-1.6, and on the Zen 4 no two-input op gained at 16 to 256 MiB (ADD f32 at
+ * memory speed either way, SILU_BACKWARD 15% slower). */
 #define FK_STREAM_CHUNK 4096            /* bytes computed into the L1 buffer at a time */
 #define FK_STREAM_MIN_ROW 16384         /* shorter rows store plainly (the fence costs more than it saves) */
 #define FK_STREAM_BYTES_OTHER ((int64_t)64 << 20)
+#define FK_STREAM_BYTES_BINARY_OTHER INT64_MAX     /* the derivatives stream only on Intel cores */
 #if defined(__x86_64__)
 #define FK_CAN_STREAM 1
 #else
 #define FK_CAN_STREAM 0
 #endif
-/* whether a kernel's rows may stream into this output */
-FK_INLINE int fk_output_streams(const fk_storage *out) {
+/* FUEL_KERNEL_STREAM_BYTES, read once when the module loads: a positive byte count sets the output
+ * size from which rows stream on any x86-64 CPU (the tests run the streamed rows on every machine
+ * with it); 0 when unset or not a positive integer (the rule below). */
+static int64_t fk_stream_bytes_setting;
+__attribute__((constructor)) static void fk_stream_bytes_read(void) {
+    const char *text = getenv("FUEL_KERNEL_STREAM_BYTES");
+    char *end = NULL;
+    long long bytes = text != NULL && *text != '\0' ? strtoll(text, &end, 10) : 0;
+    fk_stream_bytes_setting = end != NULL && *end == '\0' && bytes > 0 ? (int64_t)bytes : 0;
+}
+/* whether a kernel's rows may stream into this output: FK_STREAM_BYTES on Intel cores, other_bytes
+ * elsewhere (unary ops: FK_STREAM_BYTES_OTHER; two-input ops: FK_STREAM_BYTES_BINARY_OTHER), or
+ * FUEL_KERNEL_STREAM_BYTES where it is set */
+FK_INLINE int fk_output_streams(const fk_storage *out, int64_t other_bytes) {
 #if FK_CAN_STREAM
-    return (int64_t)out->nbytes >= (__builtin_cpu_is("intel") ? FK_STREAM_BYTES : FK_STREAM_BYTES_OTHER);
+    int64_t from = fk_stream_bytes_setting ? fk_stream_bytes_setting
+                   : __builtin_cpu_is("intel") ? FK_STREAM_BYTES : other_bytes;
+    return (int64_t)out->nbytes >= from;
 #else
     (void)out;
+    (void)other_bytes;
     return 0;
 #endif
 }
+/* The row ctx of a two-input kernel (FK_BINARY_KERNEL): whether its contiguous rows may stream.
+ * Fused groups call the rows with no ctx (NULL): those rows store plainly. */
+typedef struct {
+    int stream;
+} fk_binary_ctx;
 /* The elements of a contiguous row before its output reaches a 64-byte line, or -1 where the row
  * does not stream (shorter than FK_STREAM_MIN_ROW bytes, or an output not aligned to its itemsize). */
 FK_INLINE int64_t fk_stream_head(const void *out, int64_t n, int64_t itemsize) {
     uint64_t misalign = (uint64_t)(uintptr_t)out & 63u;
     if (n * itemsize < FK_STREAM_MIN_ROW || misalign % (uint64_t)itemsize) return -1;
     return misalign ? (int64_t)((64u - misalign) / (uint64_t)itemsize) : 0;
+}
+/* fk_stream_head for a two-input kernel's row with this ctx (-1: no streaming) */
+FK_INLINE int64_t fk_binary_stream_head(const void *ctx, const void *out, int64_t n, int64_t itemsize) {
+    return ctx && ((const fk_binary_ctx *)ctx)->stream ? fk_stream_head(out, n, itemsize) : -1;
 }
 /* bytes from src to dst, both 64-byte aligned, with non-temporal stores (a last part of under 16
  * bytes plainly) */
@@ -113,17 +144,17 @@ FK_INLINE void fk_stream_store(void *dst, const void *src, int64_t bytes) {
 #endif
     memcpy((char *)dst + i, (const char *)src + i, (size_t)(bytes - i));
 }
-/* A streamed contiguous row of n elements of type T from A to O, H of them before O's first line:
- * CALL(a, o, m) computes m elements from a into o (a plain call for the head, then one per chunk
- * into the L1 buffer). */
-#define FK_STREAM_ROW(T, A, O, N, H, CALL)                                                         \
+/* A streamed contiguous row of N elements of type T into O, H of them before O's first line:
+ * CALL(i, o, m) computes the row's m elements from element i on into o (a plain call for the head,
+ * then one per chunk into the L1 buffer). */
+#define FK_STREAM_ROW(T, O, N, H, CALL)                                                            \
     do {                                                                                          \
         _Alignas(64) T buf_[FK_STREAM_CHUNK / sizeof(T)];                                         \
         const int64_t chunk_ = (int64_t)(FK_STREAM_CHUNK / sizeof(T));                            \
-        if ((H) > 0) CALL((A), (O), (H));                                                         \
+        if ((H) > 0) CALL(0, (O), (H));                                                           \
         for (int64_t i_ = (H); i_ < (N); i_ += chunk_) {                                          \
             int64_t m_ = (N) - i_ < chunk_ ? (N) - i_ : chunk_;                                   \
-            CALL((A) + i_, buf_, m_);                                                             \
+            CALL(i_, buf_, m_);                                                                   \
             fk_stream_store((O) + i_, buf_, m_ * (int64_t)sizeof(T));                             \
         }                                                                                         \
         fk_stream_fence();                                                                        \
@@ -311,15 +342,32 @@ static inline void fk_store_bool_row(const uint8_t *src, char *dst, int64_t ds, 
     MV(fk_vec_##OP##_##D, (const T *a, int64_t ia, const T *b, int64_t ib, OT *o, int64_t n),    \
        (a, ia, b, ib, o, n), fk_vecbody_##OP##_##D)
 
+/* The contiguous (or scalar-broadcast) row of a two-input kernel: VEC(a, ia, b, ib, o, m) on the
+ * row's elements (ia / ib: whether a / b advance), streamed into a large output
+ * (fk_binary_stream_head), else split at the output's first line (fk_align_head). */
+#define FK_BINARY_CONTIG_ROW(VEC, T, OT, A, IA, B, IB, O, N, CTX)                                  \
+    do {                                                                                          \
+        void (*const vec_)(const T *, int64_t, const T *, int64_t, OT *, int64_t) = VEC;         \
+        const T *const a_ = (A), *const b_ = (B);                                                 \
+        const int64_t ia_ = (IA), ib_ = (IB), n_ = (N);                                           \
+        OT *const o_ = (O);                                                                       \
+        int64_t h_ = fk_binary_stream_head((CTX), o_, n_, sizeof(OT));                            \
+        if (h_ >= 0) {                                                                            \
+            FK_STREAM_ROW(OT, o_, n_, h_, FK_BCALL_);                                             \
+            break;                                                                                \
+        }                                                                                         \
+        h_ = fk_align_head(o_, n_, sizeof(OT));                                                   \
+        if (h_) vec_(a_, ia_, b_, ib_, o_, h_);                                                   \
+        vec_(a_ + ia_ * h_, ia_, b_ + ib_ * h_, ib_, o_ + h_, n_ - h_);                           \
+    } while (0)
+#define FK_BCALL_(i, o, m) vec_(a_ + ia_ * (i), ia_, b_ + ib_ * (i), ib_, o, m)
+
 #define FK_BINARY_ROW_NATIVE(OP, D, T, OT, EXPR)                                                 \
     static void fk_row_##OP##_##D(char *const *p, const int64_t *s, int64_t n, const void *ctx) { \
         const int64_t es = (int64_t)sizeof(T);                                                   \
-        (void)ctx;                                                                               \
         if (s[2] == (int64_t)sizeof(OT) && (s[0] == es || s[0] == 0) && (s[1] == es || s[1] == 0)) { \
-            const T *a = (const T *)p[0], *b = (const T *)p[1];                                  \
-            int64_t ia = s[0] != 0, ib = s[1] != 0, h = fk_align_head(p[2], n, sizeof(OT));      \
-            if (h) fk_vec_##OP##_##D(a, ia, b, ib, (OT *)p[2], h);                               \
-            fk_vec_##OP##_##D(a + ia * h, ia, b + ib * h, ib, (OT *)p[2] + h, n - h);            \
+            FK_BINARY_CONTIG_ROW(fk_vec_##OP##_##D, T, OT, (const T *)p[0], s[0] != 0,            \
+                                 (const T *)p[1], s[1] != 0, (OT *)p[2], n, ctx);                 \
             return;                                                                              \
         }                                                                                        \
         for (int64_t i = 0; i < n; i++) {                                                        \
@@ -375,17 +423,16 @@ FK_INLINE float fk_bf16_load(uint16_t h) { return fk_bits_f32((uint32_t)h << 16)
     FK_BINARY_ROW_HALF(OP, BF16_chunked, fk_load_bf16_row, fk_vec_##OP##_F32, OBUF, STORE_ROW)   \
     static void fk_row_##OP##_BF16(char *const *p, const int64_t *s, int64_t n, const void *ctx) { \
         if (s[2] == (int64_t)sizeof(OT) && (s[0] == 2 || s[0] == 0) && (s[1] == 2 || s[1] == 0)) { \
-            const uint16_t *a = (const uint16_t *)p[0], *b = (const uint16_t *)p[1];             \
-            int64_t ia = s[0] != 0, ib = s[1] != 0, h = fk_align_head(p[2], n, sizeof(OT));      \
-            if (h) fk_vec_##OP##_BF16(a, ia, b, ib, (OT *)p[2], h);                              \
-            fk_vec_##OP##_BF16(a + ia * h, ia, b + ib * h, ib, (OT *)p[2] + h, n - h);           \
+            FK_BINARY_CONTIG_ROW(fk_vec_##OP##_BF16, uint16_t, OT, (const uint16_t *)p[0], s[0] != 0, \
+                                 (const uint16_t *)p[1], s[1] != 0, (OT *)p[2], n, ctx);          \
             return;                                                                              \
         }                                                                                        \
         fk_row_##OP##_BF16_chunked(p, s, n, ctx);                                                \
     }
 
-/* the kernel NAME: checks, the pre-write check PRE(OP, N), then the rows of fk_row_<OP>_<D> */
-#define FK_BINARY_KERNEL(NAME, OP, D, OD, PRE, N)                                                \
+/* the kernel NAME: checks, the pre-write check PRE(OP, N), then the rows of fk_row_<OP>_<D>, whose
+ * contiguous rows stream into a large output where STREAMS is 1 (fk_binary_ctx) */
+#define FK_BINARY_KERNEL(NAME, OP, D, OD, PRE, N, STREAMS)                                       \
     static int NAME(const fk_storage *inputs, int n_in, fk_storage *outputs, int n_out,          \
                     const fk_layout *layouts, const fk_params *params) {                         \
         const int dtypes[3] = {FK_##D, FK_##D, FK_##OD};                                         \
@@ -395,7 +442,8 @@ FK_INLINE float fk_bf16_load(uint16_t h) { return fk_bits_f32((uint32_t)h << 16)
         if (status) return status;                                                               \
         PRE(OP, N)                                                                               \
         const int sizes[3] = {fk_dtype_itemsize[FK_##D], fk_dtype_itemsize[FK_##D], fk_dtype_itemsize[FK_##OD]}; \
-        fk_loop_run(&loop, fk_row_##OP##_##D, NULL, sizes);                                      \
+        const fk_binary_ctx ctx = {(STREAMS) && fk_output_streams(&outputs[0], FK_STREAM_BYTES_BINARY_OTHER)}; \
+        fk_loop_run(&loop, fk_row_##OP##_##D, &ctx, sizes);                                      \
         return FK_OK;                                                                            \
     }
 

@@ -7,6 +7,9 @@ oracle here fails test_every_binding_has_a_case.  Error paths check that the cal
 left untouched.
 """
 import math
+import os
+import subprocess
+import sys
 
 import ml_dtypes
 import numpy as np
@@ -15,6 +18,7 @@ import pytest
 import fuel_kernel as fk
 from oracles import (TRANSCENDENTAL_UNARY, activation_grad, compute_dtype, infinite_dy_meets_underflow,
                      softmax_last_dim, trunc_divide)
+from extension_build import child_env
 from support import LAYOUTS, assert_same, cpu_vendor, make_operand, random_values
 
 D = fk.DType
@@ -303,42 +307,78 @@ def test_long_rows_give_the_same_bits_at_every_output_alignment(kernel, rng):
             assert out.tobytes() == pieces.tobytes(), f"output {offset} bytes past a line, broadcast={broadcast_last}"
 
 
-# outputs this large have their contiguous rows written with non-temporal stores: 4 MiB on Intel
-# cores, 64 MiB on others (elementwise_kernels.h)
-STREAM_BYTES = (4 << 20) if cpu_vendor() == "GenuineIntel" else (64 << 20)
-STREAMED = UNARY + PARAMS_OPS
-STREAMED_BINDINGS = [(k, i) for k, i in zip(BINDINGS, IDS) if k.op in STREAMED]
-# where STREAM_BYTES is 64 MiB, these bindings run at that size (the others at 4 MiB: plain stores)
+def stream_bytes(n_inputs):
+    """The output size from which this process's contiguous rows are written with non-temporal
+    stores (elementwise_kernels.h): FUEL_KERNEL_STREAM_BYTES where set, else 4 MiB on Intel cores,
+    and elsewhere 64 MiB for unary ops and never (None) for two-input ones."""
+    setting = os.environ.get("FUEL_KERNEL_STREAM_BYTES", "")
+    if setting.isdigit() and int(setting) > 0:
+        return int(setting)
+    if cpu_vendor() == "GenuineIntel":
+        return 4 << 20
+    return 64 << 20 if n_inputs == 1 else None
+
+
+STREAM_CHILD_BYTES = 4 << 20        # the setting test_streamed_rows_on_any_cpu's child runs with
+# the ops whose kernels stream: the unary ones and the activation derivatives but POWI_BACKWARD
+STREAMED = UNARY + PARAMS_OPS + tuple(op for op in BACKWARD if op not in (Op.POWI_BACKWARD, Op.RELU_BACKWARD))
+STREAMED_BINDINGS = [(k, i) for k, i in zip(BINDINGS, IDS)
+                     if k.op in STREAMED and stream_bytes(k.n_inputs) is not None]
+# where a unary op streams from 64 MiB, these bindings run at that size (the others at 4 MiB: plain stores)
 STREAMED_LARGE = {"exp-f32-f32", "neg-bf16-bf16", "sqrt-f64-f64", "abs-i8-i8", "powi-f32-f32"}
 
 
 @pytest.mark.parametrize("kernel,name", STREAMED_BINDINGS, ids=[i for _, i in STREAMED_BINDINGS])
 def test_streamed_rows_give_the_same_bits(kernel, name, rng):
-    """An output of STREAM_BYTES and more is computed a 4 KiB chunk at a time and stored with
+    """An output of stream_bytes() and more is computed a 4 KiB chunk at a time and stored with
     non-temporal stores (the elements before its first 64-byte line plainly): the same bits as the
     same elements computed into outputs too small to stream, at a line boundary, one element past
-    it, and in place over the input."""
+    it, with each input of a two-input op broadcast from one element, and in place over the first
+    input."""
     dtypes = kernel.dtypes
+    n_in = kernel.n_inputs
     params = params_for(kernel.op, dtypes[-1])
     isz = dtypes[-1].numpy.itemsize
-    size = STREAM_BYTES if STREAM_BYTES == 4 << 20 or name in STREAMED_LARGE else 4 << 20
+    threshold = stream_bytes(n_in)
+    size = threshold if threshold == 4 << 20 or name in STREAMED_LARGE else 4 << 20
     n = size // isz + 1000 + 3                           # whole chunks, then a ragged last one
-    x = np.asarray(values(kernel.op, 0, (n,), dtypes[0], rng))
-    pieces = np.empty(n, dtypes[-1].numpy)
+    full = [np.asarray(values(kernel.op, i, (n,), dtypes[i], rng)) for i in range(n_in)]
+    layouts = [full] + [[np.broadcast_to(x[:1], (n,)) if i == b else x for i, x in enumerate(full)]
+                        for b in range(n_in if n_in > 1 else 0)]
     step = n // 3 + 1
-    for start in range(0, n, step):                      # each piece's own output is under 4 MiB
-        part = np.empty(min(step, n - start), dtypes[-1].numpy)
-        kernel(x[start:start + step], out=part, params=params)
-        pieces[start:start + step] = part
-    for offset in (0, isz):
-        out = output_at(n, dtypes[-1], offset)
-        kernel(x, out=out, params=params)
-        assert out.tobytes() == pieces.tobytes(), f"output {offset} bytes past a line"
-    if dtypes[0] == dtypes[-1]:
-        inplace = output_at(n, dtypes[0], isz)
-        inplace[...] = x
-        kernel(inplace, out=inplace, params=params)
-        assert inplace.tobytes() == pieces.tobytes(), "in place"
+    for inputs in layouts:
+        broadcast = [x.strides[0] == 0 for x in inputs]
+        pieces = np.empty(n, dtypes[-1].numpy)
+        for start in range(0, n, step):                  # each piece's own output is under 4 MiB
+            part = np.empty(min(step, n - start), dtypes[-1].numpy)
+            kernel(*[x[start:start + step] for x in inputs], out=part, params=params)
+            pieces[start:start + step] = part
+        for offset in (0, isz):
+            out = output_at(n, dtypes[-1], offset)
+            kernel(*inputs, out=out, params=params)
+            assert out.tobytes() == pieces.tobytes(), f"output {offset} bytes past a line, broadcast {broadcast}"
+        if dtypes[0] == dtypes[-1] and not broadcast[0]:
+            inplace = output_at(n, dtypes[0], isz)
+            inplace[...] = inputs[0]
+            kernel(inplace, *inputs[1:], out=inplace, params=params)
+            assert inplace.tobytes() == pieces.tobytes(), f"in place, broadcast {broadcast}"
+
+
+@pytest.mark.skipif(os.environ.get("FUEL_KERNEL_STREAM_BYTES") == str(STREAM_CHILD_BYTES),
+                    reason="this process is the child the test starts")
+def test_streamed_rows_on_any_cpu():
+    """With FUEL_KERNEL_STREAM_BYTES set, every x86-64 CPU streams outputs from that size, whatever
+    its own rule: a child process runs test_streamed_rows_give_the_same_bits with it at 4 MiB, so
+    every streamed binding (the derivatives included, which stream only on Intel cores by default)
+    is checked wherever the suite runs."""
+    env = child_env()
+    env["FUEL_KERNEL_STREAM_BYTES"] = str(STREAM_CHILD_BYTES)
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                             f"{__file__}::test_streamed_rows_give_the_same_bits"],
+                            env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    every = sum(1 for k in BINDINGS if k.op in STREAMED)
+    assert f"{every} passed" in result.stdout, result.stdout[-2000:]
 
 
 def test_every_binding_has_a_case(rng):
