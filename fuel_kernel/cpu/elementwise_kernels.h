@@ -360,6 +360,7 @@ static inline void fk_store_bool_row(const uint8_t *src, char *dst, int64_t ds, 
         if (h_) vec_(a_, ia_, b_, ib_, o_, h_);                                                   \
         vec_(a_ + ia_ * h_, ia_, b_ + ib_ * h_, ib_, o_ + h_, n_ - h_);                           \
     } while (0)
+/* FK_BINARY_CONTIG_ROW's chunk: elements i.. of the row into o */
 #define FK_BCALL_(i, o, m) vec_(a_ + ia_ * (i), ia_, b_ + ib_ * (i), ib_, o, m)
 
 #define FK_BINARY_ROW_NATIVE(OP, D, T, OT, EXPR)                                                 \

@@ -320,7 +320,8 @@ def stream_bytes(n_inputs):
 
 
 STREAM_CHILD_BYTES = 4 << 20        # the setting test_streamed_rows_on_any_cpu's child runs with
-# the ops whose kernels stream: the unary ones and the activation derivatives but POWI_BACKWARD
+# the ops whose kernels stream: the unary ones and the activation derivatives (binary_kernels.h.in's
+# GRADS: not RELU_BACKWARD, a select, nor POWI_BACKWARD, a kernel of its own)
 STREAMED = UNARY + PARAMS_OPS + tuple(op for op in BACKWARD if op not in (Op.POWI_BACKWARD, Op.RELU_BACKWARD))
 STREAMED_BINDINGS = [(k, i) for k, i in zip(BINDINGS, IDS)
                      if k.op in STREAMED and stream_bytes(k.n_inputs) is not None]
