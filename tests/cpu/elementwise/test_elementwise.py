@@ -335,10 +335,9 @@ def test_streamed_rows_give_the_same_bits(kernel, name, rng):
     non-temporal stores (the elements before its first 64-byte line plainly): the same bits as the
     same elements computed into outputs too small to stream, at a line boundary, one element past
     it, with each input of a two-input op broadcast from one element, and in place over the first
-    input."""
+    input; POWI on floats with a negative and a small positive exponent."""
     dtypes = kernel.dtypes
     n_in = kernel.n_inputs
-    params = params_for(kernel.op, dtypes[-1])
     isz = dtypes[-1].numpy.itemsize
     threshold = stream_bytes(n_in)
     size = threshold if threshold == 4 << 20 or name in STREAMED_LARGE else 4 << 20
@@ -347,7 +346,10 @@ def test_streamed_rows_give_the_same_bits(kernel, name, rng):
     layouts = [full] + [[np.broadcast_to(x[:1], (n,)) if i == b else x for i, x in enumerate(full)]
                         for b in range(n_in if n_in > 1 else 0)]
     step = n // 3 + 1
-    for inputs in layouts:
+    # POWI on floats: a negative exponent and a small positive one (BF16's own loop for 2..8)
+    options = (POWI_FLOAT, fk.params.powi(3)) if kernel.op == Op.POWI and dtypes[0].is_float else (
+        params_for(kernel.op, dtypes[-1]),)
+    for params, inputs in ((p, x) for p in options for x in layouts):
         broadcast = [x.strides[0] == 0 for x in inputs]
         pieces = np.empty(n, dtypes[-1].numpy)
         for start in range(0, n, step):                  # each piece's own output is under 4 MiB
@@ -357,12 +359,12 @@ def test_streamed_rows_give_the_same_bits(kernel, name, rng):
         for offset in (0, isz):
             out = output_at(n, dtypes[-1], offset)
             kernel(*inputs, out=out, params=params)
-            assert out.tobytes() == pieces.tobytes(), f"output {offset} bytes past a line, broadcast {broadcast}"
+            assert out.tobytes() == pieces.tobytes(), f"output {offset} bytes past a line, broadcast {broadcast}, {params}"
         if dtypes[0] == dtypes[-1] and not broadcast[0]:
             inplace = output_at(n, dtypes[0], isz)
             inplace[...] = inputs[0]
             kernel(inplace, *inputs[1:], out=inplace, params=params)
-            assert inplace.tobytes() == pieces.tobytes(), f"in place, broadcast {broadcast}"
+            assert inplace.tobytes() == pieces.tobytes(), f"in place, broadcast {broadcast}, {params}"
 
 
 @pytest.mark.skipif(os.environ.get("FUEL_KERNEL_STREAM_BYTES") == str(STREAM_CHILD_BYTES),
