@@ -130,10 +130,8 @@ FK_INLINE int64_t fk_stream_head(const void *out, int64_t n, int64_t itemsize) {
     if (n * itemsize < FK_STREAM_MIN_ROW || misalign % (uint64_t)itemsize) return -1;
     return misalign ? (int64_t)((64u - misalign) / (uint64_t)itemsize) : 0;
 }
-/* fk_stream_head for a two-input kernel's row with this ctx (-1: no streaming) */
-FK_INLINE int64_t fk_binary_stream_head(const void *ctx, const void *out, int64_t n, int64_t itemsize) {
-    return ctx && ((const fk_binary_ctx *)ctx)->stream ? fk_stream_head(out, n, itemsize) : -1;
-}
+/* whether a two-input kernel's rows stream with this ctx */
+FK_INLINE int fk_binary_streams(const void *ctx) { return ctx && ((const fk_binary_ctx *)ctx)->stream; }
 /* bytes from src to dst, both 64-byte aligned, with non-temporal stores (a last part of under 16
  * bytes plainly) */
 FK_INLINE void fk_stream_store(void *dst, const void *src, int64_t bytes) {
@@ -158,6 +156,19 @@ FK_INLINE void fk_stream_store(void *dst, const void *src, int64_t bytes) {
             fk_stream_store((O) + i_, buf_, m_ * (int64_t)sizeof(T));                             \
         }                                                                                         \
         fk_stream_fence();                                                                        \
+    } while (0)
+/* A contiguous row of N elements of type T into O, CALL(i, o, m) as above: streamed where STREAM
+ * allows (fk_stream_head), else split at O's first line (fk_align_head). */
+#define FK_CONTIG_ROW(T, O, N, STREAM, CALL)                                                       \
+    do {                                                                                          \
+        int64_t h_ = (STREAM) ? fk_stream_head((O), (N), sizeof(T)) : -1;                         \
+        if (h_ >= 0) {                                                                            \
+            FK_STREAM_ROW(T, (O), (N), h_, CALL);                                                 \
+            break;                                                                                \
+        }                                                                                         \
+        h_ = fk_align_head((O), (N), sizeof(T));                                                  \
+        if (h_) CALL(0, (O), h_);                                                                 \
+        CALL(h_, (O) + h_, (N) - h_);                                                             \
     } while (0)
 
 /* ---- validation prologue ---------------------------------------------------------------------- */
@@ -343,24 +354,15 @@ static inline void fk_store_bool_row(const uint8_t *src, char *dst, int64_t ds, 
        (a, ia, b, ib, o, n), fk_vecbody_##OP##_##D)
 
 /* The contiguous (or scalar-broadcast) row of a two-input kernel: VEC(a, ia, b, ib, o, m) on the
- * row's elements (ia / ib: whether a / b advance), streamed into a large output
- * (fk_binary_stream_head), else split at the output's first line (fk_align_head). */
+ * row's elements (ia / ib: whether a / b advance), by FK_CONTIG_ROW (streamed where the ctx allows). */
 #define FK_BINARY_CONTIG_ROW(VEC, T, OT, A, IA, B, IB, O, N, CTX)                                  \
     do {                                                                                          \
         void (*const vec_)(const T *, int64_t, const T *, int64_t, OT *, int64_t) = VEC;         \
         const T *const a_ = (A), *const b_ = (B);                                                 \
-        const int64_t ia_ = (IA), ib_ = (IB), n_ = (N);                                           \
-        OT *const o_ = (O);                                                                       \
-        int64_t h_ = fk_binary_stream_head((CTX), o_, n_, sizeof(OT));                            \
-        if (h_ >= 0) {                                                                            \
-            FK_STREAM_ROW(OT, o_, n_, h_, FK_BCALL_);                                             \
-            break;                                                                                \
-        }                                                                                         \
-        h_ = fk_align_head(o_, n_, sizeof(OT));                                                   \
-        if (h_) vec_(a_, ia_, b_, ib_, o_, h_);                                                   \
-        vec_(a_ + ia_ * h_, ia_, b_ + ib_ * h_, ib_, o_ + h_, n_ - h_);                           \
+        const int64_t ia_ = (IA), ib_ = (IB);                                                     \
+        FK_CONTIG_ROW(OT, (O), (N), fk_binary_streams(CTX), FK_BCALL_);                           \
     } while (0)
-/* FK_BINARY_CONTIG_ROW's chunk: elements i.. of the row into o */
+/* FK_BINARY_CONTIG_ROW's call: elements i.. of the row into o */
 #define FK_BCALL_(i, o, m) vec_(a_ + ia_ * (i), ia_, b_ + ib_ * (i), ib_, o, m)
 
 #define FK_BINARY_ROW_NATIVE(OP, D, T, OT, EXPR)                                                 \

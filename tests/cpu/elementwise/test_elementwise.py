@@ -367,8 +367,6 @@ def test_streamed_rows_give_the_same_bits(kernel, name, rng):
             assert inplace.tobytes() == pieces.tobytes(), f"in place, broadcast {broadcast}, {params}"
 
 
-@pytest.mark.skipif(os.environ.get("FUEL_KERNEL_STREAM_BYTES") == str(STREAM_CHILD_BYTES),
-                    reason="this process is the child the test starts")
 def test_streamed_rows_on_any_cpu():
     """With FUEL_KERNEL_STREAM_BYTES set, every x86-64 CPU streams outputs from that size, whatever
     its own rule: a child process runs test_streamed_rows_give_the_same_bits with it at 4 MiB, so
