@@ -99,7 +99,7 @@ FK_VM_INLINE float fk_expm1_reduced(float r) {
  * rounding.  Below -126 the argument is clamped (exp(-126) 2^64 is far below any use). */
 FK_VM_INLINE float fk_expf_scaled(float x, int32_t scale) {
     float xc = fk_clamp_f32(x, -126.0f, 89.0f);
-    float k = xc * 1.44269504088896341f + FK_ROUND_MAGIC;
+    float k = fmaf(xc, 1.44269504088896341f, FK_ROUND_MAGIC);
     float n = k - FK_ROUND_MAGIC;
     float r = fmaf(n, -0.693359375f, xc);
     r = fmaf(n, 2.12194440e-4f, r);
@@ -942,7 +942,7 @@ FK_V4_INLINE __m512 fk_v4_clamp(__m512 x, float lo, float hi) {
 
 /* exp(x) = y 2^n without the clamp: y returned, n in *n (x must keep n in range: see the callers) */
 FK_V4_INLINE __m512 fk_v4_expf_parts_unclamped(__m512 x, __m512 *n) {
-    __m512 k = _mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _mm512_set1_ps(FK_ROUND_MAGIC));
+    __m512 k = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(FK_ROUND_MAGIC));
     *n = _mm512_sub_ps(k, _mm512_set1_ps(FK_ROUND_MAGIC));
     __m512 r = _mm512_fmadd_ps(*n, _mm512_set1_ps(-0.693359375f), x);
     r = _mm512_fmadd_ps(*n, _mm512_set1_ps(2.12194440e-4f), r);
@@ -958,7 +958,17 @@ FK_V4_INLINE __m512 fk_v4_expf_scaled(__m512 x, float scale) {
     y = _mm512_scalef_ps(y, scale == 0.0f ? n : _mm512_add_ps(n, _mm512_set1_ps(scale)));
     return fk_v4_keep_nan(x, y);
 }
-FK_V4_INLINE __m512 fk_v4_expf(__m512 x) { return fk_v4_expf_scaled(x, 0.0f); }
+/* fk_fast_expf in 2 operations fewer than fk_v4_expf_scaled: one vrangeps caps |x| at 200 with x's
+ * sign where the clamp to [-126, 89] took a vmaxps and a vminps, and one vfixupimmps returns a NaN x
+ * (quieted) where the NaN fix-up took a compare and a blend (vrangeps passes the number over a quiet
+ * NaN, so the NaN is put back at the end).  Past the clamp's ends exp is 0 or inf either way, and
+ * |n| <= 289 keeps the reduction exact, so every number gives the portable bits; a signalling NaN
+ * comes back quieted (the portable function returns it as it came). */
+FK_V4_INLINE __m512 fk_v4_expf(__m512 x) {
+    __m512 n, y = fk_v4_expf_parts_unclamped(_mm512_range_ps(x, _mm512_set1_ps(200.0f), 0x02), &n);
+    /* fix-up table: x's tokens QNaN (0) and SNaN (1) give QNaN(x) (response 2), the rest y */
+    return _mm512_fixupimm_ps(_mm512_scalef_ps(y, n), x, _mm512_set1_epi32(0x22), 0);
+}
 /* fk_fast_expf of x in [-87, 88] (no NaN): fk_v4_expf's steps without its clamp and NaN fix-up */
 FK_V4_INLINE __m512 fk_v4_expf_normal(__m512 x) {
     __m512 n, y = fk_v4_expf_parts_unclamped(x, &n);
@@ -1521,7 +1531,7 @@ FK_V3_INLINE __m256 fk_v3_expm1_reduced(__m256 r) {
  * 38 instructions a vector) */
 FK_V3_INLINE __m256 fk_v3_expf_scaled(__m256 x, __m256i scale) {
     __m256 xc = _mm256_min_ps(fk_v3_set(89.0f), _mm256_max_ps(fk_v3_set(-126.0f), x));   /* NaN passes */
-    __m256 k = _mm256_add_ps(_mm256_mul_ps(xc, fk_v3_set(1.44269504088896341f)), fk_v3_set(FK_ROUND_MAGIC));
+    __m256 k = _mm256_fmadd_ps(xc, fk_v3_set(1.44269504088896341f), fk_v3_set(FK_ROUND_MAGIC));
     __m256 n = _mm256_sub_ps(k, fk_v3_set(FK_ROUND_MAGIC));
     __m256 r = _mm256_fmadd_ps(n, fk_v3_set(-0.693359375f), xc);
     r = _mm256_fmadd_ps(n, fk_v3_set(2.12194440e-4f), r);
@@ -1542,7 +1552,7 @@ FK_V3_INLINE int fk_v3_expf_off_normal(__m256 x) {
  * is in [-126, 127], so 2^n is one normal float and y 2^n rounds the exact product once, as
  * y 2^n1 (exact) 2^n2 does: the same bits in 19 instructions instead of 25 */
 FK_V3_INLINE __m256 fk_v3_expf_normal(__m256 x) {
-    __m256 k = _mm256_add_ps(_mm256_mul_ps(x, fk_v3_set(1.44269504088896341f)), fk_v3_set(FK_ROUND_MAGIC));
+    __m256 k = _mm256_fmadd_ps(x, fk_v3_set(1.44269504088896341f), fk_v3_set(FK_ROUND_MAGIC));
     __m256 n = _mm256_sub_ps(k, fk_v3_set(FK_ROUND_MAGIC));
     __m256 r = _mm256_fmadd_ps(n, fk_v3_set(-0.693359375f), x);
     r = _mm256_fmadd_ps(n, fk_v3_set(2.12194440e-4f), r);
@@ -1584,7 +1594,7 @@ FK_V3_INLINE void fk_v3_expf_normal_n(const __m256 *x, __m256 *y, const int N) {
     __m256 k[N], r[N], p[N];
 #pragma GCC unroll 4
     for (int v = 0; v < N; v++) {
-        k[v] = _mm256_add_ps(_mm256_mul_ps(x[v], fk_v3_set(1.44269504088896341f)), fk_v3_set(FK_ROUND_MAGIC));
+        k[v] = _mm256_fmadd_ps(x[v], fk_v3_set(1.44269504088896341f), fk_v3_set(FK_ROUND_MAGIC));
         __m256 n = _mm256_sub_ps(k[v], fk_v3_set(FK_ROUND_MAGIC));
         r[v] = _mm256_fmadd_ps(n, fk_v3_set(2.12194440e-4f), _mm256_fmadd_ps(n, fk_v3_set(-0.693359375f), x[v]));
         p[v] = fk_v3_set(fk_expf_p[0]);
