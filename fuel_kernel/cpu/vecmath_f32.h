@@ -1462,6 +1462,23 @@ FK_V4_INLINE __m256i fk_v4_bf16_round_fast(__m512 f, int have_bf16) {
             _mm512_mask_storeu_ps((o) + i_, m_, F(_mm512_maskz_loadu_ps(m_, (a) + i_)));          \
         }                                                                                          \
     } while (0)
+/* fk_v4_map_f32 into a 64-byte aligned o with non-temporal stores, one line per vector as it is
+ * computed (the tail plainly): a compute-bound op's stores then drain while it computes, where
+ * computing a chunk into L1 and streaming it out after left the memory idle during the arithmetic */
+#define fk_v4_map_f32_nt(F, a, o, n)                                                               \
+    do {                                                                                           \
+        int64_t i_ = 0;                                                                            \
+        for (; i_ + 32 <= (n); i_ += 32) {                                                         \
+            __m512 v0_ = F(_mm512_loadu_ps((a) + i_)), v1_ = F(_mm512_loadu_ps((a) + i_ + 16));    \
+            _mm512_stream_ps((o) + i_, v0_);                                                       \
+            _mm512_stream_ps((o) + i_ + 16, v1_);                                                  \
+        }                                                                                          \
+        for (; i_ + 16 <= (n); i_ += 16) _mm512_stream_ps((o) + i_, F(_mm512_loadu_ps((a) + i_)));  \
+        if (i_ < (n)) {                                                                            \
+            __mmask16 m_ = (__mmask16)((1u << ((n) - i_)) - 1u);                                   \
+            _mm512_mask_storeu_ps((o) + i_, m_, F(_mm512_maskz_loadu_ps(m_, (a) + i_)));          \
+        }                                                                                          \
+    } while (0)
 /* the same over BF16 storage, two vectors a step as well: widen, F, round once */
 #define fk_v4_map_bf16(F, a, o, n)                                                                 \
     do {                                                                                           \
