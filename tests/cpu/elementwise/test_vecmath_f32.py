@@ -121,6 +121,21 @@ def test_contiguous_vector_forms_give_the_strided_bits(op):
         assert not differ.any(), f"{op.name}: {x[differ][:5]} give {contiguous[differ][:5]} and {strided[::2][differ][:5]}"
 
 
+def test_exp_keeps_a_nan_s_sign_and_payload():
+    """EXP of a NaN is that NaN, quiet or signalling, of either sign and any payload, in the contiguous
+    vector form and the strided portable one; only the quiet bit may be set (the AVX-512 form
+    quiets a signalling NaN, as NumPy does, where it puts the NaN back after its clamp)."""
+    bits = np.tile(np.array([0x7FC12345, 0xFFC00001, 0x7FA00001, 0xFF800001, 0x7F800001], np.uint32), 13)
+    x = bits.view(np.float32)
+    k = fk.bindings().lookup(Op.EXP, [D.F32, D.F32])
+    contiguous = np.empty_like(x)
+    strided = np.empty(2 * x.size, np.float32)
+    k(x, out=contiguous)
+    k(x, out=strided[::2])
+    for out in (contiguous, strided[::2]):
+        assert (out.view(np.uint32) | 0x00400000 == bits | 0x00400000).all(), out.view(np.uint32)[:5]
+
+
 @pytest.mark.parametrize("op", FLOAT_UNARY, ids=lambda op: op.name)
 def test_half_types_every_value(op):
     """F16 and BF16 compute through the F32 function and round once."""
