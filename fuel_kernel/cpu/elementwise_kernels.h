@@ -158,13 +158,17 @@ FK_INLINE void fk_stream_store(void *dst, const void *src, int64_t bytes) {
         fk_stream_fence();                                                                        \
     } while (0)
 /* The elements of a contiguous row before its output's first line where the row streams straight
- * from an AVX-512 loop's registers (STREAM set, an x86-64-v4 CPU, fk_stream_head's conditions), else
- * -1.  Such a loop stores each vector as it computes it: a compute-bound op's stores then drain
- * during its arithmetic, where FK_STREAM_ROW's chunks left the memory idle while they computed (on
- * a Zen 4 core with streaming forced, EXP f32 4M 1.27 -> 1.05 ms, SIGMOID 1.82 -> 1.40). */
+ * from an AVX-512 loop's registers (STREAM set, an x86-64-v4 CPU that is not Intel's, fk_stream_head's
+ * conditions), else -1.  Such a loop stores each vector as it computes it: on a Zen 4 core a
+ * compute-bound op's stores then drain during its arithmetic, where FK_STREAM_ROW's chunks left the
+ * memory idle while they computed (streaming forced, EXP f32 4M 1.27 -> 1.05 ms, SIGMOID 1.82 ->
+ * 1.40).  On the 16-core Xeon the same stores ran at plain stores' speed, half the chunks' (EXP f32
+ * 4M 1.9 -> 3.6 ms, LOG 2.1 -> 4.2, SIGMOID 2.3 -> 4.1), so Intel cores keep the chunks. */
 FK_INLINE int64_t fk_stream_direct_head(int stream, const void *out, int64_t n, int64_t itemsize) {
 #if FK_HAVE_ISA_V4
-    return stream && __builtin_cpu_supports("x86-64-v4") ? fk_stream_head(out, n, itemsize) : -1;
+    return stream && __builtin_cpu_supports("x86-64-v4") && !__builtin_cpu_is("intel")
+               ? fk_stream_head(out, n, itemsize)
+               : -1;
 #else
     (void)stream, (void)out, (void)n, (void)itemsize;
     return -1;
