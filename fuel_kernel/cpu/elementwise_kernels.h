@@ -69,7 +69,8 @@ FK_INLINE int64_t fk_align_head(const void *out, int64_t n, int64_t itemsize) {
 }
 
 /* ---- streamed rows ----------------------------------------------------------------------------
- * A contiguous row of a large output is computed FK_STREAM_CHUNK bytes at a time into an L1 buffer
+ * A contiguous row of a large output is computed a chunk at a time (FK_STREAM_CHUNK bytes, or
+ * fk_unary_stream_chunk's) into an L1 buffer
  * and copied to the output with non-temporal stores: the output's lines are then not read in before
  * being overwritten (a plain store reads each one first: a third of a unary op's memory traffic).
  * The row's elements before its first 64-byte line are written plainly; the row fences
@@ -85,7 +86,7 @@ FK_INLINE int64_t fk_align_head(const void *out, int64_t n, int64_t itemsize) {
  * GELU_ERF_BACKWARD 9.1 -> 3.8, while ADD and MUL f32 went 1.8-1.9 -> 1.9-2.4 ms in a script and
  * ADD bf16 1.1-1.2 -> 1.5-1.6, and on the Zen 4 no two-input op gained at 16 to 256 MiB (ADD f32 at
  * memory speed either way, SILU_BACKWARD 15% slower). */
-#define FK_STREAM_CHUNK 4096            /* bytes computed into the L1 buffer at a time */
+#define FK_STREAM_CHUNK 4096            /* bytes computed into the L1 buffer at a time, at most */
 #define FK_STREAM_MIN_ROW 16384         /* shorter rows store plainly (the fence costs more than it saves) */
 #define FK_STREAM_BYTES_OTHER ((int64_t)64 << 20)
 #define FK_STREAM_BYTES_BINARY_OTHER INT64_MAX     /* the derivatives stream only on Intel cores */
@@ -118,6 +119,19 @@ FK_INLINE int fk_output_streams(const fk_storage *out, int64_t other_bytes) {
     return 0;
 #endif
 }
+/* The chunk in bytes of a one-input op's streamed rows: 512 on Intel cores, FK_STREAM_CHUNK
+ * elsewhere.  On the 16-core Xeon (3 rounds, ratio to PyTorch) 4096 -> 512: NEG f32 4M 0.92-0.98 ->
+ * 0.78-0.85x, SQR 0.92-0.97 -> 0.79-0.85, LOG 1.31-1.32 -> 1.15-1.21, SIGMOID 0.43-0.44 -> 0.38-0.40
+ * (GELU 0.27 -> 0.29; 1 KiB between the two); on the Zen 4 VM with streaming forced at 4M, 512
+ * cost the cheap ops 7-11% (NEG f32 0.83 -> 0.91 ms, CEIL 0.83 -> 0.92, NEG bf16 0.35 -> 0.37).
+ * The two-input rows keep FK_STREAM_CHUNK: SILU_BACKWARD, the Xeon, 1.20-1.31 -> 1.33-1.41x. */
+FK_INLINE int64_t fk_unary_stream_chunk(void) {
+#if FK_CAN_STREAM
+    return __builtin_cpu_is("intel") ? 512 : FK_STREAM_CHUNK;
+#else
+    return FK_STREAM_CHUNK;
+#endif
+}
 /* The row ctx of a two-input kernel (FK_BINARY_KERNEL): whether its contiguous rows may stream.
  * Fused groups call the rows with no ctx (NULL): those rows store plainly. */
 typedef struct {
@@ -142,13 +156,14 @@ FK_INLINE void fk_stream_store(void *dst, const void *src, int64_t bytes) {
 #endif
     memcpy((char *)dst + i, (const char *)src + i, (size_t)(bytes - i));
 }
-/* A streamed contiguous row of N elements of type T into O, H of them before O's first line:
- * CALL(i, o, m) computes the row's m elements from element i on into o (a plain call for the head,
- * then one per chunk into the L1 buffer). */
-#define FK_STREAM_ROW(T, O, N, H, CALL)                                                            \
+/* A streamed contiguous row of N elements of type T into O, H of them before O's first line, in
+ * chunks of CHUNK bytes (a multiple of 64 up to FK_STREAM_CHUNK): CALL(i, o, m) computes the row's m
+ * elements from element i on into o (a plain call for the head, then one per chunk into the L1
+ * buffer). */
+#define FK_STREAM_ROW(T, O, N, H, CHUNK, CALL)                                                     \
     do {                                                                                          \
         _Alignas(64) T buf_[FK_STREAM_CHUNK / sizeof(T)];                                         \
-        const int64_t chunk_ = (int64_t)(FK_STREAM_CHUNK / sizeof(T));                            \
+        const int64_t chunk_ = (int64_t)(CHUNK) / (int64_t)sizeof(T);                             \
         if ((H) > 0) CALL(0, (O), (H));                                                           \
         for (int64_t i_ = (H); i_ < (N); i_ += chunk_) {                                          \
             int64_t m_ = (N) - i_ < chunk_ ? (N) - i_ : chunk_;                                   \
@@ -174,13 +189,13 @@ FK_INLINE int64_t fk_stream_direct_head(int stream, const void *out, int64_t n, 
     return -1;
 #endif
 }
-/* A contiguous row of N elements of type T into O, CALL(i, o, m) as above: streamed where STREAM
- * allows (fk_stream_head), else split at O's first line (fk_align_head). */
-#define FK_CONTIG_ROW(T, O, N, STREAM, CALL)                                                       \
+/* A contiguous row of N elements of type T into O, CALL(i, o, m) as above: streamed in chunks of
+ * CHUNK bytes where STREAM allows (fk_stream_head), else split at O's first line (fk_align_head). */
+#define FK_CONTIG_ROW(T, O, N, STREAM, CHUNK, CALL)                                                \
     do {                                                                                          \
         int64_t h_ = (STREAM) ? fk_stream_head((O), (N), sizeof(T)) : -1;                         \
         if (h_ >= 0) {                                                                            \
-            FK_STREAM_ROW(T, (O), (N), h_, CALL);                                                 \
+            FK_STREAM_ROW(T, (O), (N), h_, (CHUNK), CALL);                                        \
             break;                                                                                \
         }                                                                                         \
         h_ = fk_align_head((O), (N), sizeof(T));                                                  \
@@ -377,7 +392,7 @@ static inline void fk_store_bool_row(const uint8_t *src, char *dst, int64_t ds, 
         void (*const vec_)(const T *, int64_t, const T *, int64_t, OT *, int64_t) = VEC;         \
         const T *const a_ = (A), *const b_ = (B);                                                 \
         const int64_t ia_ = (IA), ib_ = (IB);                                                     \
-        FK_CONTIG_ROW(OT, (O), (N), fk_binary_streams(CTX), FK_BCALL_);                           \
+        FK_CONTIG_ROW(OT, (O), (N), fk_binary_streams(CTX), FK_STREAM_CHUNK, FK_BCALL_);          \
     } while (0)
 /* FK_BINARY_CONTIG_ROW's call: elements i.. of the row into o */
 #define FK_BCALL_(i, o, m) vec_(a_ + ia_ * (i), ia_, b_ + ib_ * (i), ib_, o, m)
