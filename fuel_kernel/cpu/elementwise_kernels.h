@@ -95,15 +95,27 @@ FK_INLINE int64_t fk_align_head(const void *out, int64_t n, int64_t itemsize) {
 #else
 #define FK_CAN_STREAM 0
 #endif
-/* FUEL_KERNEL_STREAM_BYTES, read once when the module loads: a positive byte count sets the output
- * size from which rows stream on any x86-64 CPU (the tests run the streamed rows on every machine
- * with it); 0 when unset or not a positive integer (the rule below). */
+/* Two settings, read once when the module loads (the tests run every streamed row on any machine
+ * with them).  FUEL_KERNEL_STREAM_BYTES: a positive byte count sets the output size from which rows
+ * stream on any x86-64 CPU; 0 when unset or not a positive integer (the rule below).
+ * FUEL_KERNEL_STREAM_AS: "intel" or "other" makes the streaming rules those of Intel cores or of
+ * the others (the size, the chunk, the direct stores); unset, the CPU's own vendor decides. */
 static int64_t fk_stream_bytes_setting;
-__attribute__((constructor)) static void fk_stream_bytes_read(void) {
+static int fk_stream_intel;
+__attribute__((constructor)) static void fk_stream_settings_read(void) {
     const char *text = getenv("FUEL_KERNEL_STREAM_BYTES");
     char *end = NULL;
     long long bytes = text != NULL && *text != '\0' ? strtoll(text, &end, 10) : 0;
     fk_stream_bytes_setting = end != NULL && *end == '\0' && bytes > 0 ? (int64_t)bytes : 0;
+    const char *as = getenv("FUEL_KERNEL_STREAM_AS");
+#if FK_CAN_STREAM
+    __builtin_cpu_init();   /* constructors may run before GCC's own CPU model is filled in */
+    fk_stream_intel = as != NULL && strcmp(as, "intel") == 0   ? 1
+                      : as != NULL && strcmp(as, "other") == 0 ? 0
+                                                              : __builtin_cpu_is("intel");
+#else
+    (void)as;
+#endif
 }
 /* whether a kernel's rows may stream into this output: FK_STREAM_BYTES on Intel cores, other_bytes
  * elsewhere (unary ops: FK_STREAM_BYTES_OTHER; two-input ops: FK_STREAM_BYTES_BINARY_OTHER), or
@@ -111,7 +123,7 @@ __attribute__((constructor)) static void fk_stream_bytes_read(void) {
 FK_INLINE int fk_output_streams(const fk_storage *out, int64_t other_bytes) {
 #if FK_CAN_STREAM
     int64_t from = fk_stream_bytes_setting ? fk_stream_bytes_setting
-                   : __builtin_cpu_is("intel") ? FK_STREAM_BYTES : other_bytes;
+                   : fk_stream_intel ? FK_STREAM_BYTES : other_bytes;
     return (int64_t)out->nbytes >= from;
 #else
     (void)out;
@@ -125,13 +137,7 @@ FK_INLINE int fk_output_streams(const fk_storage *out, int64_t other_bytes) {
  * (GELU 0.27 -> 0.29; 1 KiB between the two); on the Zen 4 VM with streaming forced at 4M, 512
  * cost the cheap ops 7-11% (NEG f32 0.83 -> 0.91 ms, CEIL 0.83 -> 0.92, NEG bf16 0.35 -> 0.37).
  * The two-input rows keep FK_STREAM_CHUNK: SILU_BACKWARD, the Xeon, 1.20-1.31 -> 1.33-1.41x. */
-FK_INLINE int64_t fk_unary_stream_chunk(void) {
-#if FK_CAN_STREAM
-    return __builtin_cpu_is("intel") ? 512 : FK_STREAM_CHUNK;
-#else
-    return FK_STREAM_CHUNK;
-#endif
-}
+FK_INLINE int64_t fk_unary_stream_chunk(void) { return fk_stream_intel ? 512 : FK_STREAM_CHUNK; }
 /* The row ctx of a two-input kernel (FK_BINARY_KERNEL): whether its contiguous rows may stream.
  * Fused groups call the rows with no ctx (NULL): those rows store plainly. */
 typedef struct {
@@ -181,7 +187,7 @@ FK_INLINE void fk_stream_store(void *dst, const void *src, int64_t bytes) {
  * 4M 1.9 -> 3.6 ms, LOG 2.1 -> 4.2, SIGMOID 2.3 -> 4.1), so Intel cores keep the chunks. */
 FK_INLINE int64_t fk_stream_direct_head(int stream, const void *out, int64_t n, int64_t itemsize) {
 #if FK_HAVE_ISA_V4
-    return stream && __builtin_cpu_supports("x86-64-v4") && !__builtin_cpu_is("intel")
+    return stream && __builtin_cpu_supports("x86-64-v4") && !fk_stream_intel
                ? fk_stream_head(out, n, itemsize)
                : -1;
 #else

@@ -309,12 +309,14 @@ def test_long_rows_give_the_same_bits_at_every_output_alignment(kernel, rng):
 
 def stream_bytes(n_inputs):
     """The output size from which this process's contiguous rows are written with non-temporal
-    stores (elementwise_kernels.h): FUEL_KERNEL_STREAM_BYTES where set, else 4 MiB on Intel cores,
-    and elsewhere 64 MiB for unary ops and never (None) for two-input ones."""
+    stores (elementwise_kernels.h): FUEL_KERNEL_STREAM_BYTES where set, else 4 MiB on Intel cores
+    (or with FUEL_KERNEL_STREAM_AS=intel), and elsewhere 64 MiB for unary ops and never (None) for
+    two-input ones."""
     setting = os.environ.get("FUEL_KERNEL_STREAM_BYTES", "")
     if setting.isdigit() and int(setting) > 0:
         return int(setting)
-    if cpu_vendor() == "GenuineIntel":
+    streams_as = os.environ.get("FUEL_KERNEL_STREAM_AS", "")
+    if streams_as == "intel" or (streams_as != "other" and cpu_vendor() == "GenuineIntel"):
         return 4 << 20
     return 64 << 20 if n_inputs == 1 else None
 
@@ -331,8 +333,10 @@ STREAMED_LARGE = {"exp-f32-f32", "neg-bf16-bf16", "sqrt-f64-f64", "abs-i8-i8", "
 
 @pytest.mark.parametrize("kernel,name", STREAMED_BINDINGS, ids=[i for _, i in STREAMED_BINDINGS])
 def test_streamed_rows_give_the_same_bits(kernel, name, rng):
-    """An output of stream_bytes() and more is computed a 4 KiB chunk at a time and stored with
-    non-temporal stores (the elements before its first 64-byte line plainly): the same bits as the
+    """An output of stream_bytes() and more is computed a chunk at a time (4 KiB; a unary op's 512
+    bytes on Intel cores) and stored with non-temporal stores, or on other x86-64-v4 CPUs an F32
+    AVX-512 unary row stores each vector non-temporally as it computes it (the elements before the
+    first 64-byte line plainly either way): the same bits as the
     same elements computed into outputs too small to stream, at a line boundary, one element past
     it, with each input of a two-input op broadcast from one element, and in place over the first
     input; POWI on floats with a negative and a small positive exponent."""
@@ -367,13 +371,17 @@ def test_streamed_rows_give_the_same_bits(kernel, name, rng):
             assert inplace.tobytes() == pieces.tobytes(), f"in place, broadcast {broadcast}, {params}"
 
 
-def test_streamed_rows_on_any_cpu():
+@pytest.mark.parametrize("streams_as", ["intel", "other"])
+def test_streamed_rows_on_any_cpu(streams_as):
     """With FUEL_KERNEL_STREAM_BYTES set, every x86-64 CPU streams outputs from that size, whatever
-    its own rule: a child process runs test_streamed_rows_give_the_same_bits with it at 4 MiB, so
-    every streamed binding (the derivatives included, which stream only on Intel cores by default)
-    is checked wherever the suite runs."""
+    its own rule, and FUEL_KERNEL_STREAM_AS picks the vendor's way of streaming (Intel cores: 512-byte
+    chunks for unary ops and no direct stores; others: 4 KiB chunks, the AVX-512 rows' direct
+    stores): a child process runs test_streamed_rows_give_the_same_bits at 4 MiB as each, so every
+    streamed binding (the derivatives included, which stream only on Intel cores by default) is
+    checked in both ways wherever the suite runs."""
     env = child_env()
     env["FUEL_KERNEL_STREAM_BYTES"] = str(STREAM_CHILD_BYTES)
+    env["FUEL_KERNEL_STREAM_AS"] = streams_as
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                              f"{__file__}::test_streamed_rows_give_the_same_bits"],
                             env=env, capture_output=True, text=True, timeout=600)
