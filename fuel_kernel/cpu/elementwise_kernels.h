@@ -133,7 +133,7 @@ FK_INLINE int fk_output_streams(const fk_storage *out, int64_t other_bytes) {
 }
 /* The chunk in bytes of a one-input op's streamed rows: 512 on Intel cores, FK_STREAM_CHUNK
  * elsewhere.  On the 16-core Xeon (3 rounds, ratio to PyTorch) 4096 -> 512: NEG f32 4M 0.92-0.98 ->
- * 0.78-0.85x, SQR 0.92-0.97 -> 0.79-0.85, LOG 1.31-1.32 -> 1.15-1.21, SIGMOID 0.43-0.44 -> 0.38-0.40
+ * 0.78-0.85x, SQR 0.92-0.97 -> 0.79-0.85, LOG 1.30-1.32 -> 1.15-1.21, SIGMOID 0.43-0.44 -> 0.38-0.40
  * (GELU 0.27 -> 0.29; 1 KiB between the two); on the Zen 4 VM with streaming forced at 4M, 512
  * cost the cheap ops 7-11% (NEG f32 0.83 -> 0.91 ms, CEIL 0.83 -> 0.92, NEG bf16 0.35 -> 0.37).
  * The two-input rows keep FK_STREAM_CHUNK: SILU_BACKWARD, the Xeon, 1.20-1.31 -> 1.33-1.41x. */
