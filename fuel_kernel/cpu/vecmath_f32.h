@@ -825,19 +825,20 @@ FK_VM_INLINE float fk_tanh_grad_f32(float x) {
     return ((4.0f * t) / (d * d)) * FK_TWO_POW_M64;
 }
 
-/* SiLU'(x) = sigmoid(x) + x sigmoid'(x); below x = -120, t is 0 in F32, so x is clamped there (the
+/* SiLU'(x) = sigmoid(x) + x sigmoid'(x) = (n d + x t) / d^2 with t = exp(-|x|), d = 1 + t and
+ * n = 1 (x >= 0) or t: one division.  Below x = -120, t is 0 in F32, so x is clamped there (the
  * limits 1 at +inf and 0 at -inf come out of the same formula).  Above, x is clamped at 80: the
  * derivative is 1 from x = 20 on, and t = exp(-80) is normal where exp(-87.4) would not be (a
- * subnormal step costs an Intel core a microcode assist).  Below 0, t is carried as t 2^64 (1 + t
+ * subnormal step costs an Intel core a microcode assist).  t and n are carried times 2^64 (1 + t
  * as one fma) and the result scaled back once: no step is subnormal where the result is normal
- * (down to x = -91.5), and a subnormal result rounds once. */
+ * (down to x = -91.5), and a subnormal result rounds once.  Over all 2^32 inputs the error is at
+ * most 4.37 2^-24 of M(x) = s + |x| s (1 - s) (two divisions, s and s' apart: 4.43). */
 FK_VM_INLINE float fk_silu_grad_f32(float x) {
     float xc = fk_clamp_f32(x, -120.0f, 80.0f);
     float t = fk_expf_scaled(-fabsf(xc), 64);                             /* exp(-|x|) 2^64 */
-    float d = fmaf(t, FK_TWO_POW_M64, 1.0f);
-    float s = (xc >= 0.0f ? 0x1p64f : t) / d;                             /* sigmoid(x) 2^64 */
-    float ds = t / (d * d);                                               /* sigmoid'(x) 2^64 */
-    return fk_keep_nan(x, fmaf(xc, ds, s) * FK_TWO_POW_M64);
+    float d = fmaf(t, FK_TWO_POW_M64, 1.0f);                              /* 1 + exp(-|x|) */
+    float nd = (xc >= 0.0f ? 0x1p64f : t) * d;                            /* n d 2^64 */
+    return fk_keep_nan(x, (fmaf(xc, t, nd) / (d * d)) * FK_TWO_POW_M64);
 }
 
 /* GELU'(x) (tanh form) = sigmoid(w) + x sigmoid'(w) w', w = C1 x + C3 x^3 carried in two floats as
@@ -1346,9 +1347,9 @@ FK_V4_INLINE __m512 fk_v4_silu_grad(__m512 x) {
     __m512 t = _mm512_scalef_ps(y, _mm512_add_ps(n, _mm512_set1_ps(64.0f)));
     __m512 d = _mm512_fmadd_ps(t, _mm512_set1_ps(FK_TWO_POW_M64), _mm512_set1_ps(1.0f));
     __mmask16 pos = _mm512_cmp_ps_mask(xc, _mm512_setzero_ps(), _CMP_GE_OQ);
-    __m512 s = _mm512_div_ps(_mm512_mask_mov_ps(t, pos, _mm512_set1_ps(0x1p64f)), d);
-    __m512 ds = _mm512_div_ps(t, _mm512_mul_ps(d, d));
-    return fk_v4_keep_nan(x, _mm512_mul_ps(_mm512_fmadd_ps(xc, ds, s), _mm512_set1_ps(FK_TWO_POW_M64)));
+    __m512 nd = _mm512_mul_ps(_mm512_mask_mov_ps(t, pos, _mm512_set1_ps(0x1p64f)), d);
+    __m512 q = _mm512_div_ps(_mm512_fmadd_ps(xc, t, nd), _mm512_mul_ps(d, d));
+    return fk_v4_keep_nan(x, _mm512_mul_ps(q, _mm512_set1_ps(FK_TWO_POW_M64)));
 }
 FK_V4_INLINE __m512 fk_v4_gelu_erf_grad(__m512 x) {
     __m512 z = _mm512_abs_ps(x), e, n;
