@@ -841,8 +841,9 @@ FK_VM_INLINE float fk_silu_grad_f32(float x) {
     return fk_keep_nan(x, (fmaf(xc, t, nd) / (d * d)) * FK_TWO_POW_M64);
 }
 
-/* GELU'(x) (tanh form) = sigmoid(w) + x sigmoid'(w) w', w = C1 x + C3 x^3 carried in two floats as
- * in fk_fast_geluf (so sigmoid(w), sigmoid'(w) keep their relative accuracy in the tail), w' = C1
+/* GELU'(x) (tanh form) = sigmoid(w) + x sigmoid'(w) w' = (n d + x w' t) / d^2 (t = exp(-|w|),
+ * d = 1 + t, n = 1 or t: one division, as SiLU's), w = C1 x + C3 x^3 carried in two floats as in
+ * fk_fast_geluf (so sigmoid(w), sigmoid'(w) keep their relative accuracy in the tail), w' = C1
  * + 3 C3 x^2.  From x = 5 on the derivative rounds to 1, and x is clamped at 9.5, where t =
  * exp(-|w|) is still normal (past 10.4 it would be subnormal: an Intel core's microcode assist);
  * below x = -12 it is below 1e-42 and is 0. */
@@ -852,10 +853,9 @@ FK_VM_INLINE float fk_gelu_grad_f32(float x) {
     float x2h = xc * xc;                                                  /* as in the inner argument */
     float t = fk_expf_dd_scaled(-fabsf(wh), xc < 0.0f ? wl : -wl, 0);     /* exp(-|w|) */
     float d = 1.0f + t;
-    float s = (xc >= 0.0f ? 1.0f : t) / d;
-    float ds = t / (d * d);
+    float nd = (xc >= 0.0f ? 1.0f : t) * d;                               /* n d */
     float wp = fmaf(2.140644488e-01f, x2h, 1.595769167e+00f);             /* C1 + 3 C3 x^2 */
-    float y = fmaf(xc * wp, ds, s);
+    float y = fmaf(xc * wp, t, nd) / (d * d);
     y = x < -12.0f ? 0.0f : y;
     return fk_keep_nan(x, y);
 }
