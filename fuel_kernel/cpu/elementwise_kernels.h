@@ -102,14 +102,6 @@ FK_INLINE int64_t fk_align_head(const void *out, int64_t n, int64_t itemsize) {
  * the others (the size, the chunk, the direct stores); unset, the CPU's own vendor decides. */
 static int64_t fk_stream_bytes_setting;
 static int fk_stream_intel;
-/* The widest non-temporal store of this CPU in bytes (64 with AVX-512, 32 with AVX2, else 16), set
- * when the module loads (16 where the build has no AVX-512 forms): fk_stream_store copies a chunk
- * with one store per 64, 32 or 16 bytes.
- * 16-byte stores took four store-buffer entries per line where one does.  On the Zen 4 VM, one
- * pinned core: at its own rule (96 MiB outputs) NEG f32 5.2-5.3 -> 4.4-4.8 ms, SQRT 7.2-7.4 ->
- * 6.1-6.5; with the Intel rules forced at 4M f32, NEG 0.91 -> 0.69 ms, EXP 1.31 -> 1.13, LOG 1.85
- * -> 1.61, SILU_BACKWARD 2.30 -> 2.17, NEG bf16 (4 KiB chunks) 0.44 -> 0.35. */
-static int fk_stream_store_width = 16;
 __attribute__((constructor)) static void fk_stream_settings_read(void) {
     const char *text = getenv("FUEL_KERNEL_STREAM_BYTES");
     char *end = NULL;
@@ -121,9 +113,6 @@ __attribute__((constructor)) static void fk_stream_settings_read(void) {
     fk_stream_intel = as != NULL && strcmp(as, "intel") == 0   ? 1
                       : as != NULL && strcmp(as, "other") == 0 ? 0
                                                               : __builtin_cpu_is("intel");
-#if FK_HAVE_ISA_V4
-    fk_stream_store_width = __builtin_cpu_supports("x86-64-v4") ? 64 : __builtin_cpu_supports("x86-64-v3") ? 32 : 16;
-#endif
 #else
     (void)as;
 #endif
@@ -163,34 +152,45 @@ FK_INLINE int64_t fk_stream_head(const void *out, int64_t n, int64_t itemsize) {
 }
 /* whether a two-input kernel's rows stream with this ctx */
 FK_INLINE int fk_binary_streams(const void *ctx) { return ctx && ((const fk_binary_ctx *)ctx)->stream; }
-#if FK_HAVE_ISA_V4
-FK_ISA_V4 static int64_t fk_stream_store_64(void *dst, const void *src, int64_t bytes) {
-    int64_t i = 0;
-    for (; i + 64 <= bytes; i += 64)
-        _mm512_stream_si512((__m512i *)((char *)dst + i), _mm512_load_si512((const char *)src + i));
-    return i;
-}
-FK_ISA_V3 static int64_t fk_stream_store_32(void *dst, const void *src, int64_t bytes) {
-    int64_t i = 0;
-    for (; i + 32 <= bytes; i += 32)
-        _mm256_stream_si256((__m256i *)((char *)dst + i), _mm256_load_si256((const __m256i *)((const char *)src + i)));
-    return i;
-}
-#endif
-/* bytes from src to dst, both 64-byte aligned, with non-temporal stores (a last part of under 16
- * bytes plainly) */
-FK_INLINE void fk_stream_store(void *dst, const void *src, int64_t bytes) {
-    int64_t i = 0;
-#if FK_HAVE_ISA_V4
-    if (fk_stream_store_width == 64) i = fk_stream_store_64(dst, src, bytes);
-    else if (fk_stream_store_width == 32) i = fk_stream_store_32(dst, src, bytes);
-#endif
+/* bytes from src to dst, both 64-byte aligned, with non-temporal stores from byte `from` on, 16
+ * bytes a store (a last part of under 16 bytes plainly) */
+static void fk_stream_store_from(void *dst, const void *src, int64_t from, int64_t bytes) {
+    int64_t i = from;
 #if FK_CAN_STREAM
     for (; i + 16 <= bytes; i += 16)
         _mm_stream_si128((__m128i *)((char *)dst + i), _mm_load_si128((const __m128i *)((const char *)src + i)));
 #endif
     memcpy((char *)dst + i, (const char *)src + i, (size_t)(bytes - i));
 }
+/* fk_stream_store(dst, src, bytes): bytes from src to dst, both 64-byte aligned, with the CPU's
+ * widest non-temporal store (64 bytes on AVX-512, 32 on AVX2, else 16), picked once at load.
+ * 16-byte stores took four store-buffer entries per line where one does.  On the Zen 4 VM, one
+ * pinned core: at its own rule (96 MiB outputs) NEG f32 5.2-5.3 -> 4.4-4.8 ms, SQRT 7.2-7.4 ->
+ * 6.1-6.5; with the Intel rules forced at 4M f32, NEG 0.91 -> 0.69 ms, EXP 1.31 -> 1.13, LOG 1.85
+ * -> 1.61, SILU_BACKWARD 2.30 -> 2.17, NEG bf16 (4 KiB chunks) 0.44 -> 0.35. */
+#if FK_HAVE_ISA_V4
+FK_ISA_V4 static void fk_stream_store_v4(void *dst, const void *src, int64_t bytes) {
+    int64_t i = 0;
+    for (; i + 64 <= bytes; i += 64)
+        _mm512_stream_si512((__m512i *)((char *)dst + i), _mm512_load_si512((const char *)src + i));
+    fk_stream_store_from(dst, src, i, bytes);
+}
+FK_ISA_V3 static void fk_stream_store_v3(void *dst, const void *src, int64_t bytes) {
+    int64_t i = 0;
+    for (; i + 32 <= bytes; i += 32)
+        _mm256_stream_si256((__m256i *)((char *)dst + i), _mm256_load_si256((const __m256i *)((const char *)src + i)));
+    fk_stream_store_from(dst, src, i, bytes);
+}
+static void fk_stream_store_portable(void *dst, const void *src, int64_t bytes) {
+    fk_stream_store_from(dst, src, 0, bytes);
+}
+FK_ISA_PICK(fk_stream_store, (void *dst, const void *src, int64_t bytes), (dst, src, bytes),
+            __builtin_cpu_supports("x86-64-v4")   ? fk_stream_store_v4
+            : __builtin_cpu_supports("x86-64-v3") ? fk_stream_store_v3
+                                                  : fk_stream_store_portable)
+#else
+static void fk_stream_store(void *dst, const void *src, int64_t bytes) { fk_stream_store_from(dst, src, 0, bytes); }
+#endif
 /* A streamed contiguous row of N elements of type T into O, H of them before O's first line, in
  * chunks of CHUNK bytes (a multiple of 64 up to FK_STREAM_CHUNK): CALL(i, o, m) computes the row's m
  * elements from element i on into o (a plain call for the head, then one per chunk into the L1
