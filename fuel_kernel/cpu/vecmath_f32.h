@@ -1375,10 +1375,32 @@ FK_V4_INLINE __m512 fk_v4_gelu_erf_backward(__m512 x, __m512 dy) {
 }
 /* NAME: o[i] = F(a[i * ia], b[i * ib]) for ia, ib in {0, 1} (a broadcast operand has stride 0),
  * the last vector masked (its idle lanes computed on 1) */
+/* The loops below load each vector a block of 256 bytes before its result is stored (the loads of
+ * the next block are issued before the stores of this one).  A load that follows a store to an
+ * address 0 to 256 bytes lower modulo 4 KiB (an output just past its input in the 4 KiB window, as
+ * glibc places one heap block 16 bytes past the last) otherwise waits on that store: 4K aliasing,
+ * and where the store misses the cache it waits on memory. */
 #define FK_V4_BINARY_VEC(NAME, F)                                                                  \
     FK_V4_INLINE void NAME(const float *a, int64_t ia, const float *b, int64_t ib, float *o, int64_t n) { \
         int64_t i = 0;                                                                            \
         __m512 xa = _mm512_set1_ps(a[0]), yb = _mm512_set1_ps(b[0]);                              \
+        if (n >= 128) {                                                                           \
+            __m512 x[4], y[4];                                                                    \
+            for (int k = 0; k < 4; k++) {                                                         \
+                x[k] = ia ? _mm512_loadu_ps(a + 16 * k) : xa;                                     \
+                y[k] = ib ? _mm512_loadu_ps(b + 16 * k) : yb;                                     \
+            }                                                                                     \
+            for (; i + 128 <= n; i += 64) {                                                       \
+                _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {                             \
+                    __m512 r = F(x[k], y[k]);                                                     \
+                    x[k] = ia ? _mm512_loadu_ps(a + i + 64 + 16 * k) : xa;                        \
+                    y[k] = ib ? _mm512_loadu_ps(b + i + 64 + 16 * k) : yb;                        \
+                    _mm512_storeu_ps(o + i + 16 * k, r);                                          \
+                }                                                                                 \
+            }                                                                                     \
+            _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) _mm512_storeu_ps(o + i + 16 * k, F(x[k], y[k])); \
+            i += 64;                                                                              \
+        }                                                                                         \
         for (; i + 16 <= n; i += 16) {                                                            \
             __m512 x = ia ? _mm512_loadu_ps(a + i) : xa, y = ib ? _mm512_loadu_ps(b + i) : yb;    \
             _mm512_storeu_ps(o + i, F(x, y));                                                     \
@@ -1458,10 +1480,20 @@ FK_V4_INLINE __m256i fk_v4_bf16_round_fast(__m512 f, int have_bf16) {
 #define fk_v4_map_f32_store(F, a, o, n, STORE)                                                     \
     do {                                                                                           \
         int64_t i_ = 0;                                                                            \
-        for (; i_ + 32 <= (n); i_ += 32) {                                                         \
-            __m512 v0_ = F(_mm512_loadu_ps((a) + i_)), v1_ = F(_mm512_loadu_ps((a) + i_ + 16));    \
-            STORE((o) + i_, v0_);                                                                  \
-            STORE((o) + i_ + 16, v1_);                                                             \
+        if ((n) >= 128) {               /* loads a 256-byte block ahead (FK_V4_BINARY_VEC says why) */ \
+            __m512 x_[4];                                                                          \
+            for (int k_ = 0; k_ < 4; k_++) x_[k_] = _mm512_loadu_ps((a) + 16 * k_);                \
+            for (; i_ + 128 <= (n); i_ += 64) {                                                    \
+                _Pragma("GCC unroll 2") for (int k_ = 0; k_ < 4; k_ += 2) {                        \
+                    __m512 v0_ = F(x_[k_]), v1_ = F(x_[k_ + 1]);                                   \
+                    x_[k_] = _mm512_loadu_ps((a) + i_ + 64 + 16 * k_);                             \
+                    x_[k_ + 1] = _mm512_loadu_ps((a) + i_ + 80 + 16 * k_);                         \
+                    STORE((o) + i_ + 16 * k_, v0_);                                                \
+                    STORE((o) + i_ + 16 * k_ + 16, v1_);                                           \
+                }                                                                                  \
+            }                                                                                      \
+            _Pragma("GCC unroll 4") for (int k_ = 0; k_ < 4; k_++) STORE((o) + i_ + 16 * k_, F(x_[k_])); \
+            i_ += 64;                                                                              \
         }                                                                                          \
         for (; i_ + 16 <= (n); i_ += 16) STORE((o) + i_, F(_mm512_loadu_ps((a) + i_)));            \
         if (i_ < (n)) {                                                                            \

@@ -366,3 +366,33 @@ def test_backward_contiguous_vector_forms_give_the_strided_bits(op):
             k(wide[0, 1::2], wide[1, 1::2], out=strided[::2])
         differ = contiguous.view(np.uint32) != strided[::2].view(np.uint32)
         assert not differ.any(), f"{op.name}: {x[differ][:5]} give {contiguous[differ][:5]} and {strided[::2][differ][:5]}"
+
+@pytest.mark.parametrize("op", list(FLOAT_UNARY) + sorted(BACKWARD_NORMAL_FROM, key=lambda o: o.name) + [Op.POW],
+                         ids=lambda op: op.name)
+def test_vector_loops_every_short_length(op):
+    """The AVX-512 loops load a 256-byte block ahead of their stores from 128 elements on, then
+    finish by single vectors and a masked one: every length from 0 to 300 (and a few longer ones),
+    contiguous, in place and, for two-input ops, with an operand broadcast from one element, gives
+    the strided rows' bits."""
+    rng = np.random.default_rng(9)
+    n_in = 2 if op in BACKWARD_NORMAL_FROM or op == Op.POW else 1
+    k = fk.bindings().lookup(op, [D.F32] * (n_in + 1))
+    for n in list(range(301)) + [1000, 4097]:
+        wide = (rng.standard_normal((n_in, 2 * n)) * 4).astype(np.float32)
+        if op in (Op.LOG, Op.SQRT, Op.RSQRT, Op.POW):
+            wide[0] = np.abs(wide[0])
+        strided_in = [w[::2] for w in wide]
+        contiguous_in = [np.ascontiguousarray(x) for x in strided_in]
+        layouts = [contiguous_in]
+        if n_in == 2 and n:
+            layouts.append([contiguous_in[0], np.broadcast_to(contiguous_in[1][:1], (n,))])
+        for inputs in layouts:
+            expected = np.empty(2 * n, np.float32)[::2]
+            out = np.empty(n, np.float32)
+            with np.errstate(all="ignore"):
+                k(*[x if x.strides[0] == 0 else x.repeat(2)[::2] for x in inputs], out=expected)
+                k(*inputs, out=out)
+                assert out.tobytes() == expected.tobytes(), f"{op.name}, {n} elements"
+                inplace = inputs[0].copy()
+                k(inplace, *inputs[1:], out=inplace)
+            assert inplace.tobytes() == expected.tobytes(), f"{op.name}, {n} elements in place"
