@@ -85,7 +85,13 @@ FK_INLINE int64_t fk_align_head(const void *out, int64_t n, int64_t itemsize) {
  * cores only: on the 16-core Xeon SILU_BACKWARD f32 4M 10.9 -> 3.5 ms, GELU_BACKWARD 13.9 -> 7.4,
  * GELU_ERF_BACKWARD 9.1 -> 3.8, while ADD and MUL f32 went 1.8-1.9 -> 1.9-2.4 ms in a script and
  * ADD bf16 1.1-1.2 -> 1.5-1.6, and on the Zen 4 no two-input op gained at 16 to 256 MiB (ADD f32 at
- * memory speed either way, SILU_BACKWARD 15% slower). */
+ * memory speed either way, SILU_BACKWARD 15% slower).  Those numbers were 4K aliasing more than
+ * store traffic: an output 16 to 256 bytes past an input modulo 4 KiB (where glibc puts one heap
+ * block after another) made each load wait on the plain store just before it, and on the Xeon that
+ * store waits on memory.  The AVX-512 loops of vecmath_f32.h now load a block ahead of their stores;
+ * an F32 derivative with such a loop (SILU_BACKWARD, GELU_ERF_BACKWARD) stores plainly on
+ * x86-64-v4 CPUs (fk_v4_forms_run), and a unary one streams straight from its registers
+ * (fk_stream_direct_head). */
 #define FK_STREAM_CHUNK 4096            /* bytes computed into the L1 buffer at a time, at most */
 #define FK_STREAM_MIN_ROW 16384         /* shorter rows store plainly (the fence costs more than it saves) */
 #define FK_STREAM_BYTES_OTHER ((int64_t)64 << 20)
@@ -207,18 +213,25 @@ static void fk_stream_store(void *dst, const void *src, int64_t bytes) { fk_stre
         }                                                                                         \
         fk_stream_fence();                                                                        \
     } while (0)
+/* 1 where this build's AVX-512 loops run (an x86-64-v4 CPU), else 0 */
+FK_INLINE int fk_v4_forms_run(void) {
+#if FK_HAVE_ISA_V4
+    return __builtin_cpu_supports("x86-64-v4");
+#else
+    return 0;
+#endif
+}
 /* The elements of a contiguous row before its output's first line where the row streams straight
- * from an AVX-512 loop's registers (STREAM set, an x86-64-v4 CPU that is not Intel's, fk_stream_head's
- * conditions), else -1.  Such a loop stores each vector as it computes it: on a Zen 4 core a
- * compute-bound op's stores then drain during its arithmetic, where FK_STREAM_ROW's chunks left the
- * memory idle while they computed (streaming forced, EXP f32 4M 1.27 -> 1.05 ms, SIGMOID 1.82 ->
- * 1.40).  On the 16-core Xeon the same stores ran at plain stores' speed, half the chunks' (EXP f32
- * 4M 1.9 -> 3.6 ms, LOG 2.1 -> 4.2, SIGMOID 2.3 -> 4.1), so Intel cores keep the chunks. */
+ * from an AVX-512 loop's registers (STREAM set, an x86-64-v4 CPU, fk_stream_head's conditions), else
+ * -1.  Such a loop stores each vector as it computes it: a compute-bound op's stores then drain
+ * during its arithmetic, where FK_STREAM_ROW's chunks left the memory idle while they computed (the
+ * Zen 4, streaming forced: EXP f32 4M 1.27 -> 1.05 ms, SIGMOID 1.82 -> 1.40; the 16-core Xeon, in the
+ * bench, 3 rounds: LOG 2.5-3.6 -> 1.8-2.4 ms, EXP 1.7-2.5 -> 1.3-1.6).  On the Xeon these stores had
+ * run at half the chunks' speed until the loops loaded a block ahead of them (4K aliasing:
+ * the streamed rows' note above). */
 FK_INLINE int64_t fk_stream_direct_head(int stream, const void *out, int64_t n, int64_t itemsize) {
 #if FK_HAVE_ISA_V4
-    return stream && __builtin_cpu_supports("x86-64-v4") && !fk_stream_intel
-               ? fk_stream_head(out, n, itemsize)
-               : -1;
+    return stream && fk_v4_forms_run() ? fk_stream_head(out, n, itemsize) : -1;
 #else
     (void)stream, (void)out, (void)n, (void)itemsize;
     return -1;

@@ -334,9 +334,10 @@ STREAMED_LARGE = {"exp-f32-f32", "neg-bf16-bf16", "sqrt-f64-f64", "abs-i8-i8", "
 @pytest.mark.parametrize("kernel,name", STREAMED_BINDINGS, ids=[i for _, i in STREAMED_BINDINGS])
 def test_streamed_rows_give_the_same_bits(kernel, name, rng):
     """An output of stream_bytes() and more is computed a chunk at a time (4 KiB; a unary op's 512
-    bytes on Intel cores) and stored with non-temporal stores, or on other x86-64-v4 CPUs an F32
-    AVX-512 unary row stores each vector non-temporally as it computes it (the elements before the
-    first 64-byte line plainly either way): the same bits as the
+    bytes on Intel cores) and stored with non-temporal stores, or on x86-64-v4 CPUs an F32 AVX-512
+    unary row stores each vector non-temporally as it computes it (the elements before the first
+    64-byte line plainly either way; there the F32 derivatives with AVX-512 loops, SILU_BACKWARD and
+    GELU_ERF_BACKWARD, store plainly): the same bits as the
     same elements computed into outputs too small to stream, at a line boundary, one element past
     it, with each input of a two-input op broadcast from one element, and in place over the first
     input; POWI on floats with a negative and a small positive exponent."""
@@ -375,8 +376,8 @@ def test_streamed_rows_give_the_same_bits(kernel, name, rng):
 def test_streamed_rows_on_any_cpu(streams_as):
     """With FUEL_KERNEL_STREAM_BYTES set, every x86-64 CPU streams outputs from that size, whatever
     its own rule, and FUEL_KERNEL_STREAM_AS picks the vendor's way of streaming (Intel cores: 512-byte
-    chunks for unary ops and no direct stores; others: 4 KiB chunks, the AVX-512 rows' direct
-    stores): a child process runs test_streamed_rows_give_the_same_bits at 4 MiB as each, so every
+    chunks for unary ops; others: 4 KiB chunks; the F32 AVX-512 unary rows' direct stores on
+    x86-64-v4 CPUs either way): a child process runs test_streamed_rows_give_the_same_bits at 4 MiB as each, so every
     streamed binding (the derivatives included, which stream only on Intel cores by default) is
     checked in both ways wherever the suite runs."""
     env = child_env()
