@@ -1373,13 +1373,13 @@ FK_V4_INLINE __m512 fk_v4_silu_backward(__m512 x, __m512 dy) {
 FK_V4_INLINE __m512 fk_v4_gelu_erf_backward(__m512 x, __m512 dy) {
     return fk_v4_keep_nan(dy, _mm512_mul_ps(dy, fk_v4_gelu_erf_grad(x)));
 }
-/* NAME: o[i] = F(a[i * ia], b[i * ib]) for ia, ib in {0, 1} (a broadcast operand has stride 0),
- * the last vector masked (its idle lanes computed on 1) */
 /* The loops below load each vector a block of 256 bytes before its result is stored (the loads of
  * the next block are issued before the stores of this one).  A load that follows a store to an
  * address 0 to 256 bytes lower modulo 4 KiB (an output just past its input in the 4 KiB window, as
  * glibc places one heap block 16 bytes past the last) otherwise waits on that store: 4K aliasing,
- * and where the store misses the cache it waits on memory. */
+ * and where the store misses the cache it waits on memory.
+ * NAME: o[i] = F(a[i * ia], b[i * ib]) for ia, ib in {0, 1} (a broadcast operand has stride 0),
+ * the last vector masked (its idle lanes computed on 1) */
 #define FK_V4_BINARY_VEC(NAME, F)                                                                  \
     FK_V4_INLINE void NAME(const float *a, int64_t ia, const float *b, int64_t ib, float *o, int64_t n) { \
         int64_t i = 0;                                                                            \

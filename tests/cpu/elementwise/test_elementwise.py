@@ -377,9 +377,9 @@ def test_streamed_rows_on_any_cpu(streams_as):
     """With FUEL_KERNEL_STREAM_BYTES set, every x86-64 CPU streams outputs from that size, whatever
     its own rule, and FUEL_KERNEL_STREAM_AS picks the vendor's way of streaming (Intel cores: 512-byte
     chunks for unary ops; others: 4 KiB chunks; the F32 AVX-512 unary rows' direct stores on
-    x86-64-v4 CPUs either way): a child process runs test_streamed_rows_give_the_same_bits at 4 MiB as each, so every
-    streamed binding (the derivatives included, which stream only on Intel cores by default) is
-    checked in both ways wherever the suite runs."""
+    x86-64-v4 CPUs either way): a child process runs test_streamed_rows_give_the_same_bits at
+    4 MiB as each, so every streamed binding (the derivatives included, which stream only on Intel
+    cores by default) is checked in both ways wherever the suite runs."""
     env = child_env()
     env["FUEL_KERNEL_STREAM_BYTES"] = str(STREAM_CHILD_BYTES)
     env["FUEL_KERNEL_STREAM_AS"] = streams_as

@@ -367,6 +367,7 @@ def test_backward_contiguous_vector_forms_give_the_strided_bits(op):
         differ = contiguous.view(np.uint32) != strided[::2].view(np.uint32)
         assert not differ.any(), f"{op.name}: {x[differ][:5]} give {contiguous[differ][:5]} and {strided[::2][differ][:5]}"
 
+
 @pytest.mark.parametrize("op", list(FLOAT_UNARY) + sorted(BACKWARD_NORMAL_FROM, key=lambda o: o.name) + [Op.POW],
                          ids=lambda op: op.name)
 def test_vector_loops_every_short_length(op):
