@@ -262,6 +262,23 @@ def test_streamed_softmax_backward_is_the_plain_stores_bits(shift, rng):
         np.testing.assert_array_equal(big[r0:r0 + 100].view(np.uint8), small.view(np.uint8), err_msg=str(r0))
 
 
+def test_softmax_backward_every_row_length(rng):
+    """The F32 softmax backward's output pass loads y and dy a block of 64 elements ahead of dx's
+    stores from 128 elements on, then finishes by vectors and elements: every row length from 1 to
+    300, with dx on a line boundary and one element past it, meets the claim against long double."""
+    op = fk.OpKind.SOFTMAX_LAST_DIM_BACKWARD
+    kernel = fk.bindings().lookup(op, [fk.DType.F32] * 3, 0)
+    for d in range(1, 301):
+        y = forward_output(op, 3 * rng.standard_normal((2, d))).astype(np.float32)
+        dy = rng.standard_normal((2, d)).astype(np.float32)
+        expected, scale = backward_reference(op, y, dy)
+        for shift in (0, 1):
+            buffer = np.full(2 * d + 16, 7, np.float32)
+            out = buffer[shift:shift + 2 * d].reshape(2, d)
+            call(kernel, op, [y, dy], out)
+            check(out, expected, scale, kernel.precision, (d, shift))
+
+
 def test_constant_rows_normalize_to_the_bias_exactly():
     """The F32 LAYER_NORM mean of a constant row is its value, so x - mean is exactly 0."""
     x = np.full((3, 777), 1e4 + 0.5, np.float32)
