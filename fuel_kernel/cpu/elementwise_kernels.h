@@ -105,7 +105,8 @@ FK_INLINE int64_t fk_align_head(const void *out, int64_t n, int64_t itemsize) {
  * with them).  FUEL_KERNEL_STREAM_BYTES: a positive byte count sets the output size from which rows
  * stream on any x86-64 CPU; 0 when unset or not a positive integer (the rule below).
  * FUEL_KERNEL_STREAM_AS: "intel" or "other" makes the streaming rules those of Intel cores or of
- * the others (the size, the chunk, the direct stores); unset, the CPU's own vendor decides. */
+ * the others (the size and the chunk; the direct stores follow the ISA alone); unset, the CPU's own
+ * vendor decides. */
 static int64_t fk_stream_bytes_setting;
 static int fk_stream_intel;
 __attribute__((constructor)) static void fk_stream_settings_read(void) {
