@@ -262,11 +262,11 @@ def test_streamed_softmax_backward_is_the_plain_stores_bits(shift, rng):
         np.testing.assert_array_equal(big[r0:r0 + 100].view(np.uint8), small.view(np.uint8), err_msg=str(r0))
 
 
-def test_softmax_backward_every_row_length(rng):
-    """The F32 softmax backward's output pass loads y and dy a block of 64 elements ahead of dx's
+@pytest.mark.parametrize("op", BACKWARD_OPS, ids=[o.short_name for o in BACKWARD_OPS])
+def test_softmax_backward_every_row_length(op, rng):
+    """The F32 softmax backwards' output pass loads y and dy a block of 64 elements ahead of dx's
     stores from 128 elements on, then finishes by vectors and elements: every row length from 1 to
     300, with dx on a line boundary and one element past it, meets the claim against long double."""
-    op = fk.OpKind.SOFTMAX_LAST_DIM_BACKWARD
     kernel = fk.bindings().lookup(op, [fk.DType.F32] * 3, 0)
     for d in range(1, 301):
         y = forward_output(op, 3 * rng.standard_normal((2, d))).astype(np.float32)
