@@ -1617,6 +1617,11 @@ FK_V3_INLINE __m256 fk_v3_erff(__m256 x) {
     return fk_v3_keep_nan(x, y);
 }
 
+/* The most vectors an fk_v3_<name>_n runs side by side: its per-vector arrays have this fixed size,
+ * not [N], since GCC keeps a variable-length array on the stack even where N is a constant once
+ * inlined (every step's vectors then went through memory: GELU_ERF f32 in L2 ran 1.7x PyTorch's AVX2
+ * loop on a Zen 4 core) */
+#define FK_V3_MAX_N 4
 /* fk_v3_<name>(x) on one vector and fk_v3_<name>4(x, y) on 4 side by side, from fk_v3_<name>_n */
 #define FK_V3_ONE_AND_FOUR(name)                                                                   \
     FK_V3_INLINE __m256 fk_v3_##name(__m256 x) {                                                   \
@@ -1630,7 +1635,7 @@ FK_V3_INLINE __m256 fk_v3_erff(__m256 x) {
  * every vector before the next step, so their dependent chains overlap; the same steps, the same bits.
  * (fk_v3_gelu_erff_n runs its own expm1 steps across its vectors the same way.) */
 FK_V3_INLINE void fk_v3_expf_normal_n(const __m256 *x, __m256 *y, const int N) {
-    __m256 k[N], r[N], p[N];
+    __m256 k[FK_V3_MAX_N], r[FK_V3_MAX_N], p[FK_V3_MAX_N];
 #pragma GCC unroll 4
     for (int v = 0; v < N; v++) {
         k[v] = _mm256_fmadd_ps(x[v], fk_v3_set(1.44269504088896341f), fk_v3_set(FK_ROUND_MAGIC));
@@ -1667,7 +1672,7 @@ FK_V3_INLINE void fk_v3_expf4(const __m256 *x, __m256 *y) { fk_v3_expf_n(x, y, 4
 /* fk_fast_sigmoidf on N vectors: (x >= 0 ? 1 : t) / (1 + t), t = fk_v3_expf_n(-|x|) (-|x| by setting
  * the sign bit, as C's -fabsf: a NaN keeps its payload with the sign set, the portable function's bits) */
 FK_V3_INLINE void fk_v3_sigmoidf_n(const __m256 *x, __m256 *y, const int N) {
-    __m256 nx[N], t[N];
+    __m256 nx[FK_V3_MAX_N], t[FK_V3_MAX_N];
 #pragma GCC unroll 4
     for (int v = 0; v < N; v++) nx[v] = _mm256_or_ps(x[v], fk_v3_set(-0.0f));
     fk_v3_expf_n(nx, t, N);
@@ -1685,7 +1690,7 @@ FK_V3_ONE_AND_FOUR(sigmoidf)
  * exps of the N vectors run side by side (one vector at a time GCC's form of the portable loop ran
  * 3x slower than PyTorch's SiLU in L2 on a Zen 2 core). */
 FK_V3_INLINE void fk_v3_siluf_n(const __m256 *x, __m256 *y, const int N) {
-    __m256 nx[N], t[N], inside = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+    __m256 nx[FK_V3_MAX_N], t[FK_V3_MAX_N], inside = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
 #pragma GCC unroll 4
     for (int v = 0; v < N; v++) {
         nx[v] = _mm256_or_ps(x[v], fk_v3_set(-0.0f));
@@ -1722,8 +1727,8 @@ FK_V3_ONE_AND_FOUR(siluf)
  * x / 2 of a tiny x, rounded once either way), so both sides are max(0, x) - |x| Phi(-z): one fnmadd
  * where the portable steps' two sides and their blend take six operations, the same bits. */
 FK_V3_INLINE void fk_v3_gelu_erff_n(const __m256 *x, __m256 *y, const int N) {
-    __m256 zc[N], xc[N], u[N], r[N];
-    __m256i k[N], any = _mm256_setzero_si256();
+    __m256 zc[FK_V3_MAX_N], xc[FK_V3_MAX_N], u[FK_V3_MAX_N], r[FK_V3_MAX_N];
+    __m256i k[FK_V3_MAX_N], any = _mm256_setzero_si256();
     __m256 moderate = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
 #pragma GCC unroll 4
     for (int v = 0; v < N; v++) {
@@ -1750,7 +1755,7 @@ FK_V3_INLINE void fk_v3_gelu_erff_n(const __m256 *x, __m256 *y, const int N) {
 #pragma GCC unroll 4
             for (int v = 0; v < N; v++) r[v] = _mm256_fmadd_ps(r[v], u[v], fk_v3_lookup(fk_gelu_erf_tab[j], k[v]));
     }
-    __m256 m[N], s[N], t[N], e[N];
+    __m256 m[FK_V3_MAX_N], s[FK_V3_MAX_N], t[FK_V3_MAX_N], e[FK_V3_MAX_N];
 #pragma GCC unroll 4
     for (int v = 0; v < N; v++) {
         __m256 w = _mm256_mul_ps(zc[v], zc[v]);
@@ -1822,8 +1827,41 @@ FK_V3_INLINE __m256 fk_v3_powi_small(__m256 v, int k) {
     for (int l = 0; l < 8; l++) t[l] = fk_powi_small(t[l], k);
     return _mm256_loadu_ps(t);
 }
+/* fk_v3_powi_small on 4 vectors with one range test: the direct steps serve all four where their
+ * largest magnitude (as bits) is at most 2^9 and their smallest nonzero one at least 2^-9 (a - 1
+ * wraps a zero past every other value); else each vector as fk_v3_powi_small.  The per-vector test
+ * and branch were a third of the loop's operations: POWI(3) f32 4M ran 1.26-1.28x PyTorch's AVX2
+ * x*x*x on a Zen 4 core. */
+FK_V3_INLINE void fk_v3_powi_small4(const float *x, float *y, int k) {
+    __m256 v[4];
+    __m256i hi = _mm256_setzero_si256(), lo = _mm256_set1_epi32(-1);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        v[j] = _mm256_loadu_ps(x + 8 * j);
+        __m256i a = _mm256_and_si256(_mm256_castps_si256(v[j]), _mm256_set1_epi32(0x7fffffff));
+        hi = _mm256_max_epu32(hi, a);
+        lo = _mm256_min_epu32(lo, _mm256_sub_epi32(a, _mm256_set1_epi32(1)));
+    }
+    const __m256i top = _mm256_set1_epi32((int)FK_POWI_DIRECT_MAX), bottom = _mm256_set1_epi32((int)FK_POWI_DIRECT_MIN - 1);
+    __m256i ok = _mm256_and_si256(_mm256_cmpeq_epi32(_mm256_max_epu32(hi, top), top),
+                                  _mm256_cmpeq_epi32(_mm256_min_epu32(lo, bottom), bottom));
+    if (_mm256_movemask_epi8(ok) == -1) {
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            __m256 p = fk_v3_powi_direct(v[j], k);
+            /* the steps give a zero's power its sign for every n from 3 to 8 but 7 (-0 ** 7 comes
+             * out +0), so only n = 7 sets the zeros apart; the same bits as fk_powi_zero */
+            if (k == 7) p = _mm256_blendv_ps(p, v[j], _mm256_cmp_ps(v[j], _mm256_setzero_ps(), _CMP_EQ_OQ));
+            _mm256_storeu_ps(y + 8 * j, p);
+        }
+        return;
+    }
+    /* read again from x, so that v stays in registers (block j is read before it is written) */
+    for (int j = 0; j < 4; j++) _mm256_storeu_ps(y + 8 * j, fk_v3_powi_small(_mm256_loadu_ps(x + 8 * j), k));
+}
 FK_V3_INLINE void fk_v3_powi_small_row(const float *x, float *y, int64_t n, int k) {
     int64_t i = 0;
+    for (; i + 32 <= n; i += 32) fk_v3_powi_small4(x + i, y + i, k);
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, fk_v3_powi_small(_mm256_loadu_ps(x + i), k));
     for (; i < n; i++) y[i] = fk_powi_small(x[i], k);
 }
@@ -1832,14 +1870,31 @@ FK_V3_INLINE void fk_v3_powi_small_row(const float *x, float *y, int64_t n, int 
 FK_V3_INLINE __m256 fk_v3_bf16_widen(__m128i h) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
-FK_V3_INLINE __m128i fk_v3_bf16_round(__m256 f) {
+/* f rounded to BF16 as fk_v4_bf16_round, left in each 32-bit lane's low half (a NaN quieted, its
+ * sign and top payload bits kept) */
+FK_V3_INLINE __m256i fk_v3_bf16_round_lanes(__m256 f) {
     __m256i x = _mm256_castps_si256(f);
-    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+    __m256i top = _mm256_srli_epi32(x, 16);
+    __m256i lsb = _mm256_and_si256(top, _mm256_set1_epi32(1));
     __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
-    __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
-    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
-    __m256i h = _mm256_blendv_epi8(rounded, quiet, nan);          /* every lane < 2^16 */
+    __m256i quiet = _mm256_or_si256(top, _mm256_set1_epi32(0x40));
+    return _mm256_blendv_epi8(rounded, quiet, _mm256_castps_si256(_mm256_cmp_ps(f, f, _CMP_UNORD_Q)));
+}
+FK_V3_INLINE __m128i fk_v3_bf16_round(__m256 f) {
+    __m256i h = fk_v3_bf16_round_lanes(f);                      /* every lane < 2^16 */
     return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(h, h), 0x08));
+}
+/* 16 BF16 values widened to F32 as two vectors, each value moved to its lane's top half in one
+ * operation: *lo holds values 0-3 and 8-11, *hi 4-7 and 12-15 (the unpacks work within 128-bit
+ * halves), and fk_v3_bf16_pack2's pack, which works the same way, puts them back in order.  Half the
+ * widening and narrowing operations of two fk_v3_bf16_widen / fk_v3_bf16_round pairs (SQR bf16 4M
+ * on a Zen 4 core in its AVX2 form: 1.22x PyTorch's AVX2 loop before) */
+FK_V3_INLINE void fk_v3_bf16_widen2(__m256i h, __m256 *lo, __m256 *hi) {
+    *lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(_mm256_setzero_si256(), h));
+    *hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(_mm256_setzero_si256(), h));
+}
+FK_V3_INLINE __m256i fk_v3_bf16_pack2(__m256 lo, __m256 hi) {
+    return _mm256_packus_epi32(fk_v3_bf16_round_lanes(lo), fk_v3_bf16_round_lanes(hi));
 }
 
 /* o[i] = F(a[i]) for i < n (a == o allowed); the tail through an 8-lane buffer */
@@ -1889,6 +1944,11 @@ FK_V3_INLINE __m256 fk_v3_sign(__m256 x) {
 #define fk_v3_map_bf16(F, a, o, n)                                                                 \
     do {                                                                                           \
         int64_t i_ = 0;                                                                            \
+        for (; i_ + 16 <= (n); i_ += 16) {                                                         \
+            __m256 lo_, hi_;                                                                       \
+            fk_v3_bf16_widen2(_mm256_loadu_si256((const __m256i *)((a) + i_)), &lo_, &hi_);        \
+            _mm256_storeu_si256((__m256i *)((o) + i_), fk_v3_bf16_pack2(F(lo_), F(hi_)));          \
+        }                                                                                          \
         for (; i_ + 8 <= (n); i_ += 8)                                                             \
             _mm_storeu_si128((__m128i *)((o) + i_),                                                \
                              fk_v3_bf16_round(F(fk_v3_bf16_widen(_mm_loadu_si128((const __m128i *)((a) + i_)))))); \
@@ -1905,11 +1965,12 @@ FK_V3_INLINE __m256 fk_v3_sign(__m256 x) {
         int64_t i4_ = 0;                                                                           \
         for (; i4_ + 32 <= (n); i4_ += 32) {                                                       \
             __m256 x4_[4], y4_[4];                                                                 \
-            for (int v_ = 0; v_ < 4; v_++)                                                         \
-                x4_[v_] = fk_v3_bf16_widen(_mm_loadu_si128((const __m128i *)((a) + i4_ + 8 * v_))); \
+            for (int v_ = 0; v_ < 2; v_++)                                                         \
+                fk_v3_bf16_widen2(_mm256_loadu_si256((const __m256i *)((a) + i4_ + 16 * v_)),      \
+                                  &x4_[2 * v_], &x4_[2 * v_ + 1]);                                 \
             F4(x4_, y4_);                                                                          \
-            for (int v_ = 0; v_ < 4; v_++)                                                         \
-                _mm_storeu_si128((__m128i *)((o) + i4_ + 8 * v_), fk_v3_bf16_round(y4_[v_]));      \
+            for (int v_ = 0; v_ < 2; v_++)                                                         \
+                _mm256_storeu_si256((__m256i *)((o) + i4_ + 16 * v_), fk_v3_bf16_pack2(y4_[2 * v_], y4_[2 * v_ + 1])); \
         }                                                                                          \
         fk_v3_map_bf16(F, (a) + i4_, (o) + i4_, (n) - i4_);                                        \
     } while (0)
