@@ -32,6 +32,12 @@ GENERATED_CPU = os.path.relpath(str(generate_kernels.GENERATED / "fuel_kernel" /
 
 DEBUG = os.environ.get("FUEL_KERNEL_DEBUG", "") not in ("", "0")
 SANITIZE = os.environ.get("FUEL_KERNEL_SANITIZE", "").strip()
+# FUEL_KERNEL_MAX_ISA=x86-64-v3 caps the forms the kernels may choose at run time at AVX2 (no AVX-512
+# or AMX form), so an AVX-512 machine runs, tests and times what an AVX2-only CPU runs.  Unset (or
+# x86-64-v4): every form, chosen per CPU.
+MAX_ISA = os.environ.get("FUEL_KERNEL_MAX_ISA", "").strip()
+if MAX_ISA not in ("", "x86-64-v4", "x86-64-v3"):
+    raise SystemExit(f"FUEL_KERNEL_MAX_ISA={MAX_ISA!r}: expected x86-64-v4 or x86-64-v3")
 
 # Python-level code in .pyx keeps Python semantics (negative indices, floor division): the hot
 # loops live in C headers, so these cost nothing that matters.  Debug builds add bounds checks.
@@ -58,6 +64,8 @@ compile_args = ["-std=gnu11", "-fwrapv", "-fno-math-errno", "-fno-trapping-math"
                 "-Wno-unused-function", "-Werror=implicit-function-declaration"]
 link_args = []
 macros = [("NPY_NO_DEPRECATED_API", "NPY_2_0_API_VERSION")]
+if MAX_ISA == "x86-64-v3":
+    macros.append(("FK_ISA_MAX_V3", "1"))
 if DEBUG:
     compile_args += ["-O1", "-g", "-UNDEBUG"]
 else:

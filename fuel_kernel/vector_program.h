@@ -418,8 +418,8 @@ FK_VM_FORM(f64_v4, FK_ISA_V4, double, int64_t, 64, "=x", "xm", "vaddpd %2, %1, %
                                    char *const *out, const uintptr_t *flip, fk_vm_drain *dr,         \
                                    int64_t blocks, const char *ctx),                                 \
                 (vm, src, step, out, flip, dr, blocks, ctx),                                         \
-                __builtin_cpu_supports("x86-64-v4") ? fk_vm_blocks_##T##_v4                           \
-                : __builtin_cpu_supports("x86-64-v3") ? fk_vm_blocks_##T##_v3 : fk_vm_blocks_##T##_base)
+                fk_cpu_supports("x86-64-v4") ? fk_vm_blocks_##T##_v4                           \
+                : fk_cpu_supports("x86-64-v3") ? fk_vm_blocks_##T##_v3 : fk_vm_blocks_##T##_base)
 FK_VM_PICK(f32)
 FK_VM_PICK(f64)
 #else

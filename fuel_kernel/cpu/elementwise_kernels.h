@@ -192,8 +192,8 @@ static void fk_stream_store_portable(void *dst, const void *src, int64_t bytes) 
     fk_stream_store_from(dst, src, 0, bytes);
 }
 FK_ISA_PICK(fk_stream_store, (void *dst, const void *src, int64_t bytes), (dst, src, bytes),
-            __builtin_cpu_supports("x86-64-v4")   ? fk_stream_store_v4
-            : __builtin_cpu_supports("x86-64-v3") ? fk_stream_store_v3
+            fk_cpu_supports("x86-64-v4")   ? fk_stream_store_v4
+            : fk_cpu_supports("x86-64-v3") ? fk_stream_store_v3
                                                   : fk_stream_store_portable)
 #else
 static void fk_stream_store(void *dst, const void *src, int64_t bytes) { fk_stream_store_from(dst, src, 0, bytes); }
@@ -217,7 +217,7 @@ static void fk_stream_store(void *dst, const void *src, int64_t bytes) { fk_stre
 /* 1 where this build's AVX-512 loops run (an x86-64-v4 CPU), else 0 */
 FK_INLINE int fk_v4_forms_run(void) {
 #if FK_HAVE_ISA_V4
-    return __builtin_cpu_supports("x86-64-v4");
+    return fk_cpu_supports("x86-64-v4");
 #else
     return 0;
 #endif
@@ -334,12 +334,12 @@ static void fk_f32_to_f16_plain(const float *src, uint16_t *dst, int64_t n) {
 }
 /* every AVX-512 CPU has F16C */
 FK_ISA_PICK(fk_f16_to_f32_contig, (const uint16_t *src, float *dst, int64_t n), (src, dst, n),
-            __builtin_cpu_supports("avx512f") ? fk_f16_to_f32_avx512
-            : __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2") ? fk_f16_to_f32_f16c
+            fk_cpu_supports("avx512f") ? fk_f16_to_f32_avx512
+            : fk_cpu_supports("f16c") && fk_cpu_supports("avx2") ? fk_f16_to_f32_f16c
             : fk_f16_to_f32_plain)
 FK_ISA_PICK(fk_f32_to_f16_contig, (const float *src, uint16_t *dst, int64_t n), (src, dst, n),
-            __builtin_cpu_supports("avx512f") ? fk_f32_to_f16_avx512
-            : __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2") ? fk_f32_to_f16_f16c
+            fk_cpu_supports("avx512f") ? fk_f32_to_f16_avx512
+            : fk_cpu_supports("f16c") && fk_cpu_supports("avx2") ? fk_f32_to_f16_f16c
             : fk_f32_to_f16_plain)
 
 /* fk_load_<H>_row / fk_store_<H>_row: n elements of half-precision dtype H (f16, bf16) at a byte
@@ -395,7 +395,7 @@ FK_ISA_V3 static void fk_f32_to_bf16_contig_v3(const float *src, uint16_t *dst, 
 }
 FK_MV_STREAM(fk_f32_to_bf16_contig_portable, (const float *src, uint16_t *dst, int64_t n), (src, dst, n), fk_f32_to_bf16_body)
 FK_ISA_PICK(fk_f32_to_bf16_contig, (const float *src, uint16_t *dst, int64_t n), (src, dst, n),
-            __builtin_cpu_supports("x86-64-v3") ? fk_f32_to_bf16_contig_v3 : fk_f32_to_bf16_contig_portable)
+            fk_cpu_supports("x86-64-v3") ? fk_f32_to_bf16_contig_v3 : fk_f32_to_bf16_contig_portable)
 #else
 FK_MV_STREAM(fk_f32_to_bf16_contig, (const float *src, uint16_t *dst, int64_t n), (src, dst, n), fk_f32_to_bf16_body)
 #endif

@@ -1505,7 +1505,7 @@ FK_V4_INLINE __m256i fk_v4_bf16_round_fast(__m512 f, int have_bf16) {
 #define fk_v4_map_bf16(F, a, o, n)                                                                 \
     do {                                                                                           \
         int64_t i_ = 0;                                                                            \
-        int bf16_ = __builtin_cpu_supports("avx512bf16");                                          \
+        int bf16_ = fk_cpu_supports("avx512bf16");                                          \
         for (; i_ + 32 <= (n); i_ += 32) {                                                         \
             __m512 v0_ = F(fk_v4_bf16_widen(_mm256_loadu_si256((const __m256i *)((a) + i_))));      \
             __m512 v1_ = F(fk_v4_bf16_widen(_mm256_loadu_si256((const __m256i *)((a) + i_ + 16)))); \
