@@ -13,18 +13,10 @@ here="$(cd "$(dirname "$0")/.." && pwd)"
 scratch="${FK_ISA_DIR:-/tmp/fuel_kernel-isa-v3}"
 python="${PYTHON:-python}"
 
+# shellcheck source=tools/scratch_build.sh
+source "$here/tools/scratch_build.sh"
 if [[ "${FK_ISA_REUSE:-0}" != "1" || ! -d "$scratch/fuel_kernel" ]]; then
-    rm -rf "$scratch"
-    mkdir -p "$scratch"
-    # tracked and untracked-but-not-ignored files: the working tree as it is, without build output
-    if git -C "$here" rev-parse --git-dir > /dev/null 2>&1; then
-        (cd "$here" && git ls-files -co --exclude-standard -z | xargs -0 tar cf -) | tar xf - -C "$scratch"
-    else
-        (cd "$here" && tar cf - --exclude=./build --exclude='*.so' --exclude='*.egg-info' .) | tar xf - -C "$scratch"
-    fi
-    echo "isa_check: building capped at x86-64-v3 in $scratch"
-    (cd "$scratch" && FUEL_KERNEL_MAX_ISA=x86-64-v3 "$python" setup.py build_ext --inplace -q -j 2 \
-        > build.log 2>&1) || { tail -40 "$scratch/build.log"; exit 1; }
+    scratch_build "$here" "$scratch" isa_check "$python" FUEL_KERNEL_MAX_ISA=x86-64-v3
 fi
 
 # the cap must have taken: no module holds an AVX-512 clone

@@ -28,18 +28,10 @@ python="${PYTHON:-python}"
 # the interpreter itself, not a wrapper script (a shell under a preloaded TSan runtime crashes)
 python="$("$python" -c 'import sys; print(sys.executable)')"
 
+# shellcheck source=tools/scratch_build.sh
+source "$here/tools/scratch_build.sh"
 if [[ "${FK_SANITIZE_REUSE:-0}" != "1" || ! -d "$scratch/fuel_kernel" ]]; then
-    rm -rf "$scratch"
-    mkdir -p "$scratch"
-    # tracked and untracked-but-not-ignored files: the working tree as it is, without build output
-    if git -C "$here" rev-parse --git-dir > /dev/null 2>&1; then
-        (cd "$here" && git ls-files -co --exclude-standard -z | xargs -0 tar cf -) | tar xf - -C "$scratch"
-    else
-        (cd "$here" && tar cf - --exclude=./build --exclude='*.so' --exclude='*.egg-info' .) | tar xf - -C "$scratch"
-    fi
-    echo "sanitize: building ($sanitizers) in $scratch"
-    (cd "$scratch" && FUEL_KERNEL_SANITIZE="$sanitizers" "$python" setup.py build_ext --inplace -q \
-        > build.log 2>&1) || { tail -40 "$scratch/build.log"; exit 1; }
+    scratch_build "$here" "$scratch" sanitize "$python" FUEL_KERNEL_SANITIZE="$sanitizers"
 fi
 
 # the build must be instrumented: the core names libasan (libtsan) among its needed libraries.  readelf
