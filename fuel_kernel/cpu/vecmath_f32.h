@@ -1431,8 +1431,11 @@ FK_V4_INLINE __m256i fk_v4_bf16_round(__m512 f) {
     return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, quiet));
 }
 
-/* AVX-512 forms of the cheap unary ops for BF16 rows (fk_v4_map_bf16 keeps the widening and the
- * rounding in registers): each the F32 expression's own IEEE operation, as the AVX2 forms below */
+/* AVX-512 forms of the cheap unary ops for F32 rows (fk_v4_map_f32) and BF16 rows (fk_v4_map_bf16 keeps
+ * the widening and the rounding in registers): each the F32 expression's own IEEE operation, as the
+ * AVX2 forms below */
+FK_V4_INLINE __m512 fk_v4_neg(__m512 x) { return _mm512_xor_ps(x, _mm512_set1_ps(-0.0f)); }
+FK_V4_INLINE __m512 fk_v4_abs(__m512 x) { return _mm512_andnot_ps(_mm512_set1_ps(-0.0f), x); }
 FK_V4_INLINE __m512 fk_v4_sqr(__m512 x) { return _mm512_mul_ps(x, x); }
 FK_V4_INLINE __m512 fk_v4_sqrt(__m512 x) { return _mm512_sqrt_ps(x); }
 FK_V4_INLINE __m512 fk_v4_rsqrt(__m512 x) { return _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_sqrt_ps(x)); }
@@ -1897,10 +1900,11 @@ FK_V3_INLINE __m256i fk_v3_bf16_pack2(__m256 lo, __m256 hi) {
     return _mm256_packus_epi32(fk_v3_bf16_round_lanes(lo), fk_v3_bf16_round_lanes(hi));
 }
 
-/* o[i] = F(a[i]) for i < n (a == o allowed); the tail through an 8-lane buffer */
-/* AVX2 forms of the cheap unary ops, for BF16 rows on CPUs without AVX-512 (fk_v3_map_bf16 keeps
- * the widening and rounding in registers): each is the F32 expression's own IEEE operation (RELU:
- * x where x > 0 or x is NaN, else +0), so the same BF16 bits */
+/* AVX2 forms of the cheap unary ops, for F32 rows (fk_v3_map_f32 loads ahead of its stores) and BF16
+ * rows (fk_v3_map_bf16 keeps the widening and rounding in registers) on CPUs without AVX-512: each is
+ * the F32 expression's own IEEE operation (RELU: x where x > 0 or x is NaN, else +0), so the same
+ * bits */
+FK_V3_INLINE __m256 fk_v3_neg(__m256 x) { return _mm256_xor_ps(x, fk_v3_set(-0.0f)); }
 FK_V3_INLINE __m256 fk_v3_sqr(__m256 x) { return _mm256_mul_ps(x, x); }
 FK_V3_INLINE __m256 fk_v3_sqrt(__m256 x) { return _mm256_sqrt_ps(x); }
 FK_V3_INLINE __m256 fk_v3_rsqrt(__m256 x) { return _mm256_div_ps(fk_v3_set(1.0f), _mm256_sqrt_ps(x)); }
@@ -1918,9 +1922,24 @@ FK_V3_INLINE __m256 fk_v3_sign(__m256 x) {
     return _mm256_blendv_ps(x, one, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_NEQ_OQ));
 }
 
+/* o[i] = F(a[i]) for i < n (a == o allowed), loading 4 vectors ahead of the stores; the tail through an
+ * 8-lane buffer */
 #define fk_v3_map_f32(F, a, o, n)                                                                  \
     do {                                                                                           \
         int64_t i_ = 0;                                                                            \
+        if ((n) >= 64) {                 /* loads a 128-byte block ahead, as fk_v4_map_f32_store */ \
+            __m256 x_[4];                                                                          \
+            for (int k_ = 0; k_ < 4; k_++) x_[k_] = _mm256_loadu_ps((a) + 8 * k_);                 \
+            for (; i_ + 64 <= (n); i_ += 32) {                                                     \
+                _Pragma("GCC unroll 4") for (int k_ = 0; k_ < 4; k_++) {                           \
+                    __m256 v_ = F(x_[k_]);                                                         \
+                    x_[k_] = _mm256_loadu_ps((a) + i_ + 32 + 8 * k_);                              \
+                    _mm256_storeu_ps((o) + i_ + 8 * k_, v_);                                       \
+                }                                                                                  \
+            }                                                                                      \
+            _Pragma("GCC unroll 4") for (int k_ = 0; k_ < 4; k_++) _mm256_storeu_ps((o) + i_ + 8 * k_, F(x_[k_])); \
+            i_ += 32;                                                                              \
+        }                                                                                          \
         for (; i_ + 8 <= (n); i_ += 8) _mm256_storeu_ps((o) + i_, F(_mm256_loadu_ps((a) + i_)));   \
         if (i_ < (n)) {                                                                            \
             float t_[8] = {0};                                                                     \
