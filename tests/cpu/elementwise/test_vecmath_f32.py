@@ -121,6 +121,36 @@ def test_contiguous_vector_forms_give_the_strided_bits(op):
         assert not differ.any(), f"{op.name}: {x[differ][:5]} give {contiguous[differ][:5]} and {strided[::2][differ][:5]}"
 
 
+def _check_rsqrt_bits(x):
+    k = fk.bindings().lookup(Op.RSQRT, [D.F32, D.F32])
+    out = np.empty_like(x)
+    with np.errstate(all="ignore"):
+        k(x, out=out)
+        ref = np.float32(1) / np.sqrt(x)
+    nan = np.isnan(ref)
+    assert (np.isnan(out) == nan).all(), f"RSQRT: NaN where NumPy has none at {x[np.isnan(out) != nan][:5]}"
+    differ = (out.view(np.uint32) != ref.view(np.uint32)) & ~nan
+    assert not differ.any(), f"RSQRT: {x[differ][:5]} give {out[differ][:5]}, NumPy {ref[differ][:5]}"
+
+
+def test_rsqrt_is_the_reciprocal_of_the_rounded_root_rounded():
+    """RSQRT in F32 is 1 / sqrt(x) with each step rounded to F32; its vector forms take the reciprocal
+    by Newton steps and a correction (vecmath_f32.h), whose one exception (a root with an all-ones
+    significand) they mend.  The bits of NumPy's float32 1 / sqrt(x) on every x in [1, 4) (their
+    roots take every significand), on those scaled by 2^-124 and 2^100, on every subnormal, on
+    negative values and on the special values; on every F32 input in the long mode."""
+    if LONG:
+        step = 1 << 24
+        for start in range(0, 1 << 32, step):
+            _check_rsqrt_bits(np.arange(start, start + step, dtype=np.uint64).astype(np.uint32).view(np.float32))
+        return
+    one_to_four = np.arange(0x3F800000, 0x40800000, dtype=np.uint32).view(np.float32)
+    subnormals = np.arange(0, 0x00800000, dtype=np.uint32).view(np.float32)
+    for x in (one_to_four, one_to_four * np.float32(2.0 ** -124), one_to_four * np.float32(2.0 ** 100),
+              subnormals, -one_to_four[::4096], SPECIALS, sample_f32(200_000, seed=3)):
+        _check_rsqrt_bits(np.ascontiguousarray(x))
+
+
 def test_exp_keeps_a_nan_s_sign_and_payload():
     """EXP of a NaN is that NaN, quiet or signalling, of either sign and any payload, in the contiguous
     vector form and the strided portable one; only the quiet bit may be set (the AVX-512 form
