@@ -1691,6 +1691,60 @@ FK_V3_INLINE void fk_v3_expf_n(const __m256 *x, __m256 *y, const int N) {
 }
 FK_V3_INLINE void fk_v3_expf4(const __m256 *x, __m256 *y) { fk_v3_expf_n(x, y, 4); }
 
+/* fk_fast_logf on N vectors, step for step.  Where no lane of the N is below FLT_MIN, +inf or NaN
+ * (positive normal finite lanes), the subnormal scaling and the fix-ups change nothing and are
+ * left out: e - 0 is e.  The Horner chains of the N vectors run side by side: GCC's form of the
+ * portable loop ran one at a time, latency-bound (0.69 ns an element in L2 on a Zen 4 core, 3.2x
+ * PyTorch's AVX2 log at 4M on the 16-core Xeon). */
+FK_V3_INLINE void fk_v3_logf_n(const __m256 *x, __m256 *y, const int N) {
+    const __m256i c = _mm256_set1_epi32(0x3f3504f3);
+    __m256 special = _mm256_setzero_ps(), xs[FK_V3_MAX_N], es[FK_V3_MAX_N];
+#pragma GCC unroll 4
+    for (int v = 0; v < N; v++)
+        special = _mm256_or_ps(special, _mm256_or_ps(_mm256_cmp_ps(x[v], fk_v3_set(1.17549435e-38f), _CMP_NGE_UQ),
+                                                     _mm256_cmp_ps(x[v], fk_v3_set(INFINITY), _CMP_EQ_OQ)));
+    int any_special = _mm256_movemask_ps(special);
+#pragma GCC unroll 4
+    for (int v = 0; v < N; v++) {
+        if (any_special) {
+            __m256 sub = _mm256_cmp_ps(x[v], fk_v3_set(1.17549435e-38f), _CMP_LT_OQ);
+            xs[v] = _mm256_blendv_ps(x[v], _mm256_mul_ps(x[v], fk_v3_set(8388608.0f)), sub);
+            es[v] = _mm256_and_ps(sub, fk_v3_set(23.0f));
+        } else {
+            xs[v] = x[v];
+        }
+    }
+    __m256 e[FK_V3_MAX_N], f[FK_V3_MAX_N], z[FK_V3_MAX_N], p[FK_V3_MAX_N];
+#pragma GCC unroll 4
+    for (int v = 0; v < N; v++) {
+        __m256i t = _mm256_sub_epi32(_mm256_castps_si256(xs[v]), c);
+        e[v] = _mm256_cvtepi32_ps(_mm256_srai_epi32(t, 23));
+        if (any_special) e[v] = _mm256_sub_ps(e[v], es[v]);
+        f[v] = _mm256_sub_ps(_mm256_castsi256_ps(_mm256_add_epi32(_mm256_and_si256(t, _mm256_set1_epi32(0x7fffff)), c)),
+                             fk_v3_set(1.0f));
+        z[v] = _mm256_mul_ps(f[v], f[v]);
+        p[v] = fk_v3_set(fk_logf_p[0]);
+    }
+    for (int j = 1; j < 9; j++)
+#pragma GCC unroll 4
+        for (int v = 0; v < N; v++) p[v] = _mm256_fmadd_ps(p[v], f[v], fk_v3_set(fk_logf_p[j]));
+#pragma GCC unroll 4
+    for (int v = 0; v < N; v++) {
+        __m256 t = _mm256_mul_ps(_mm256_mul_ps(p[v], f[v]), z[v]);
+        t = _mm256_fmadd_ps(e[v], fk_v3_set(-2.12194440e-4f), t);
+        t = _mm256_fmadd_ps(fk_v3_set(-0.5f), z[v], t);
+        __m256 r = _mm256_fmadd_ps(e[v], fk_v3_set(0.693359375f), _mm256_add_ps(f[v], t));
+        if (any_special) {
+            r = _mm256_blendv_ps(r, x[v], _mm256_cmp_ps(x[v], fk_v3_set(INFINITY), _CMP_EQ_OQ));
+            r = _mm256_blendv_ps(r, fk_v3_set(-INFINITY), _mm256_cmp_ps(x[v], _mm256_setzero_ps(), _CMP_EQ_OQ));
+            r = _mm256_blendv_ps(r, fk_v3_set(NAN), _mm256_cmp_ps(x[v], _mm256_setzero_ps(), _CMP_LT_OQ));
+            r = fk_v3_keep_nan(x[v], r);
+        }
+        y[v] = r;
+    }
+}
+FK_V3_ONE_AND_FOUR(logf)
+
 /* fk_fast_sigmoidf on N vectors: (x >= 0 ? 1 : t) / (1 + t), t = fk_v3_expf_n(-|x|) (-|x| by setting
  * the sign bit, as C's -fabsf: a NaN keeps its payload with the sign set, the portable function's bits) */
 FK_V3_INLINE void fk_v3_sigmoidf_n(const __m256 *x, __m256 *y, const int N) {
