@@ -1075,6 +1075,20 @@ FK_V4_INLINE __m512 fk_v4_copysign(__m512 mag, __m512 sgn) {
                                                          _mm512_set1_epi32(0x7fffffff), 0xe4));
 }
 
+/* fk_fast_tanhf, step for step: the same bits, one AVX-512 operation per portable step */
+FK_V4_INLINE __m512 fk_v4_tanhf(__m512 x) {
+    __m512 a = _mm512_min_ps(_mm512_andnot_ps(_mm512_set1_ps(-0.0f), x), _mm512_set1_ps(9.1f));   /* NaN: 9.1 */
+    __m512 v = _mm512_mul_ps(_mm512_set1_ps(-2.0f), a);
+    __m512 k = _mm512_fmadd_ps(v, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(FK_ROUND_MAGIC));
+    __m512 n = _mm512_sub_ps(k, _mm512_set1_ps(FK_ROUND_MAGIC));
+    __m512 e = fk_v4_expm1_reduced(_mm512_fmadd_ps(n, _mm512_set1_ps(-0.693147182464599609375f), v));
+    __m512 s = _mm512_castsi512_ps(_mm512_slli_epi32(
+        _mm512_add_epi32(_mm512_castps_si512(k), _mm512_set1_epi32((int)(127u - 0x4B400000u))), 23));
+    __m512 one = _mm512_set1_ps(1.0f);
+    __m512 y = _mm512_div_ps(_mm512_fnmadd_ps(s, e, _mm512_sub_ps(one, s)), _mm512_fmadd_ps(s, e, _mm512_add_ps(one, s)));
+    return fk_v4_keep_nan(x, fk_v4_copysign(y, x));
+}
+
 /* fk_fast_erff: the same clamp, interval, polynomial and select */
 FK_V4_INLINE __m512 fk_v4_erff(__m512 x) {
     __m512 a = _mm512_abs_ps(x);
@@ -1690,6 +1704,31 @@ FK_V3_INLINE void fk_v3_expf_n(const __m256 *x, __m256 *y, const int N) {
     for (int v = 0; v < N; v++) y[v] = fk_v3_expf_scaled(x[v], _mm256_setzero_si256());
 }
 FK_V3_INLINE void fk_v3_expf4(const __m256 *x, __m256 *y) { fk_v3_expf_n(x, y, 4); }
+
+/* fk_fast_tanhf on N vectors side by side, step for step (GCC's form of the portable loop ran one
+ * vector's exp and division at a time, latency-bound: 0.47 ns an element in L2 on a Zen 4 core) */
+FK_V3_INLINE void fk_v3_tanhf_n(const __m256 *x, __m256 *y, const int N) {
+    __m256 v[FK_V3_MAX_N], k[FK_V3_MAX_N], e[FK_V3_MAX_N];
+#pragma GCC unroll 4
+    for (int i = 0; i < N; i++) {
+        v[i] = _mm256_mul_ps(fk_v3_set(-2.0f), fk_v3_min_nonneg(fk_v3_abs(x[i]), 9.1f));     /* NaN: 9.1 */
+        k[i] = _mm256_fmadd_ps(v[i], fk_v3_set(1.44269504088896341f), fk_v3_set(FK_ROUND_MAGIC));
+        __m256 n = _mm256_sub_ps(k[i], fk_v3_set(FK_ROUND_MAGIC));
+        e[i] = _mm256_fmadd_ps(n, fk_v3_set(-0.693147182464599609375f), v[i]);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < N; i++) e[i] = fk_v3_expm1_reduced(e[i]);
+#pragma GCC unroll 4
+    for (int i = 0; i < N; i++) {
+        __m256 s = _mm256_castsi256_ps(_mm256_slli_epi32(
+            _mm256_add_epi32(_mm256_castps_si256(k[i]), _mm256_set1_epi32((int)(127u - 0x4B400000u))), 23));
+        __m256 one = fk_v3_set(1.0f);
+        __m256 q = _mm256_div_ps(_mm256_fnmadd_ps(s, e[i], _mm256_sub_ps(one, s)),
+                                 _mm256_fmadd_ps(s, e[i], _mm256_add_ps(one, s)));
+        y[i] = fk_v3_keep_nan(x[i], fk_v3_copysign(q, x[i]));
+    }
+}
+FK_V3_ONE_AND_FOUR(tanhf)
 
 /* fk_fast_logf on N vectors, step for step.  Where no lane of the N is below FLT_MIN, +inf or NaN
  * (positive normal finite lanes), the subnormal scaling and the fix-ups change nothing and are
