@@ -1667,6 +1667,15 @@ FK_V3_INLINE __m256 fk_v3_erff(__m256 x) {
     }                                                                                              \
     FK_V3_INLINE void fk_v3_##name##4(const __m256 *x, __m256 *y) { fk_v3_##name##_n(x, y, 4); }
 
+/* p[v] = the polynomial c[0..n) (highest power first) at x[v] for v < N, the Horner steps taken
+ * across the N vectors (fk_horner_f32's bits) */
+FK_V3_INLINE void fk_v3_horner_n(__m256 *p, const __m256 *x, const float *c, int n, const int N) {
+#pragma GCC unroll 4
+    for (int v = 0; v < N; v++) p[v] = fk_v3_set(c[0]);
+    for (int j = 1; j < n; j++)
+#pragma GCC unroll 4
+        for (int v = 0; v < N; v++) p[v] = _mm256_fmadd_ps(p[v], x[v], fk_v3_set(c[j]));
+}
 /* fk_v3_expf_normal on N vectors x[0..N) into y[0..N) (N a constant where inlined), each step for
  * every vector before the next step, so their dependent chains overlap; the same steps, the same bits.
  * (fk_v3_gelu_erff_n runs its own expm1 steps across its vectors the same way.) */
@@ -1677,11 +1686,8 @@ FK_V3_INLINE void fk_v3_expf_normal_n(const __m256 *x, __m256 *y, const int N) {
         k[v] = _mm256_fmadd_ps(x[v], fk_v3_set(1.44269504088896341f), fk_v3_set(FK_ROUND_MAGIC));
         __m256 n = _mm256_sub_ps(k[v], fk_v3_set(FK_ROUND_MAGIC));
         r[v] = _mm256_fmadd_ps(n, fk_v3_set(2.12194440e-4f), _mm256_fmadd_ps(n, fk_v3_set(-0.693359375f), x[v]));
-        p[v] = fk_v3_set(fk_expf_p[0]);
     }
-    for (int j = 1; j < 6; j++)
-#pragma GCC unroll 4
-        for (int v = 0; v < N; v++) p[v] = _mm256_fmadd_ps(p[v], r[v], fk_v3_set(fk_expf_p[j]));
+    fk_v3_horner_n(p, r, fk_expf_p, 6, N);
 #pragma GCC unroll 4
     for (int v = 0; v < N; v++) {
         __m256 e = _mm256_add_ps(_mm256_fmadd_ps(p[v], _mm256_mul_ps(r[v], r[v]), r[v]), fk_v3_set(1.0f));
@@ -1762,11 +1768,8 @@ FK_V3_INLINE void fk_v3_logf_n(const __m256 *x, __m256 *y, const int N) {
         f[v] = _mm256_sub_ps(_mm256_castsi256_ps(_mm256_add_epi32(_mm256_and_si256(t, _mm256_set1_epi32(0x7fffff)), c)),
                              fk_v3_set(1.0f));
         z[v] = _mm256_mul_ps(f[v], f[v]);
-        p[v] = fk_v3_set(fk_logf_p[0]);
     }
-    for (int j = 1; j < 9; j++)
-#pragma GCC unroll 4
-        for (int v = 0; v < N; v++) p[v] = _mm256_fmadd_ps(p[v], f[v], fk_v3_set(fk_logf_p[j]));
+    fk_v3_horner_n(p, f, fk_logf_p, 9, N);
 #pragma GCC unroll 4
     for (int v = 0; v < N; v++) {
         __m256 t = _mm256_mul_ps(_mm256_mul_ps(p[v], f[v]), z[v]);
